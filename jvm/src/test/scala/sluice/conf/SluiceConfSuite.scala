@@ -1,0 +1,68 @@
+package sluice.conf
+
+import org.scalatest.funsuite.AnyFunSuite
+
+class SluiceConfSuite extends AnyFunSuite {
+  private def conf(kv: (String, String)*) = SluiceConf.validated(kv)
+
+  test("defaults apply when nothing is set") {
+    val c = conf()
+    assert(c.stateStoreCacheMaxBytes == 10485760L)
+    assert(c.inputBufferMaxBytes == 536870912L)
+    assert(c.commitIntervalMs == 0L)
+  }
+
+  test("byte sizes accept plain numbers and Spark byte strings") {
+    assert(conf("spark.sluice.statestore.cache.max.bytes" -> "1024").stateStoreCacheMaxBytes == 1024L)
+    assert(conf("spark.sluice.statestore.cache.max.bytes" -> "64m").stateStoreCacheMaxBytes == 64L << 20)
+    assert(conf("spark.sluice.input.buffer.max.bytes" -> "1g").inputBufferMaxBytes == 1L << 30)
+  }
+
+  test("durations accept milliseconds and Spark time strings") {
+    assert(conf("spark.sluice.commit.interval.ms" -> "250").commitIntervalMs == 250L)
+    assert(conf("spark.sluice.commit.interval.ms" -> "30s").commitIntervalMs == 30000L)
+  }
+
+  test("the deprecated alias is used when the new key is absent, and loses when both are set") {
+    assert(conf("spark.sluice.cache.max.bytes.buffering" -> "2m").stateStoreCacheMaxBytes == 2L << 20)
+    val both = conf("spark.sluice.cache.max.bytes.buffering" -> "2m", "spark.sluice.statestore.cache.max.bytes" -> "3m")
+    assert(both.stateStoreCacheMaxBytes == 3L << 20)
+  }
+
+  test("a negative, unparsable or out-of-range value names the key, the value and the expected form") {
+    for ((key, value) <- Seq(
+        "spark.sluice.statestore.cache.max.bytes" -> "-1",
+        "spark.sluice.statestore.cache.max.bytes" -> "lots",
+        "spark.sluice.input.buffer.max.bytes" -> "0",
+        "spark.sluice.commit.interval.ms" -> "-5s",
+        "spark.sluice.commit.interval.ms" -> "soon")) {
+      val e = intercept[SluiceConfException](conf(key -> value))
+      assert(e.getMessage.contains(key), e.getMessage)
+      assert(e.getMessage.contains(s"'$value'"), e.getMessage)
+      assert(e.getMessage.contains("expected"), e.getMessage)
+      assert(!e.getMessage.contains("\n"))
+    }
+  }
+
+  test("an unknown key under spark.sluice. fails and suggests the closest known key") {
+    val e = intercept[SluiceConfException](conf("spark.sluice.statestore.cache.max.byte" -> "1m"))
+    assert(e.getMessage.contains("spark.sluice.statestore.cache.max.byte "), e.getMessage)
+    assert(e.getMessage.contains("did you mean spark.sluice.statestore.cache.max.bytes?"), e.getMessage)
+  }
+
+  test("keys outside spark.sluice. are ignored and every problem is reported at once") {
+    val e = intercept[SluiceConfException](conf(
+      "spark.master" -> "local[2]",
+      "spark.sluice.commit.interval.ms" -> "x",
+      "spark.sluice.input.buffer.max.bytes" -> "y"))
+    assert(e.getMessage.contains("spark.sluice.commit.interval.ms"))
+    assert(e.getMessage.contains("spark.sluice.input.buffer.max.bytes"))
+    assert(!e.getMessage.contains("spark.master"))
+  }
+
+  test("edit distance") {
+    assert(SluiceConf.editDistance("kitten", "sitting") == 3)
+    assert(SluiceConf.closest("spark.sluice.comit.interval.ms", SluiceConf.entries.map(_.key)) ==
+      "spark.sluice.commit.interval.ms")
+  }
+}

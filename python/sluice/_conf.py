@@ -1,0 +1,64 @@
+"""Python-side checks of sluice options, mirroring sluice.conf.SluiceConf, so bad values fail
+before any Spark work."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable
+
+PREFIX = "spark.sluice."
+
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+               "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "p": 1 << 50, "pb": 1 << 50}
+_TIME_UNITS_MS = {"": 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+                  "d": 86_400_000}
+_NUMBER_WITH_UNIT = re.compile(r"^([0-9]+)\s*([a-z]*)$")
+
+
+def _parse_with_units(value: Any, units: dict[str, int]) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    m = _NUMBER_WITH_UNIT.match(str(value).strip().lower())
+    if not m or m.group(2) not in units:
+        return None
+    return int(m.group(1)) * units[m.group(2)]
+
+
+def parse_bytes(value: Any) -> int | None:
+    return _parse_with_units(value, _BYTE_UNITS)
+
+
+def parse_millis(value: Any) -> int | None:
+    if isinstance(value, timedelta):
+        return int(value.total_seconds() * 1000)
+    return _parse_with_units(value, _TIME_UNITS_MS)
+
+
+@dataclass(frozen=True)
+class Option:
+    """A ``configure()`` option: the snake_case name of a ``spark.sluice.*`` key."""
+
+    key: str
+    expected: str
+    parse: Callable[[Any], Any]
+    minimum: int = 0
+
+    def to_conf(self, value: Any) -> str:
+        parsed = self.parse(value)
+        if parsed is None or (isinstance(parsed, int) and parsed < self.minimum):
+            raise ValueError(
+                f"Invalid value {value!r} for {self.key}: expected {self.expected}, at least {self.minimum}")
+        return str(parsed)
+
+
+_BYTES = "a byte size: a number of bytes or a Spark byte string such as 64m or 1g"
+_MILLIS = "a duration: milliseconds, a timedelta or a Spark time string such as 30s"
+
+OPTIONS: dict[str, Option] = {
+    "statestore_cache_max_bytes": Option(PREFIX + "statestore.cache.max.bytes", _BYTES, parse_bytes),
+    "input_buffer_max_bytes": Option(PREFIX + "input.buffer.max.bytes", _BYTES, parse_bytes, minimum=1),
+    "commit_interval_ms": Option(PREFIX + "commit.interval.ms", _MILLIS, parse_millis),
+}

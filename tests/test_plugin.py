@@ -1,0 +1,107 @@
+"""Foundation: configure(), conf validation at session start, the executor budget split."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from pyspark.sql import SparkSession
+
+import sluice
+from sluice._jvm import executor_budgets
+from conftest import BASE_CONF, fresh_builder, sluice_session, stop_session
+
+
+def _wait_for_budgets(spark: SparkSession, count: int, timeout: float = 120.0) -> dict:
+    """Executors report asynchronously when they start; wait until `count` have reported."""
+    deadline = time.monotonic() + timeout
+    while True:
+        budgets = executor_budgets(spark)
+        if len(budgets) >= count or time.monotonic() > deadline:
+            return budgets
+        time.sleep(0.2)
+
+
+def _builder(**conf: str) -> SparkSession.Builder:
+    b = fresh_builder().master("local[2]").appName("sluice-conf-tests")
+    for k, v in {**BASE_CONF, **conf}.items():
+        b = b.config(k, v)
+    return b
+
+
+def test_jar_path_points_at_bundled_jar() -> None:
+    import zipfile
+    with zipfile.ZipFile(sluice.jar_path()) as jar:
+        assert "sluice/plugin/SluicePlugin.class" in jar.namelist()
+
+
+def test_configure_sets_plugin_extensions_and_appends_jar() -> None:
+    b = fresh_builder().config("spark.jars", "/x/other.jar")
+    sluice.configure(b, statestore_cache_max_bytes="64m", commit_interval_ms="30s")
+    opts = b._options
+    assert opts["spark.jars"] == "/x/other.jar," + sluice.jar_path()
+    assert opts["spark.plugins"] == "sluice.plugin.SluicePlugin"
+    assert opts["spark.sql.extensions"] == "sluice.plugin.SluiceExtensions"
+    assert opts["spark.sluice.statestore.cache.max.bytes"] == str(64 << 20)
+    assert opts["spark.sluice.commit.interval.ms"] == "30000"
+
+
+def test_configure_rejects_unknown_option_and_bad_values_before_spark() -> None:
+    with pytest.raises(TypeError, match="statestore_cache_max_byte"):
+        sluice.configure(SparkSession.builder, statestore_cache_max_byte=1)
+    with pytest.raises(ValueError, match="spark.sluice.statestore.cache.max.bytes"):
+        sluice.configure(SparkSession.builder, statestore_cache_max_bytes=-1)
+    with pytest.raises(ValueError, match="spark.sluice.input.buffer.max.bytes"):
+        sluice.configure(SparkSession.builder, input_buffer_max_bytes=0)
+    with pytest.raises(ValueError, match="spark.sluice.commit.interval.ms"):
+        sluice.configure(SparkSession.builder, commit_interval_ms="soon")
+
+
+@pytest.mark.parametrize("key,value,expect", [
+    ("spark.sluice.statestore.cache.max.byte", "1m", "did you mean spark.sluice.statestore.cache.max.bytes"),
+    ("spark.sluice.statestore.cache.max.bytes", "-5", "expected a byte size"),
+    ("spark.sluice.commit.interval.ms", "whenever", "expected a duration"),
+])
+def test_bad_conf_fails_session_start_naming_the_key(key: str, value: str, expect: str) -> None:
+    stop_session()
+    builder = sluice.configure(_builder(**{key: value}))
+    with pytest.raises(sluice.SluiceConfError) as info:
+        builder.getOrCreate()
+    message = str(info.value)
+    assert key in message and f"'{value}'" in message and expect in message
+    assert "\n" not in message  # one line, not a JVM stack dump
+    assert SparkSession.getActiveSession() is None
+
+
+def test_alias_and_precedence(caplog: pytest.LogCaptureFixture) -> None:
+    spark = sluice_session(conf={"spark.sluice.cache.max.bytes.buffering": "4m"})
+    budgets = _wait_for_budgets(spark, 1)
+    assert [b["cache_max_bytes"] for b in budgets.values()] == [4 << 20]
+
+    spark = sluice_session(conf={"spark.sluice.cache.max.bytes.buffering": "4m",
+                                 "spark.sluice.statestore.cache.max.bytes": "6m"})
+    budgets = _wait_for_budgets(spark, 1)
+    assert [b["cache_max_bytes"] for b in budgets.values()] == [6 << 20]
+
+
+def test_per_slot_budget_is_total_over_task_slots_local() -> None:
+    spark = sluice_session(master="local[2]", statestore_cache_max_bytes="10m")
+    (budget,) = _wait_for_budgets(spark, 1).values()
+    assert budget["task_slots"] == 2
+    assert budget["cache_bytes_per_slot"] == (10 << 20) // 2
+
+
+def test_multi_process_budget_and_jar_shipped_to_executors() -> None:
+    """local-cluster starts two executor JVMs: each loads the plugin from the shipped jar."""
+    spark = sluice_session(master="local-cluster[2,1,1024]", statestore_cache_max_bytes="8m",
+                           conf={"spark.executor.memory": "512m"})
+    budgets = _wait_for_budgets(spark, 2)
+    assert len(budgets) == 2, budgets
+    for b in budgets.values():
+        assert b["task_slots"] == 1
+        assert b["cache_bytes_per_slot"] == 8 << 20
+
+    # A task on each executor calls into the shipped jar and reads that executor's slot budget.
+    rows = spark.range(0, 8, 1, 8).selectExpr(
+        "java_method('sluice.plugin.MemoryBudget', 'cacheBytesPerSlot') AS per_slot").collect()
+    assert {int(r.per_slot) for r in rows} == {8 << 20}
+    stop_session()
