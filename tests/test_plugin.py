@@ -72,10 +72,12 @@ def test_bad_conf_fails_session_start_naming_the_key(key: str, value: str, expec
     assert SparkSession.getActiveSession() is None
 
 
-def test_alias_and_precedence(caplog: pytest.LogCaptureFixture) -> None:
+def test_alias_and_precedence(capfd: pytest.CaptureFixture[str]) -> None:
     spark = sluice_session(conf={"spark.sluice.cache.max.bytes.buffering": "4m"})
     budgets = _wait_for_budgets(spark, 1)
     assert [b["cache_max_bytes"] for b in budgets.values()] == [4 << 20]
+    # The driver JVM logs to the process's stderr.
+    assert "spark.sluice.cache.max.bytes.buffering is deprecated" in capfd.readouterr().err
 
     spark = sluice_session(conf={"spark.sluice.cache.max.bytes.buffering": "4m",
                                  "spark.sluice.statestore.cache.max.bytes": "6m"})
