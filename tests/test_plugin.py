@@ -107,3 +107,13 @@ def test_multi_process_budget_and_jar_shipped_to_executors() -> None:
         "java_method('sluice.plugin.MemoryBudget', 'cacheBytesPerSlot') AS per_slot").collect()
     assert {int(r.per_slot) for r in rows} == {8 << 20}
     stop_session()
+
+
+def test_package_imports_without_a_jvm() -> None:
+    import subprocess
+    import sys
+    code = ("import sluice; from pyspark import SparkContext; "
+            "assert SparkContext._gateway is None and SparkContext._jvm is None; print(sluice.jar_path())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == sluice.jar_path()
