@@ -21,8 +21,6 @@ import org.apache.spark.util.SerializableConfiguration
 
 import sluice.suppress._
 
-/** A misuse of `suppress` found while building the DataFrame; the message says what to do. */
-final class SuppressUsageException(message: String) extends IllegalArgumentException(message)
 
 /**
  * `suppress` above a streaming aggregation. `keys` are the aggregation's grouping columns (child
@@ -102,6 +100,7 @@ object SuppressPlanner {
     case a: Aggregate => Some(a)
     case s: SubqueryAlias => findAggregate(s.child)
     case p: Project if p.projectList.forall(_.isInstanceOf[Attribute]) => findAggregate(p.child)
+    case s: SuppressNode => findAggregate(s.child) // suppress of a suppressed aggregation
     case _ => None
   }
 
@@ -319,7 +318,7 @@ case class SuppressExec(
       val s = buffer.stats
       commitTimeMs(store, disk)
       longMetric("numOutputRows") += out.size
-      longMetric("numUpdatedStateRows") += s.absorbed
+      longMetric("numUpdatedStateRows") += s.buffered
       longMetric("numRowsDroppedByWatermark") += lateDropped
       longMetric("suppressionEmitTotal") += s.emitted
       longMetric("intermediateResultSuppressionTotal") += s.absorbed
