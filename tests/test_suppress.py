@@ -232,6 +232,9 @@ def test_final_results_once_per_window_and_key_across_restarts(spark: SparkSessi
     ops = run.progress_of()
     assert sum(op["customMetrics"]["suppressionEmitTotal"] for op in ops) == 2
     assert all(set(METRICS) <= set(op["customMetrics"]) for op in ops)
+    # Suppress reuses the aggregation's partitioning: the only shuffle is the aggregation's.
+    plan = run.query._jsq.explainInternal(False)
+    assert "Suppress" in plan and plan.count("Exchange") == 1, plan
 
 
 def test_windows_closing_in_a_no_data_batch_are_emitted_by_it(spark: SparkSession, run: Run) -> None:
@@ -445,3 +448,60 @@ def test_several_suppress_operators_in_one_query(spark: SparkSession, run: Run, 
     assert len(ops) == 2
     assert Counter(map(windowed, run.rows())) == Counter({(at(0), "a", 2): 1, (at(0), "b", 1): 1,
                                                          (at(3600), "c", 1): 1})
+
+
+def test_kill_and_restart_emits_each_final_result_exactly_once(spark: SparkSession, tmp_path: Path) -> None:
+    """SIGKILL a query's whole process (driver JVM included) mid-stream, restart it here on the same
+    checkpoint: with a sink idempotent per batch id, every final result arrives exactly once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from suppress_kill_child import file_sink, final_results
+
+    provider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    hours = 8
+    for h in range(hours):  # file h: events in hour h; it closes hour h - 1
+        with open(src / f"{h:03d}.json", "w") as f:
+            for i, user in enumerate(["a", "b", "c", "a"][: 2 + h % 3]):
+                f.write(json.dumps({"ts": ts(h * 3600 + 900 + i * 60), "user": user, "v": 1}) + "\n")
+        os.utime(src / f"{h:03d}.json", (1_700_000_000 + h, 1_700_000_000 + h))
+
+    child = subprocess.Popen([sys.executable, str(Path(__file__).parent / "suppress_kill_child.py"),
+                              str(src), str(ckpt), str(out), provider],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len(list(out.glob("*.json"))) < 4:
+            assert child.poll() is None, "child query died"
+            assert time.monotonic() < deadline, "child query made no progress"
+            time.sleep(0.2)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    done_before_kill = len(list(out.glob("*.json")))
+    assert done_before_kill < 2 * hours  # killed mid-stream, not after the end
+
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", provider)
+    try:
+        q = (final_results(spark, str(src)).writeStream.outputMode("update").foreachBatch(file_sink(str(out)))
+             .option("checkpointLocation", str(ckpt)).start())
+        q.processAllAvailable()
+        q.stop()
+    finally:
+        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+
+    got = Counter()
+    for path in sorted(out.glob("*.json")):
+        for r in json.load(open(path)):
+            got[(r["start"], r["user"], r["count"])] += 1
+    expected = Counter()
+    for h in range(hours - 1):  # the last hour stays open
+        users = ["a", "b", "c", "a"][: 2 + h % 3]
+        for user in set(users):
+            expected[(at(h * 3600).isoformat(), user, users.count(user))] = 1
+    assert got == expected

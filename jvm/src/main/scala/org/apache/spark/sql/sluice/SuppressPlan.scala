@@ -104,14 +104,15 @@ object SuppressPlanner {
     case _ => None
   }
 
-  /** Output attributes of `agg` that are its grouping expressions. */
-  private def groupingOutput(agg: Aggregate): Seq[Attribute] = agg.aggregateExpressions.flatMap {
-    case a: Attribute if agg.groupingExpressions.exists {
-      case g: Attribute => g.exprId == a.exprId
-      case _ => false
-    } => Some(a)
-    case al @ Alias(child, _) if agg.groupingExpressions.exists(_.semanticEquals(child)) => Some(al.toAttribute)
-    case _ => None
+  /**
+   * Output attributes of `agg` that are its grouping expressions, in grouping order (so that the
+   * aggregation's hash partitioning already satisfies suppress: no extra shuffle).
+   */
+  private def groupingOutput(agg: Aggregate): Seq[Attribute] = agg.groupingExpressions.flatMap { g =>
+    agg.aggregateExpressions.collectFirst {
+      case a: Attribute if g.isInstanceOf[Attribute] && g.asInstanceOf[Attribute].exprId == a.exprId => a
+      case al @ Alias(child, _) if child.semanticEquals(g) => al.toAttribute
+    }
   }
 }
 
