@@ -13,7 +13,7 @@ import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
 import org.apache.spark.sql.catalyst.plans.physical.{AllTuples, ClusteredDistribution, Distribution}
 import org.apache.spark.sql.classic.{SparkSession => ClassicSession}
-import org.apache.spark.sql.execution.{SparkPlan, UnaryExecNode}
+import org.apache.spark.sql.execution.UnaryExecNode
 import org.apache.spark.sql.execution.streaming.operators.stateful.{StatefulOperatorPartitioning, StatefulOperatorStateInfo, StateStoreWriter}
 import org.apache.spark.sql.execution.streaming.runtime.{IncrementalExecution, StreamExecution, StreamingQueryWrapper}
 import org.apache.spark.sql.execution.streaming.state._
@@ -172,9 +172,4 @@ trait SluiceStateStoreExec extends UnaryExecNode with StateStoreWriter {
     setStoreMetrics(store)
     setOperatorMetrics()
   }
-}
-
-object SluiceStateStoreExec {
-  /** Whether a plan is a sluice exec (e.g. for tests walking the executed plan). */
-  def isSluiceExec(p: SparkPlan): Boolean = p.isInstanceOf[SluiceStateStoreExec]
 }
