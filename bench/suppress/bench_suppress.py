@@ -21,12 +21,12 @@ import sluice
 from sluice import BufferConfig, Suppressed, suppress
 
 
-def make_input(spark: SparkSession, path: Path, rows: int, files: int, users: int) -> None:
+def make_input(spark: SparkSession, path: Path, rows: int, files: int, users: int, rate: int) -> None:
     per_file = rows // files
     for i in range(files):
         (spark.range(i * per_file, (i + 1) * per_file, numPartitions=1)
-         # 100 events per second of event time: each file spans per_file/100 s.
-         .select((F.lit(1_700_000_000) + F.col("id") / 100).cast("timestamp").alias("ts"),
+         # `rate` events per second of event time: each file spans per_file/rate seconds.
+         .select((F.lit(1_700_000_000) + F.col("id") / rate).cast("timestamp").alias("ts"),
                  (F.col("id") * 7919 % users).cast("string").alias("user"))
          .write.mode("append").parquet(str(path / f"part-{i:04d}")))
 
@@ -50,7 +50,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--files", type=int, default=20)
     ap.add_argument("--users", type=int, default=2_000)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--events-per-second", type=int, default=1000)
     args = ap.parse_args()
 
     builder = (SparkSession.builder.master("local[2]").appName("bench-suppress")
@@ -63,7 +64,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-suppress-"))
     try:
         src = work / "in"
-        make_input(spark, src, args.rows, args.files, args.users)
+        make_input(spark, src, args.rows, args.files, args.users, args.events_per_second)
         best: dict[str, tuple[float, int]] = {}
         for r in range(args.rounds):
             for name, flag in (("plain", False), ("suppress", True)):
@@ -73,7 +74,8 @@ def main() -> None:
                     best[name] = (elapsed, emitted)
         plain_rate = args.rows / best["plain"][0]
         supp_rate = args.rows / best["suppress"][0]
-        print(f"\ninput: {args.rows} rows, {args.files} micro-batches, {args.users} users, 1-minute windows")
+        print(f"\ninput: {args.rows} rows, {args.files} micro-batches, {args.users} users, "
+              f"{args.events_per_second} events/s of event time, 1-minute windows, 10 s watermark delay")
         print(f"plain aggregation (update mode): {plain_rate:10.0f} rows/s, {best['plain'][1]} rows emitted")
         print(f"with until_window_closes       : {supp_rate:10.0f} rows/s, {best['suppress'][1]} rows emitted")
         print(f"throughput ratio suppress/plain: {supp_rate / plain_rate:.2f} (target >= 0.8)")

@@ -31,14 +31,22 @@ final class BufferLayout(val keyStruct: StructType, val rowSchema: StructType) e
 
   @transient private lazy val keyProj = UnsafeProjection.create(keySchema)
   @transient private lazy val valueProj = UnsafeProjection.create(valueSchema)
+  @transient private lazy val keyHolder = new GenericInternalRow(1)
+  @transient private lazy val valueHolder = new GenericInternalRow(2)
 
-  /** The key row for a suppression key (an InternalRow with the key columns). */
-  def key(keyFields: InternalRow): UnsafeRow = keyProj(new GenericInternalRow(Array[Any](keyFields))).copy()
-  def metaKey: UnsafeRow = keyProj(new GenericInternalRow(Array[Any](null))).copy()
+  /**
+   * The key row for a suppression key (an InternalRow with the key columns). Like [[value]], the
+   * result is reused by the next call: state stores copy what they keep, callers copy what they hold.
+   */
+  def key(keyFields: InternalRow): UnsafeRow = { keyHolder.update(0, keyFields); keyProj(keyHolder) }
+  def metaKey: UnsafeRow = { keyHolder.update(0, null); keyProj(keyHolder).copy() }
   def isMeta(key: UnsafeRow): Boolean = key.isNullAt(0)
 
-  def value(bufferTime: Long, row: InternalRow): UnsafeRow =
-    valueProj(new GenericInternalRow(Array[Any](bufferTime, row))).copy()
+  def value(bufferTime: Long, row: InternalRow): UnsafeRow = {
+    valueHolder.update(0, bufferTime)
+    valueHolder.update(1, row)
+    valueProj(valueHolder)
+  }
   def bufferTime(value: UnsafeRow): Long = value.getLong(0)
   def row(value: UnsafeRow): UnsafeRow = value.getStruct(1, rowSchema.length)
 }
