@@ -338,6 +338,9 @@ def test_emit_early_when_full_emits_oldest_first(spark: SparkSession, run: Run, 
     m = run.progress_of()[-1]["customMetrics"]
     assert m["suppressionEvictTotal"] == 2 and m["suppressionBufferRecords"] == 2
     assert m["suppressionEmitTotal"] == 0
+    # a's row (time 15) arrived when stream time was already >= 20: at least 5 s late.
+    assert m["recordLatenessMaxMs"] >= 5000 and 0 < m["recordLatenessAvgMs"] <= m["recordLatenessMaxMs"]
+    assert m["suppressionBufferBytesMax"] >= m["suppressionBufferBytes"] > 0
 
 
 def test_shut_down_when_full_then_restart_with_larger_bound_loses_nothing(spark: SparkSession, run: Run,
