@@ -80,9 +80,15 @@ object SluiceConf {
   /** Keys whose use is deprecated, with the key that replaces them. */
   val deprecated: Map[String, String] = Map(CacheMaxBytesBuffering.key -> StateStoreCacheMaxBytes.key)
 
+  // --- record cache (sluice.cache) ---
+  /** The provider CachingStateStoreProvider wraps; fixed per checkpoint like the provider class. */
+  val StateStoreCacheDelegate: ConfEntry[String] =
+    choice("statestore.cache.delegate", "rocksdb", Seq("rocksdb", "hdfs", "in_memory_window"))
+
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
-    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, CommitIntervalMs)
+    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, CommitIntervalMs) ++
+    Seq(StateStoreCacheDelegate)
 
   def apply(settings: Iterable[(String, String)]): SluiceConf =
     new SluiceConf(settings.iterator.filter(_._1.startsWith(Prefix)).toMap)
