@@ -191,8 +191,8 @@ def test_stream_stream_join_identical(spark: SparkSession, tmp_path: Path, deleg
 
 
 def test_byte_bound_respected_with_dirty_evictions(spark: SparkSession, tmp_path: Path, delegate: str) -> None:
-    share = next(iter(executor_budgets(spark).values()))["cacheBytesPerSlot"] if executor_budgets(spark) \
-        else CACHE_BYTES // 2
+    budgets = executor_budgets(spark)
+    share = next(iter(budgets.values()))["cache_bytes_per_slot"] if budgets else CACHE_BYTES // 2
     assert share == CACHE_BYTES // 2
     # ~3000 distinct keys per batch need far more than the share: dirty entries are evicted and
     # written through mid-batch, and the results must still be exact.
