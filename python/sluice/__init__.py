@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 
 from sluice._conf import OPTIONS
 from sluice._jvm import SluiceBufferFullError, SluiceConfError, SluiceError, translating
+from sluice.suppress import BufferConfig, SluiceSuppressError, Suppressed, suppress
 
 __all__ = [
     "configure",
@@ -18,6 +19,10 @@ __all__ = [
     "SluiceError",
     "SluiceConfError",
     "SluiceBufferFullError",
+    "suppress",
+    "Suppressed",
+    "BufferConfig",
+    "SluiceSuppressError",
 ]
 
 PLUGIN_CLASS = "sluice.plugin.SluicePlugin"

@@ -7,5 +7,9 @@ import org.apache.spark.sql.SparkSessionExtensions
  * (suppress, emission cache) and source rules (input bound) into every session.
  */
 class SluiceExtensions extends (SparkSessionExtensions => Unit) {
-  override def apply(ext: SparkSessionExtensions): Unit = ()
+  override def apply(ext: SparkSessionExtensions): Unit = {
+    // suppress (KIP-328/539)
+    ext.injectPlannerStrategy(org.apache.spark.sql.sluice.SuppressStrategy(_))
+    ext.injectCheckRule(org.apache.spark.sql.sluice.SuppressChecks.checkRule)
+  }
 }
