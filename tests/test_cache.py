@@ -145,7 +145,8 @@ def test_aggregation_identical_and_served_from_cache(spark: SparkSession, tmp_pa
     assert hits[0] == 0 and hits[1] > 0 and hits[2] > 0
     assert misses[3] > 0
     assert hits[4] > 0
-    assert all(0 <= r <= 200 for r in cached.metric("cacheHitRatio"))  # percent per store, 2 stores
+    ratios = cached.metric("cacheHitRatio")  # percent, averaged over the stores
+    assert all(0 <= r <= 100 for r in ratios) and ratios[1] > 50 and ratios[3] < ratios[4]
     assert sum(cached.metric("delegateWrites")) > 0
     assert plain.metric("cacheHits") == [0] * len(plain.metric("cacheHits"))
 

@@ -141,10 +141,11 @@ class CachingStateStoreProvider extends StateStoreProvider {
     def metrics: Map[StateStoreCustomMetric, Long] = {
       val hits = cache.hits - h0
       val misses = cache.misses - m0
-      Map(
+      val ratio: Map[StateStoreCustomMetric, Long] =
+        if (hits + misses == 0) Map.empty else Map(CacheHitRatio -> hits * 100 / (hits + misses))
+      ratio ++ Map(
         CacheHits -> hits,
         CacheMisses -> misses,
-        CacheHitRatio -> (if (hits + misses == 0) 0L else hits * 100 / (hits + misses)),
         CacheSizeBytes -> cache.sizeBytes,
         CacheEvictions -> (cache.evictions - e0),
         CacheFlushes -> (cache.flushes - f0),
@@ -291,8 +292,8 @@ object CachingStateStoreProvider {
 
   val CacheHits = StateStoreCustomSumMetric("cacheHits", "reads served by the sluice record cache")
   val CacheMisses = StateStoreCustomSumMetric("cacheMisses", "reads the sluice record cache passed to the delegate store")
-  val CacheHitRatio = StateStoreCustomSumMetric("cacheHitRatio",
-    "percentage of cached reads that hit, per state store instance")
+  val CacheHitRatio: StateStoreCustomMetric = org.apache.spark.sql.sluice.AverageStoreMetric("cacheHitRatio",
+    "percentage of reads served by the sluice record cache, averaged over the state stores")
   val CacheSizeBytes = StateStoreCustomSizeMetric("cacheSizeBytes", "bytes held by the sluice record cache")
   val CacheEvictions = StateStoreCustomSumMetric("cacheEvictions", "entries evicted from the sluice record cache")
   val CacheFlushes = StateStoreCustomSumMetric("cacheFlushes", "flushes of dirty entries into the delegate store")
