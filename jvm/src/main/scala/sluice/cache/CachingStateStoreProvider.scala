@@ -74,7 +74,7 @@ class CachingStateStoreProvider extends StateStoreProvider {
 
   override def getStore(version: Long, stateStoreCkptId: Option[String]): StateStore = {
     prepare(version, stateStoreCkptId)
-    new CachingStateStore(delegate.getStore(version, stateStoreCkptId))
+    new CachingStateStore(delegate.getStore(version, stateStoreCkptId), new Counters(cache))
   }
 
   override def getReadStore(version: Long, uniqueId: Option[String]): ReadStateStore = {
@@ -84,12 +84,12 @@ class CachingStateStoreProvider extends StateStoreProvider {
 
   override def upgradeReadStoreToWriteStore(
       readStore: ReadStateStore, version: Long, uniqueId: Option[String]): StateStore = {
-    val inner = readStore match {
-      case r: CachingStateStoreProvider#CachingReadStore => r.inner
-      case other => other
+    val (inner, counters) = readStore match {
+      case r: CachingStateStoreProvider#CachingReadStore => (r.inner, r.counters)
+      case other => (other, new Counters(cache))
     }
     prepare(version, uniqueId)
-    new CachingStateStore(delegate.upgradeReadStoreToWriteStore(inner, version, uniqueId))
+    new CachingStateStore(delegate.upgradeReadStoreToWriteStore(inner, version, uniqueId), counters)
   }
 
   override def doMaintenance(): Unit = delegate.doMaintenance()
@@ -129,43 +129,18 @@ class CachingStateStoreProvider extends StateStoreProvider {
 
   private def isCached(colFamily: String): Boolean = singleValueFamilies.contains(colFamily)
 
-  /** Counters at store open; a store reports what happened since (one batch of one partition). */
-  private final class Counters {
-    private val h0 = cache.hits
-    private val m0 = cache.misses
-    private val e0 = cache.evictions
-    private val f0 = cache.flushes
-    private val w0 = cache.delegateWrites
-    var delegateReads = 0L
-
-    def metrics: Map[StateStoreCustomMetric, Long] = {
-      val hits = cache.hits - h0
-      val misses = cache.misses - m0
-      val ratio: Map[StateStoreCustomMetric, Long] =
-        if (hits + misses == 0) Map.empty else Map(CacheHitRatio -> hits * 100 / (hits + misses))
-      ratio ++ Map(
-        CacheHits -> hits,
-        CacheMisses -> misses,
-        CacheSizeBytes -> cache.sizeBytes,
-        CacheEvictions -> (cache.evictions - e0),
-        CacheFlushes -> (cache.flushes - f0),
-        DelegateWrites -> (cache.delegateWrites - w0),
-        DelegateReads -> delegateReads)
-    }
-  }
-
   /** Reads through the cache; shared by the read-only and the writable store. */
   private def cachedGet(inner: ReadStateStore, key: UnsafeRow, colFamily: String,
-      counters: Counters, writer: DirtyWriter): UnsafeRow = {
+      writer: DirtyWriter): UnsafeRow = {
     if (!isCached(colFamily)) {
-      counters.delegateReads += 1
+      cache.delegateReads += 1
       return inner.get(key, colFamily)
     }
     val ck = CacheKey(colFamily, key)
     cache.get(ck) match {
       case Some(entry) => entry.value
       case None =>
-        counters.delegateReads += 1
+        cache.delegateReads += 1
         val value = inner.get(key, colFamily)
         // Only rows that exist are cached (as Kafka does); the delegate may reuse its row.
         if (value != null) {
@@ -177,7 +152,7 @@ class CachingStateStoreProvider extends StateStoreProvider {
   }
 
   private final class CachingReadStore(val inner: ReadStateStore) extends ReadStateStore {
-    private val counters = new Counters
+    val counters = new Counters(cache) // carried into the write store when upgraded
     // Clean entries only: a read store never holds a dirty entry, so nothing is ever written.
     private val noWrites: DirtyWriter = (k, _) =>
       throw new IllegalStateException(s"read-only store asked to write $k")
@@ -185,7 +160,7 @@ class CachingStateStoreProvider extends StateStoreProvider {
     override def id: StateStoreId = inner.id
     override def version: Long = inner.version
     override def get(key: UnsafeRow, colFamilyName: String): UnsafeRow =
-      cachedGet(inner, key, colFamilyName, counters, noWrites)
+      cachedGet(inner, key, colFamilyName, noWrites)
     override def valuesIterator(key: UnsafeRow, colFamilyName: String): Iterator[UnsafeRow] =
       inner.valuesIterator(key, colFamilyName)
     override def prefixScan(prefixKey: UnsafeRow, colFamilyName: String)
@@ -196,8 +171,8 @@ class CachingStateStoreProvider extends StateStoreProvider {
     override def release(): Unit = inner.release()
   }
 
-  private final class CachingStateStore(inner: StateStore) extends StateStore with DirtyWriter {
-    private val counters = new Counters
+  private final class CachingStateStore(inner: StateStore, counters: Counters)
+      extends StateStore with DirtyWriter {
 
     override def write(key: CacheKey, value: UnsafeRow): Unit =
       if (value == null) inner.remove(key.key, key.colFamily) else inner.put(key.key, value, key.colFamily)
@@ -206,7 +181,7 @@ class CachingStateStoreProvider extends StateStoreProvider {
     override def version: Long = inner.version
 
     override def get(key: UnsafeRow, colFamilyName: String): UnsafeRow =
-      cachedGet(inner, key, colFamilyName, counters, this)
+      cachedGet(inner, key, colFamilyName, this)
 
     override def put(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit =
       if (isCached(colFamilyName)) {
@@ -326,6 +301,32 @@ object CachingStateStoreProvider {
       case _: ClassNotFoundException => throw new SluiceConfException(
         s"${SluiceConf.StateStoreCacheDelegate.key}=$name needs class $cls, which is not on the class path")
     }
+  }
+}
+
+/** Counters at store open; a store reports what happened since (one batch of one partition). */
+private[cache] final class Counters(cache: RecordCache) {
+  import CachingStateStoreProvider._
+  private val h0 = cache.hits
+  private val m0 = cache.misses
+  private val e0 = cache.evictions
+  private val f0 = cache.flushes
+  private val w0 = cache.delegateWrites
+  private val r0 = cache.delegateReads
+
+  def metrics: Map[StateStoreCustomMetric, Long] = {
+    val hits = cache.hits - h0
+    val misses = cache.misses - m0
+    val ratio: Map[StateStoreCustomMetric, Long] =
+      if (hits + misses == 0) Map.empty else Map(CacheHitRatio -> hits * 100 / (hits + misses))
+    ratio ++ Map(
+      CacheHits -> hits,
+      CacheMisses -> misses,
+      CacheSizeBytes -> cache.sizeBytes,
+      CacheEvictions -> (cache.evictions - e0),
+      CacheFlushes -> (cache.flushes - f0),
+      DelegateWrites -> (cache.delegateWrites - w0),
+      DelegateReads -> (cache.delegateReads - r0))
   }
 }
 

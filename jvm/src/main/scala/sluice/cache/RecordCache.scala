@@ -38,6 +38,7 @@ final class RecordCache {
   @volatile var evictions = 0L
   @volatile var flushes = 0L
   @volatile var delegateWrites = 0L
+  @volatile var delegateReads = 0L // point reads the owner passed on to the delegate
 
   def sizeBytes: Long = synchronized(bytes)
   def numEntries: Int = synchronized(map.size)
