@@ -5,6 +5,7 @@ import scala.util.Try
 
 import org.apache.hadoop.fs.Path
 
+import org.apache.spark.TaskContext
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
@@ -14,8 +15,11 @@ import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy}
 import org.apache.spark.sql.execution.streaming.operators.stateful.{StatefulOperatorCustomMetric, StatefulOperatorCustomSumMetric}
+import org.apache.spark.sql.execution.streaming.state._
+import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.streaming.OutputMode
 import org.apache.spark.sql.types.StructType
+import org.apache.spark.util.SerializableConfiguration
 
 import sluice.cache.{EmissionCache, EmitLayout, EmitStore}
 import sluice.conf.SluiceConf
@@ -81,7 +85,7 @@ case class EmitCacheStrategy(session: SparkSession) extends SparkStrategy {
   }
 }
 
-private[sluice] final class UnsafeStoreAdapter(store: org.apache.spark.sql.execution.streaming.state.StateStore)
+private[sluice] final class UnsafeStoreAdapter(store: StateStore)
     extends EmitStore {
   override def put(key: UnsafeRow, value: UnsafeRow): Unit = store.put(key, value)
   override def remove(key: UnsafeRow): Unit = store.remove(key)
@@ -131,8 +135,18 @@ case class EmitCacheExec(
     val lay = layout
     val output = child.output
     val keyExprs = keys
+    val info = ctx.stateInfo
+    val storeConf = EmitCacheExec.storeConf(session)
+    val hadoopConf = new SerializableConfiguration(session.sessionState.newHadoopConf())
 
-    mapPartitionsWithStore { (store, iter) =>
+    child.execute().mapPartitionsWithIndex { (partition, iter) =>
+      // The aggregation's restore leaves its read store in this thread-local (see
+      // StatefulOperatorSupport.mapPartitionsWithStore); its own store is already open by now.
+      StateStoreThreadLocalTracker.clearStore()
+      val id = StateStoreProviderId(StateStoreId(info.checkpointLocation, info.operatorId, partition), info.queryRunId)
+      val store = StateStore.get(id, lay.keySchema, lay.valueSchema, NoPrefixKeyStateEncoderSpec(lay.keySchema),
+        info.storeVersion, None, None, useColumnFamilies = false, storeConf, hadoopConf.value)
+      TaskContext.get().addTaskCompletionListener[Unit](_ => if (!store.hasCommitted) store.abort())
       val keyProj = UnsafeProjection.create(keyExprs, output)
       // One budget with the state-store cache: this task slot's share (C/T).
       val cache = new EmissionCache(lay, new UnsafeStoreAdapter(store), MemoryBudget.cacheBytesPerSlot,
@@ -142,7 +156,9 @@ case class EmitCacheExec(
       iter.foreach(row => cache.update(keyProj(row).copy(), row, emit))
       val s = cache.finish(emit)
       longMetric("commitTimeMs") += timeTakenMs { store.commit() }
-      reportStoreMetrics(store)
+      // The store's provider differs from the query's: report only the provider-independent metrics.
+      longMetric("numTotalStateRows") += store.metrics.numKeys
+      longMetric("stateMemory") += store.metrics.memoryUsedBytes
       longMetric("numOutputRows") += out.size
       longMetric("numUpdatedStateRows") += s.entries
       longMetric("emitCacheForwardedTotal") += s.forwarded
@@ -155,4 +171,17 @@ case class EmitCacheExec(
   }
 
   override protected def withNewChildInternal(newChild: SparkPlan): EmitCacheExec = copy(child = newChild)
+}
+
+object EmitCacheExec {
+  /**
+   * The emission cache keeps its rows in an HDFS-backed store whatever the query's provider: its
+   * state is bounded by the slot's cache share, so holding it in memory is right, and a small delta
+   * file per batch costs far less than a second RocksDB commit.
+   */
+  def storeConf(session: SparkSession): StateStoreConf = {
+    val conf = session.sessionState.conf.clone()
+    conf.setConfString(SQLConf.STATE_STORE_PROVIDER_CLASS.key, classOf[HDFSBackedStateStoreProvider].getName)
+    new StateStoreConf(conf)
+  }
 }
