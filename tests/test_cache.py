@@ -217,3 +217,16 @@ def test_configure_selects_the_caching_provider() -> None:
         sluice.configure(S.builder, statestore_cache_delegate="leveldb")
     with pytest.raises(ValueError, match="True or False"):
         sluice.configure(S.builder, state_store_cache="yes")
+
+
+def test_bad_delegate_fails_session_start_naming_the_key() -> None:
+    from conftest import BASE_CONF, fresh_builder, stop_session
+    stop_session()
+    builder = fresh_builder().master("local[2]").appName("sluice-cache-conf")
+    for k, v in {**BASE_CONF, "spark.sluice.statestore.cache.delegate": "leveldb"}.items():
+        builder = builder.config(k, v)
+    with pytest.raises(sluice.SluiceConfError) as info:
+        sluice.configure(builder, state_store_cache=True).getOrCreate()
+    message = str(info.value)
+    assert "spark.sluice.statestore.cache.delegate" in message and "'leveldb'" in message
+    assert "rocksdb, hdfs, in_memory_window" in message and "\n" not in message
