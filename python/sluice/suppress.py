@@ -204,7 +204,7 @@ def suppress(df: DataFrame, suppressed: Suppressed, *, time_col: Optional[str] =
         jdf = entry.apply(df._jdf, jsup) if time_col is None else entry.apply(df._jdf, jsup, time_col)
     except Exception as e:
         err = translate(e)
-        if isinstance(err, SluiceError) and err.java_class == "org.apache.spark.sql.sluice.SuppressUsageException":
+        if isinstance(err, SluiceError) and err.java_class == "sluice.suppress.SuppressUsageException":
             raise SluiceSuppressError(str(err), err.java_class) from None
         if err is e:
             raise

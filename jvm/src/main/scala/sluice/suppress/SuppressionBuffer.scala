@@ -45,6 +45,7 @@ final class BufferLayout(val keyStruct: StructType, val rowSchema: StructType) e
 
 /** Counters of one partition's buffer for one micro-batch (the operator's custom metrics). */
 final class BufferStats {
+  var buffered = 0L         // rows put into the buffer
   var emitted = 0L          // rows emitted because they were due
   var absorbed = 0L         // updates that replaced a buffered row (intermediate results suppressed)
   var evicted = 0L          // rows emitted early because the buffer was full
@@ -85,6 +86,7 @@ final class SuppressionBuffer(
    * gets the new row. Returns the entry's buffer time.
    */
   def put(key: UnsafeRow, row: InternalRow, newBufferTime: Long): Long = {
+    stats.buffered += 1
     val inMemory = memory.get(key)
     if (inMemory != null) {
       val t = layout.bufferTime(inMemory)

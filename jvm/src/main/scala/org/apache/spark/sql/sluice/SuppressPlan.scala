@@ -21,8 +21,6 @@ import org.apache.spark.util.SerializableConfiguration
 
 import sluice.suppress._
 
-/** A misuse of `suppress` found while building the DataFrame; the message says what to do. */
-final class SuppressUsageException(message: String) extends IllegalArgumentException(message)
 
 /**
  * `suppress` above a streaming aggregation. `keys` are the aggregation's grouping columns (child
@@ -102,17 +100,19 @@ object SuppressPlanner {
     case a: Aggregate => Some(a)
     case s: SubqueryAlias => findAggregate(s.child)
     case p: Project if p.projectList.forall(_.isInstanceOf[Attribute]) => findAggregate(p.child)
+    case s: SuppressNode => findAggregate(s.child) // suppress of a suppressed aggregation
     case _ => None
   }
 
-  /** Output attributes of `agg` that are its grouping expressions. */
-  private def groupingOutput(agg: Aggregate): Seq[Attribute] = agg.aggregateExpressions.flatMap {
-    case a: Attribute if agg.groupingExpressions.exists {
-      case g: Attribute => g.exprId == a.exprId
-      case _ => false
-    } => Some(a)
-    case al @ Alias(child, _) if agg.groupingExpressions.exists(_.semanticEquals(child)) => Some(al.toAttribute)
-    case _ => None
+  /**
+   * Output attributes of `agg` that are its grouping expressions, in grouping order (so that the
+   * aggregation's hash partitioning already satisfies suppress: no extra shuffle).
+   */
+  private def groupingOutput(agg: Aggregate): Seq[Attribute] = agg.groupingExpressions.flatMap { g =>
+    agg.aggregateExpressions.collectFirst {
+      case a: Attribute if g.isInstanceOf[Attribute] && g.asInstanceOf[Attribute].exprId == a.exprId => a
+      case al @ Alias(child, _) if child.semanticEquals(g) => al.toAttribute
+    }
   }
 }
 
@@ -319,7 +319,7 @@ case class SuppressExec(
       val s = buffer.stats
       commitTimeMs(store, disk)
       longMetric("numOutputRows") += out.size
-      longMetric("numUpdatedStateRows") += s.absorbed
+      longMetric("numUpdatedStateRows") += s.buffered
       longMetric("numRowsDroppedByWatermark") += lateDropped
       longMetric("suppressionEmitTotal") += s.emitted
       longMetric("intermediateResultSuppressionTotal") += s.absorbed
