@@ -161,3 +161,57 @@ def test_no_data_batch_flushes_due_rows(spark: SparkSession, tmp_path: Path) -> 
     by_batch = {p["batchId"]: p for p in q.progress}
     assert by_batch[flush_batch]["numInputRows"] == 0  # the flush came from a no-data batch
     assert q.metric("emitCacheForwardedTotal") == len(keys)
+
+
+def test_sigkill_and_restart_loses_no_held_row(spark: SparkSession, tmp_path: Path) -> None:
+    """SIGKILL the whole process (driver JVM included) of a query on the caching provider whose
+    emission cache holds every update, then restart here on its checkpoint: every key's latest
+    value still arrives, computed over all input exactly once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from cache_kill_child import counts, file_sink
+
+    src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    files = 10
+    batches = [[{"k": f"k{(f * 3 + i) % 7}", "v": f * 10 + i} for i in range(6)] for f in range(files)]
+    for f, rows in enumerate(batches):
+        (src / f"{f:03d}.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        os.utime(src / f"{f:03d}.json", (1_700_000_000 + f, 1_700_000_000 + f))
+
+    child = subprocess.Popen([sys.executable, str(Path(__file__).parent / "cache_kill_child.py"),
+                              str(src), str(ckpt), str(out)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len(list(out.glob("*.json"))) < 3:
+            assert child.poll() is None, "child query died"
+            assert time.monotonic() < deadline, "child query made no progress"
+            time.sleep(0.2)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    before = sorted(out.glob("*.json"))
+    assert len(before) < files  # killed mid-stream
+    assert all(json.loads(p.read_text()) == [] for p in before)  # everything was being held
+
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", "sluice.cache.CachingStateStoreProvider")
+    spark.conf.set(INTERVAL_KEY, "1ms")
+    try:
+        q = (counts(spark, str(src)).writeStream.outputMode("update").foreachBatch(file_sink(str(out)))
+             .option("checkpointLocation", str(ckpt)).start())
+        q.processAllAvailable()
+        q.stop()
+    finally:
+        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+        spark.conf.unset(INTERVAL_KEY)
+
+    latest: dict[str, tuple[int, int]] = {}
+    for path in sorted(out.glob("*.json")):
+        for k, n, s in json.loads(path.read_text()):
+            latest[k] = (n, s)
+    assert latest == _totals(batches)
