@@ -215,3 +215,22 @@ def test_sigkill_and_restart_loses_no_held_row(spark: SparkSession, tmp_path: Pa
         for k, n, s in json.loads(path.read_text()):
             latest[k] = (n, s)
     assert latest == _totals(batches)
+
+
+def test_both_caches_share_one_budget(spark: SparkSession, tmp_path: Path) -> None:
+    """On the caching provider with a commit interval, the record cache and the emission cache
+    each get half of the slot's share."""
+    share = next(iter(executor_budgets(spark).values()))["cache_bytes_per_slot"]
+    q = Query(spark, tmp_path)
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", "sluice.cache.CachingStateStoreProvider")
+    try:
+        q.start("1h", partitions=1)
+    finally:
+        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    q.feed(_rows([f"key-{i:05d}" for i in range(3000)], 1))
+    q.stop()
+    emit = q.ops("emitCache")[-1]["customMetrics"]
+    agg = [op for p in q.progress for op in p["stateOperators"] if op["operatorName"] != "emitCache"][-1]
+    assert emit["emitCacheEvictTotal"] > 0 and 0 < emit["emitCacheBytes"] <= share // 2
+    assert agg["customMetrics"]["cacheEvictions"] > 0 and 0 < agg["customMetrics"]["cacheSizeBytes"] <= share // 2
+    assert len(q.rows) == emit["emitCacheEvictTotal"]

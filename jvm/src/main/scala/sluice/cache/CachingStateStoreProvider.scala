@@ -107,7 +107,10 @@ class CachingStateStoreProvider extends StateStoreProvider {
   override def toString: String = s"CachingStateStoreProvider[$delegate]"
 
   /** Keeps the cache only when the requested version is the one this instance committed last. */
+  @volatile private var storeCapacity = 0L
+
   private def prepare(version: Long, ckptId: Option[String]): Unit = synchronized {
+    storeCapacity = capacity()
     val sameCkpt = ckptId.isEmpty || cachedCkptId.isEmpty || ckptId == cachedCkptId
     if (version != cachedVersion || !sameCkpt) {
       cache.clear()
@@ -145,7 +148,7 @@ class CachingStateStoreProvider extends StateStoreProvider {
         // Only rows that exist are cached (as Kafka does); the delegate may reuse its row.
         if (value != null) {
           val copy = value.copy()
-          cache.putClean(CacheKey(colFamily, key.copy()), copy, capacity(), writer)
+          cache.putClean(CacheKey(colFamily, key.copy()), copy, storeCapacity, writer)
           copy
         } else null
     }
@@ -185,12 +188,12 @@ class CachingStateStoreProvider extends StateStoreProvider {
 
     override def put(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit =
       if (isCached(colFamilyName)) {
-        cache.putDirty(CacheKey(colFamilyName, key.copy()), value.copy(), capacity(), this)
+        cache.putDirty(CacheKey(colFamilyName, key.copy()), value.copy(), storeCapacity, this)
       } else inner.put(key, value, colFamilyName)
 
     override def remove(key: UnsafeRow, colFamilyName: String): Unit =
       if (isCached(colFamilyName)) {
-        cache.putDirty(CacheKey(colFamilyName, key.copy()), null, capacity(), this)
+        cache.putDirty(CacheKey(colFamilyName, key.copy()), null, storeCapacity, this)
       } else inner.remove(key, colFamilyName)
 
     override def valuesIterator(key: UnsafeRow, colFamilyName: String): Iterator[UnsafeRow] =
@@ -278,8 +281,20 @@ object CachingStateStoreProvider {
   val CacheMetrics: Seq[StateStoreCustomMetric] = Seq(CacheHits, CacheMisses, CacheHitRatio,
     CacheSizeBytes, CacheEvictions, CacheFlushes, DelegateWrites, DelegateReads)
 
-  /** This task slot's share of the executor's cache budget (C/T), read at use so tests can vary it. */
-  private def capacity(): Long = MemoryBudget.cacheBytesPerSlot
+  /**
+   * Bytes this task's record cache may hold: the slot's share of the executor budget (C/T), halved
+   * when the query also runs emission caches (commit interval > 0), which take the other half.
+   */
+  private[cache] def capacity(): Long = {
+    val key = SluiceConf.CommitIntervalMs.key
+    val interval = Option(TaskContext.get()).flatMap(tc => Option(tc.getLocalProperty(key)))
+      .orElse(Option(SparkEnv.get).flatMap(_.conf.getOption(key)))
+      .flatMap(SluiceConf.parseMillis).getOrElse(0L)
+    sharedSlotBytes(MemoryBudget.cacheBytesPerSlot, interval > 0)
+  }
+
+  /** One budget for both caches: each gets half of the slot's share when both are in use. */
+  def sharedSlotBytes(slotBytes: Long, bothCaches: Boolean): Long = if (bothCaches) slotBytes / 2 else slotBytes
 
   /**
    * The delegate name: the running query's session conf (on the driver, or propagated to tasks as

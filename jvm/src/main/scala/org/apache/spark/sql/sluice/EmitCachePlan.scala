@@ -21,7 +21,7 @@ import org.apache.spark.sql.streaming.OutputMode
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.util.SerializableConfiguration
 
-import sluice.cache.{EmissionCache, EmitLayout, EmitStore}
+import sluice.cache.{CachingStateStoreProvider, EmissionCache, EmitLayout, EmitStore}
 import sluice.conf.SluiceConf
 import sluice.plugin.MemoryBudget
 
@@ -138,6 +138,8 @@ case class EmitCacheExec(
     val info = ctx.stateInfo
     val storeConf = EmitCacheExec.storeConf(session)
     val hadoopConf = new SerializableConfiguration(session.sessionState.newHadoopConf())
+    // One budget: with the record cache also in use, each cache gets half of the slot's share.
+    val withRecordCache = conf.stateStoreProviderClass == classOf[CachingStateStoreProvider].getName
 
     child.execute().mapPartitionsWithIndex { (partition, iter) =>
       // The aggregation's restore leaves its read store in this thread-local (see
@@ -148,9 +150,9 @@ case class EmitCacheExec(
         info.storeVersion, None, None, useColumnFamilies = false, storeConf, hadoopConf.value)
       TaskContext.get().addTaskCompletionListener[Unit](_ => if (!store.hasCommitted) store.abort())
       val keyProj = UnsafeProjection.create(keyExprs, output)
-      // One budget with the state-store cache: this task slot's share (C/T).
-      val cache = new EmissionCache(lay, new UnsafeStoreAdapter(store), MemoryBudget.cacheBytesPerSlot,
-        interval, batchMs, batchId)
+      // This task slot's share (C/T) of the one budget.
+      val share = CachingStateStoreProvider.sharedSlotBytes(MemoryBudget.cacheBytesPerSlot, withRecordCache)
+      val cache = new EmissionCache(lay, new UnsafeStoreAdapter(store), share, interval, batchMs, batchId)
       val out = new ArrayBuffer[InternalRow]
       val emit: InternalRow => Unit = r => out += r
       iter.foreach(row => cache.update(keyProj(row).copy(), row, emit))
