@@ -106,9 +106,10 @@ class CachingStateStoreProvider extends StateStoreProvider {
 
   override def toString: String = s"CachingStateStoreProvider[$delegate]"
 
-  /** Keeps the cache only when the requested version is the one this instance committed last. */
+  // Capacity of the store being opened (read once per store: it depends on the task's conf).
   @volatile private var storeCapacity = 0L
 
+  /** Keeps the cache only when the requested version is the one this instance committed last. */
   private def prepare(version: Long, ckptId: Option[String]): Unit = synchronized {
     storeCapacity = capacity()
     val sameCkpt = ckptId.isEmpty || cachedCkptId.isEmpty || ckptId == cachedCkptId
