@@ -56,6 +56,7 @@ def configure(builder: SparkSession.Builder, **options: Any) -> SparkSession.Bui
         raise TypeError(f"configure() got unknown option(s) {', '.join(unknown)}; "
                         f"known options: {', '.join(sorted(OPTIONS))}")
     settings = {OPTIONS[name].key: OPTIONS[name].to_conf(value) for name, value in options.items()}
+    settings = {k: v for k, v in settings.items() if v is not None}  # a False flag sets nothing
 
     current = getattr(builder, "_options", {})
     builder.config("spark.jars", _append(current.get("spark.jars"), jar_path()))

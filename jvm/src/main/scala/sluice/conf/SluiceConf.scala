@@ -87,9 +87,15 @@ object SluiceConf {
       else s"$old is deprecated: use $replacement instead"
     }
 
+  // --- record cache (sluice.cache) ---
+  /** The provider CachingStateStoreProvider wraps; fixed per checkpoint like the provider class. */
+  val StateStoreCacheDelegate: ConfEntry[String] =
+    choice("statestore.cache.delegate", "rocksdb", Seq("rocksdb", "hdfs", "in_memory_window"))
+
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
-    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, CommitIntervalMs)
+    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, CommitIntervalMs) ++
+    Seq(StateStoreCacheDelegate)
 
   def apply(settings: Iterable[(String, String)]): SluiceConf =
     new SluiceConf(settings.iterator.filter(_._1.startsWith(Prefix)).toMap)
