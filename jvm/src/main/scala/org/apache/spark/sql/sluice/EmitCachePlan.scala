@@ -28,6 +28,7 @@ import sluice.plugin.MemoryBudget
 /** The emission cache above one update-mode streaming aggregation; `keys` are its grouping columns. */
 case class EmitCacheNode(keys: Seq[Attribute], intervalMs: Long, child: LogicalPlan) extends SluiceStatefulNode {
   override protected def withNewChildInternal(newChild: LogicalPlan): EmitCacheNode = copy(child = newChild)
+  override def operatorIdBase: Long = StatefulOperatorSupport.EmitCacheIdBase
 }
 
 /**
@@ -44,10 +45,10 @@ case class EmitCacheRule(session: SparkSession) extends Rule[LogicalPlan] {
     exec match {
       case Some(e) if e.outputMode == OutputMode.Update() =>
         val interval = SluiceConf(session.conf.getAll).commitIntervalMs
-        var index = plan.collect { case n: SluiceStatefulNode => n }.size // ids of nodes already present
+        var index = 0 // the plan has no EmitCacheNode yet (checked above)
         plan.transformUp {
           case a: Aggregate if a.child.isStreaming && groupingOutput(a).nonEmpty =>
-            val id = StatefulOperatorSupport.FirstOperatorId + index
+            val id = StatefulOperatorSupport.EmitCacheIdBase + index
             index += 1
             if (interval > 0 || hasState(e.checkpointLocation, id)) EmitCacheNode(groupingOutput(a), interval, a)
             else a

@@ -22,11 +22,16 @@ import org.apache.spark.sql.types.StructType
 
 /**
  * A sluice stateful logical node (suppress, emission cache). Its state operator id is
- * [[StatefulOperatorSupport.FirstOperatorId]] + its pre-order position among all such nodes in the
- * plan: deterministic across restarts of the same query, and clear of Spark's own ids (0, 1, ...).
+ * [[operatorIdBase]] + its pre-order position among the plan's nodes of the same kind:
+ * deterministic across restarts of the same query and clear of Spark's own ids (0, 1, ...). Each
+ * kind has its own range, so adding or removing one kind (the emission cache follows a conf key)
+ * never renumbers the state of another.
  */
 trait SluiceStatefulNode extends UnaryNode {
   override def output: Seq[Attribute] = child.output
+
+  /** First state operator id of this kind of node. */
+  def operatorIdBase: Long
 }
 
 /**
@@ -64,14 +69,16 @@ final class StreamContext(
  *  - [[SluiceStateStoreExec]] for physical nodes.
  */
 object StatefulOperatorSupport {
-  val FirstOperatorId = 1000L
+  /** Id ranges of the node kinds. */
+  val SuppressIdBase = 1000L
+  val EmitCacheIdBase = 2000L
 
   /** The id of `node` within `root` (the plan being executed), or None if it is not found. */
   def operatorId(node: SluiceStatefulNode, root: LogicalPlan): Option[Long] = {
-    val nodes = root.collect { case n: SluiceStatefulNode => n }
+    val nodes = root.collect { case n: SluiceStatefulNode if n.getClass == node.getClass => n }
     val byRef = nodes.indexWhere(_ eq node)
     val index = if (byRef >= 0) byRef else nodes.indexOf(node)
-    if (index < 0) None else Some(FirstOperatorId + index)
+    if (index < 0) None else Some(node.operatorIdBase + index)
   }
 
   /** The StreamExecution running on this thread, when called from a query's stream thread. */

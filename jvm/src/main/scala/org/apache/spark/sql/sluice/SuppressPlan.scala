@@ -35,6 +35,7 @@ case class SuppressNode(
     time: Option[Expression],
     child: LogicalPlan) extends SluiceStatefulNode {
   override protected def withNewChildInternal(newChild: LogicalPlan): SuppressNode = copy(child = newChild)
+  override def operatorIdBase: Long = StatefulOperatorSupport.SuppressIdBase
 }
 
 object SuppressPlanner {

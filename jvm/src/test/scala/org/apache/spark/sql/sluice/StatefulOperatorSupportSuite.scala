@@ -24,4 +24,13 @@ class StatefulOperatorSupportSuite extends AnyFunSuite {
     assert(StatefulOperatorSupport.operatorId(node(LocalRelation(AttributeReference("x", LongType)())), outer).isEmpty)
   }
 
+  test("each node kind has its own id range: an emission cache does not renumber suppress state") {
+    val inner = node(LocalRelation(k))
+    val cache = EmitCacheNode(Seq(k), 1000L, Project(Seq(k), inner))
+    val outer = node(cache)
+    assert(StatefulOperatorSupport.operatorId(outer, outer).contains(1000L))
+    assert(StatefulOperatorSupport.operatorId(inner, outer).contains(1001L))
+    assert(StatefulOperatorSupport.operatorId(cache, outer).contains(2000L))
+  }
+
 }
