@@ -72,17 +72,20 @@ def test_bad_conf_fails_session_start_naming_the_key(key: str, value: str, expec
     assert SparkSession.getActiveSession() is None
 
 
-def test_alias_and_precedence(capfd: pytest.CaptureFixture[str]) -> None:
+def test_alias_and_precedence() -> None:
     spark = sluice_session(conf={"spark.sluice.cache.max.bytes.buffering": "4m"})
     budgets = _wait_for_budgets(spark, 1)
     assert [b["cache_max_bytes"] for b in budgets.values()] == [4 << 20]
-    # The driver JVM logs to the process's stderr.
-    assert "spark.sluice.cache.max.bytes.buffering is deprecated" in capfd.readouterr().err
+    warnings = list(spark.sparkContext._jvm.sluice.plugin.SluicePlugin.startupWarningsJava())
+    assert warnings == ["spark.sluice.cache.max.bytes.buffering is deprecated: "
+                        "use spark.sluice.statestore.cache.max.bytes instead"]
 
     spark = sluice_session(conf={"spark.sluice.cache.max.bytes.buffering": "4m",
                                  "spark.sluice.statestore.cache.max.bytes": "6m"})
     budgets = _wait_for_budgets(spark, 1)
     assert [b["cache_max_bytes"] for b in budgets.values()] == [6 << 20]
+    warnings = list(spark.sparkContext._jvm.sluice.plugin.SluicePlugin.startupWarningsJava())
+    assert len(warnings) == 1 and "spark.sluice.statestore.cache.max.bytes is also set and wins" in warnings[0]
 
 
 def test_per_slot_budget_is_total_over_task_slots_local() -> None:

@@ -36,6 +36,12 @@ object SluicePlugin {
   /** [[executorBudgets]] for py4j callers. */
   def executorBudgetsJava: JMap[String, SlotBudget] = new java.util.HashMap(budgets)
 
+  /** The warnings the driver plugin logged when the running application started. */
+  @volatile var startupWarnings: Seq[String] = Nil
+
+  /** [[startupWarnings]] for py4j callers. */
+  def startupWarningsJava: java.util.List[String] = startupWarnings.asJava
+
   private[plugin] def reportBudget(b: SlotBudget): Unit = budgets.put(b.executorId, b)
   private[plugin] def clearBudgets(): Unit = budgets.clear()
 
@@ -58,7 +64,9 @@ class SluiceDriverPlugin extends DriverPlugin {
 
   override def init(sc: SparkContext, ctx: PluginContext): JMap[String, String] = {
     val conf = SluiceConf.validated(sc.getConf.getAll)
-    SluiceConf.deprecationWarnings(conf.settings).foreach(w => log.warn(w))
+    val warnings = SluiceConf.deprecationWarnings(conf.settings)
+    warnings.foreach(w => log.warn(w))
+    SluicePlugin.startupWarnings = warnings
     SluicePlugin.clearBudgets()
     val cores = SluicePlugin.executorCores(sc.master, sc.getConf.getOption("spark.executor.cores").map(_.toInt))
     cores.map(c => Map(SluicePlugin.ExecutorCoresKey -> c.toString)).getOrElse(Map.empty[String, String]).asJava
