@@ -8,7 +8,9 @@ import scala.collection.mutable
  * about `meanBytes` with standard deviation `sdBytes`.
  */
 final case class Lane(key: String, available: Long, meanBytes: Double, sdBytes: Double,
-    samples: Double = Double.PositiveInfinity)
+    samples: Double = Double.PositiveInfinity, cap: Long = Long.MaxValue) {
+  def demand: Long = math.min(available, math.max(1L, cap))
+}
 
 /** Units admitted per lane, the bytes that is expected to be, and how many lanes were cut. */
 final case class Plan(units: Map[String, Long], expectedBytes: Double, throttled: Int)
@@ -23,7 +25,9 @@ final case class Plan(units: Map[String, Long], expectedBytes: Double, throttled
  * Sizes are estimates, so the plan keeps a safety margin of `z` standard deviations of the total,
  * which keeps the real batch under the budget with high probability rather than on average. For n
  * records of a lane whose mean came from `samples` records, the variance of their total is
- * n sd^2 (independent records) + (n sd)^2 / samples (the error of the estimated mean).
+ * n sd^2 (independent records) + (n sd)^2 / samples (the error of the estimated mean); lanes may
+ * share an estimate, so the errors of the means are added as if fully correlated.
+ * A lane's `cap` (a slow start while few sizes are known) bounds its units below `available`.
  */
 object Admission {
   val DefaultZ = 2.0
@@ -35,10 +39,9 @@ object Admission {
     var margin = 0.0
     var units = fill(waiting, budget.toDouble)
     for (_ <- 0 until 3) {
-      margin = z * math.sqrt(waiting.map { l =>
-        val n = units(l.key).toDouble
-        n * l.sdBytes * l.sdBytes + n * n * l.sdBytes * l.sdBytes / l.samples
-      }.sum)
+      val records = waiting.map(l => units(l.key) * l.sdBytes * l.sdBytes).sum
+      val means = waiting.map(l => units(l.key) * l.sdBytes / math.sqrt(l.samples)).sum
+      margin = z * math.sqrt(records + means * means)
       units = fill(waiting, math.max(0.0, budget - margin))
     }
     val expected = waiting.map(l => units(l.key) * l.meanBytes).sum
@@ -50,11 +53,11 @@ object Admission {
     val out = mutable.LinkedHashMap.empty[String, Long]
     var remaining = budget
     var left = waiting.size
-    waiting.sortBy(l => l.available * l.meanBytes).foreach { l =>
+    waiting.sortBy(l => l.demand * l.meanBytes).foreach { l =>
       val share = remaining / left
       val n =
-        if (l.meanBytes <= 0 || l.available * l.meanBytes <= share) l.available
-        else math.min(l.available, math.max(1L, (share / l.meanBytes).toLong))
+        if (l.meanBytes <= 0 || l.demand * l.meanBytes <= share) l.demand
+        else math.min(l.demand, math.max(1L, (share / l.meanBytes).toLong))
       out(l.key) = n
       remaining -= n * math.max(l.meanBytes, 0.0)
       left -= 1

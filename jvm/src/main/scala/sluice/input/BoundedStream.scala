@@ -19,6 +19,8 @@ private[input] sealed trait Lanes {
   def withPositions(offset: Offset, positions: Map[String, Long]): Offset
   /** Mean and standard deviation of a unit's bytes in `lane`, and how many units they came from. */
   def estimate(lane: String): (Double, Double, Double)
+  /** At most this many units of `lane` in one batch, whatever the budget. */
+  def cap(lane: String): Long = Long.MaxValue
   def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory = inner
   /** Bytes of the batch that read from `start` to `end`, when known without measuring. */
   def knownBytes(start: Offset, end: Offset): Option[Long]
@@ -54,6 +56,19 @@ private[input] final class KafkaLanes(stream: MicroBatchStream, defaultRecordByt
     }
     if (stats.count < 1) (defaultRecordBytes.toDouble, 0.0, Double.PositiveInfinity)
     else (stats.mean, if (stats.count < 2) stats.mean else stats.sd, stats.count)
+  }
+
+  /**
+   * Slow start: while its sizes rest on few records, a partition admits at most twice the records
+   * measured so far (its share of its topic's), so early estimates are tested on small batches.
+   */
+  override def cap(lane: String): Long = {
+    val own = estimates.getOrElse(lane, SizeStats.Zero).count
+    if (own >= KafkaLanes.OwnSamples) Long.MaxValue else {
+      val prefix = lane.substring(0, lane.lastIndexOf('/') + 1)
+      val topic = estimates.filter(_._1.startsWith(prefix))
+      if (topic.isEmpty) 1L else math.max(1L, (2 * topic.values.map(_.count).sum / topic.size).toLong)
+    }
   }
 
   override def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory =
@@ -144,7 +159,7 @@ final class BoundedMicroBatchStream private[input] (
       // Lanes new since `start` are the source's to place (it knows where they begin).
       from.get(lane).map { s =>
         val (mean, sd, samples) = lanes.estimate(lane)
-        Lane(lane, math.max(0L, end - s), mean, sd, samples)
+        Lane(lane, math.max(0L, end - s), mean, sd, samples, lanes.cap(lane))
       }
     }
     val plan = Admission.plan(waiting, budget.bytes)
