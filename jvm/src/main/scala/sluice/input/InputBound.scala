@@ -98,6 +98,12 @@ object InputBoundRule {
 final class BoundedDataSource(ds: DataSource, spec: BudgetSpec)
   extends DataSource(ds.sparkSession, ds.className, ds.paths, ds.userSpecifiedSchema,
     ds.partitionColumns, ds.bucketSpec, ds.options, ds.catalogTable) {
+  // DataSource is a case class: without these, the bounded copy equals the original and tree
+  // transforms keep the original.
+  override def canEqual(that: Any): Boolean = that.isInstanceOf[BoundedDataSource]
+  override def equals(that: Any): Boolean = that.isInstanceOf[BoundedDataSource] && super.equals(that)
+  override def hashCode(): Int = super.hashCode() * 31 + 7
+
   override def createSource(metadataPath: String): Source = super.createSource(metadataPath) match {
     case files: FileStreamSource => new BoundedFileSource(files, spec.budgetFor(metadataPath))
     case other => other
