@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
 import sluice
+from sluice.input import BYTES_METRIC, MAX_BYTES_PER_TRIGGER, THROTTLED_METRIC
 from conftest import BASE_CONF, fresh_builder, sluice_session, stop_session
 
 KEY = "spark.sluice.input.buffer.max.bytes"
@@ -91,22 +92,22 @@ def test_file_source_batches_stay_within_the_session_bound(
         files = {f for _, f in sink.batches[i]}
         # Within the bound, except a single file larger than the bound: it is admitted alone.
         assert b <= 6144 or (len(files) == 1 and b == 9000), (i, b, files)
-        assert int(metrics[i]["inputBufferBytesTotal"]) == b
-    assert any(m["inputBufferThrottledPartitions"] == "1" for m in metrics.values())
+        assert int(metrics[i][BYTES_METRIC]) == b
+    assert any(m[THROTTLED_METRIC] == "1" for m in metrics.values())
 
 
 def test_file_source_restart_mid_backlog_loses_and_repeats_nothing(
         fspark: SparkSession, tmp_path: Path) -> None:
     write_files(tmp_path / "in", [2000] * 20)
     sink = FileRecorder()
-    df = text_stream(fspark, tmp_path / "in", **{"sluice.maxBytesPerTrigger": 4000})
+    df = text_stream(fspark, tmp_path / "in", **{MAX_BYTES_PER_TRIGGER: 4000})
     q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp")).start()
     deadline = time.monotonic() + 60
     while len(sink.batches) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     q.stop()
     assert 3 <= len(sink.batches) < 10
-    run(text_stream(fspark, tmp_path / "in", **{"sluice.maxBytesPerTrigger": 4000}), sink,
+    run(text_stream(fspark, tmp_path / "in", **{MAX_BYTES_PER_TRIGGER: 4000}), sink,
         tmp_path / "cp")
     assert sink.ids() == [f"{i:06d}" for i in range(20)]  # none lost, none twice
     assert all(len(b) <= 2 for b in sink.batches.values())
@@ -133,6 +134,17 @@ def test_file_source_composes_with_max_files_per_trigger_smaller_wins(
                     **{"sluice.maxBytesPerTrigger": "10k"}), sink, tmp_path / "c")
     counts = [len(sink.batches[i]) for i in sorted(sink.batches)]
     assert counts == [2] * 6, counts
+
+
+def test_trigger_available_now_drains_in_bounded_batches(fspark: SparkSession, tmp_path: Path) -> None:
+    write_files(tmp_path / "in", [1500] * 10)
+    sink = FileRecorder()
+    q = (text_stream(fspark, tmp_path / "in", **{MAX_BYTES_PER_TRIGGER: 3000}).writeStream
+         .foreachBatch(sink).trigger(availableNow=True)
+         .option("checkpointLocation", str(tmp_path / "cp")).start())
+    q.awaitTermination(120)
+    assert sink.ids() == [f"{i:06d}" for i in range(10)]
+    assert [len(sink.batches[i]) for i in sorted(sink.batches)] == [2] * 5
 
 
 def test_rate_source_backlog_after_downtime_is_admitted_within_the_bound(

@@ -201,3 +201,22 @@ def test_composes_with_max_offsets_per_trigger_smaller_wins(
     by_bytes.assert_exactly_once({0: 50, 1: 50})
     assert len(by_bytes.batches) >= 9
     assert all(by_bytes.bytes(i) <= 1.1 * 100 * 1024 for i in by_bytes.batches)
+
+
+def test_backlog_under_the_bound_is_taken_in_one_batch(
+        kspark: SparkSession, broker: kh.Broker, tmp_path: Path) -> None:
+    """The common case costs no extra batches: ~1 MB waiting under the default 512 MB bound."""
+    kh.create_topic(kspark, broker.bootstrap, "small", 2)
+    kh.produce(kspark, broker.bootstrap, "small", 100, 2, min_bytes=10_000, max_bytes=10_001)
+    sink = Recorder()
+    q = start(kafka_stream(kspark, broker, "small", **{"sluice.maxBytesPerTrigger": "512m"}),
+              sink, tmp_path / "cp")
+    try:
+        q.processAllAvailable()
+        metrics = source_metrics(q)
+    finally:
+        q.stop()
+    sink.assert_exactly_once({0: 50, 1: 50})
+    assert list(sink.batches) == [0]
+    assert metrics[0]["inputBufferThrottledPartitions"] == "0"
+    assert int(metrics[0]["inputBufferBytesTotal"]) == sink.bytes(0)

@@ -19,8 +19,8 @@ private[input] sealed trait Lanes {
   def withPositions(offset: Offset, positions: Map[String, Long]): Offset
   /** Mean and standard deviation of a unit's bytes in `lane`, and how many units they came from. */
   def estimate(lane: String): (Double, Double, Double)
-  /** At most this many units of `lane` in one batch, whatever the budget. */
-  def cap(lane: String): Long = Long.MaxValue
+  /** At most this many units of `lane` in one batch, given its even `share` of the budget. */
+  def cap(lane: String, share: Double): Long = Long.MaxValue
   def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory = inner
   /** Bytes of the batch that read from `start` to `end`, when known without measuring. */
   def knownBytes(start: Offset, end: Offset): Option[Long]
@@ -60,15 +60,16 @@ private[input] final class KafkaLanes(stream: MicroBatchStream, defaultRecordByt
 
   /**
    * Slow start: while its sizes rest on few records, a partition admits at most twice the records
-   * measured so far (its share of its topic's), so early estimates are tested on small batches.
+   * measured so far (its share of its topic's), so early estimates are tested on small batches;
+   * but never fewer than its share of the budget allows at `defaultRecordBytes` a record, which
+   * is what a start with nothing measured admits anyway.
    */
-  override def cap(lane: String): Long = {
+  override def cap(lane: String, share: Double): Long = {
     val own = estimates.getOrElse(lane, SizeStats.Zero).count
-    if (own >= KafkaLanes.OwnSamples) Long.MaxValue else {
-      val prefix = lane.substring(0, lane.lastIndexOf('/') + 1)
-      val topic = estimates.filter(_._1.startsWith(prefix))
-      if (topic.isEmpty) 1L else math.max(1L, (2 * topic.values.map(_.count).sum / topic.size).toLong)
-    }
+    val prefix = lane.substring(0, lane.lastIndexOf('/') + 1)
+    val topic = estimates.filter(_._1.startsWith(prefix))
+    if (own >= KafkaLanes.OwnSamples || topic.isEmpty) Long.MaxValue
+    else math.max((2 * topic.values.map(_.count).sum / topic.size).toLong, (share / defaultRecordBytes).toLong)
   }
 
   override def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory =
@@ -155,12 +156,12 @@ final class BoundedMicroBatchStream private[input] (
     if (proposed == null || start == null || realTime) return proposed
     val from = lanes.positions(start)
     val to = lanes.positions(proposed)
-    val waiting = to.toSeq.flatMap { case (lane, end) =>
-      // Lanes new since `start` are the source's to place (it knows where they begin).
-      from.get(lane).map { s =>
-        val (mean, sd, samples) = lanes.estimate(lane)
-        Lane(lane, math.max(0L, end - s), mean, sd, samples, lanes.cap(lane))
-      }
+    // Lanes new since `start` are the source's to place (it knows where they begin).
+    val moving = to.filter { case (lane, end) => from.get(lane).exists(_ < end) }
+    val share = budget.bytes.toDouble / math.max(1, moving.size)
+    val waiting = moving.toSeq.map { case (lane, end) =>
+      val (mean, sd, samples) = lanes.estimate(lane)
+      Lane(lane, end - from(lane), mean, sd, samples, lanes.cap(lane, share))
     }
     val plan = Admission.plan(waiting, budget.bytes)
     lastThrottled = plan.throttled
