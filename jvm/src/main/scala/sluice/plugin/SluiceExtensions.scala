@@ -14,5 +14,7 @@ class SluiceExtensions extends (SparkSessionExtensions => Unit) {
     // emission cache (KIP-63)
     ext.injectOptimizerRule(org.apache.spark.sql.sluice.EmitCacheRule(_))
     ext.injectPlannerStrategy(org.apache.spark.sql.sluice.EmitCacheStrategy(_))
+    // input bound (KIP-770)
+    ext.injectResolutionRule(session => new sluice.input.InputBoundRule(session))
   }
 }

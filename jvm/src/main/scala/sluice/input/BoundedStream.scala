@@ -1,0 +1,213 @@
+package sluice.input
+
+import java.{util => ju}
+import java.util.Optional
+
+import scala.jdk.CollectionConverters._
+
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.connector.read.{InputPartition, PartitionReaderFactory}
+import org.apache.spark.sql.connector.read.streaming._
+import org.apache.spark.sql.execution.streaming.runtime.LongOffset
+
+/**
+ * How admission control sees one kind of v2 source: its offsets as positions per lane, the cost
+ * of a unit per lane, and what tasks measure.
+ */
+private[input] sealed trait Lanes {
+  def positions(offset: Offset): Map[String, Long]
+  def withPositions(offset: Offset, positions: Map[String, Long]): Offset
+  /** Mean and standard deviation of a unit's bytes in `lane`, and how many units they came from. */
+  def estimate(lane: String): (Double, Double, Double)
+  /** At most this many units of `lane` in one batch, given its even `share` of the budget. */
+  def cap(lane: String, share: Double): Long = Long.MaxValue
+  def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory = inner
+  /** Bytes of the batch that read from `start` to `end`, when known without measuring. */
+  def knownBytes(start: Offset, end: Offset): Option[Long]
+  /** Takes in what tasks measured since the last call; returns its bytes. */
+  def absorb(): Long = 0L
+}
+
+/** Kafka: a lane is a topic-partition, a unit a record; sizes are measured while reading. */
+private[input] object KafkaLanes {
+  /** Records a partition needs measured before its own statistics replace its topic's. */
+  val OwnSamples = 30
+}
+
+private[input] final class KafkaLanes(stream: MicroBatchStream, defaultRecordBytes: Long) extends Lanes {
+  private val acc = new LaneSizeAccumulator
+  SparkSession.active.sparkContext.register(acc, "sluice.input.kafkaRecordSizes")
+  private var seen = Map.empty[String, SizeStats]
+  private var estimates = Map.empty[String, SizeStats]
+
+  override def positions(offset: Offset): Map[String, Long] = KafkaOffsets.positions(offset.json())
+  override def withPositions(offset: Offset, positions: Map[String, Long]): Offset =
+    stream.deserializeOffset(KafkaOffsets.withPositions(offset.json(), positions))
+  /**
+   * A partition with few records read is assumed to hold records like the rest of its topic (the
+   * pooled statistics of all its partitions); with fewer than two records measured, the standard
+   * deviation is taken to be the mean; with nothing measured, records of `defaultRecordBytes`.
+   */
+  override def estimate(lane: String): (Double, Double, Double) = {
+    val own = estimates.getOrElse(lane, SizeStats.Zero)
+    val stats = if (own.count >= KafkaLanes.OwnSamples) own else {
+      val prefix = lane.substring(0, lane.lastIndexOf('/') + 1)
+      estimates.filter(_._1.startsWith(prefix)).values.foldLeft(SizeStats.Zero)(_.decayedPlus(_, 1.0))
+    }
+    if (stats.count < 1) (defaultRecordBytes.toDouble, 0.0, Double.PositiveInfinity)
+    else (stats.mean, if (stats.count < 2) stats.mean else stats.sd, stats.count)
+  }
+
+  /**
+   * Slow start: while its sizes rest on few records, a partition admits at most twice the records
+   * measured so far (its share of its topic's), so early estimates are tested on small batches;
+   * but never fewer than its share of the budget allows at `defaultRecordBytes` a record, which
+   * is what a start with nothing measured admits anyway.
+   */
+  override def cap(lane: String, share: Double): Long = {
+    val own = estimates.getOrElse(lane, SizeStats.Zero).count
+    val prefix = lane.substring(0, lane.lastIndexOf('/') + 1)
+    val topic = estimates.filter(_._1.startsWith(prefix))
+    if (own >= KafkaLanes.OwnSamples || topic.isEmpty) Long.MaxValue
+    else math.max((2 * topic.values.map(_.count).sum / topic.size).toLong, (share / defaultRecordBytes).toLong)
+  }
+
+  override def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory =
+    new KafkaMeasuringReaderFactory(inner, acc)
+  override def knownBytes(start: Offset, end: Offset): Option[Long] = None
+
+  override def absorb(): Long = synchronized {
+    val now = acc.value
+    val delta = now.map { case (k, v) => k -> v.minus(seen.getOrElse(k, SizeStats.Zero)) }
+      .filter(_._2.count > 0)
+    seen = now
+    delta.foreach { case (k, d) =>
+      estimates += k -> estimates.getOrElse(k, SizeStats.Zero).decayedPlus(d, keep = 0.8)
+    }
+    delta.values.map(_.sum).sum.toLong
+  }
+}
+
+/**
+ * The rate source: one lane whose unit is a second of rows (its offsets count seconds), each row
+ * an UnsafeRow of a timestamp and a long (8 bytes of null bits + 2 x 8 bytes).
+ */
+private[input] final class RateLanes(rowsPerSecond: Long) extends Lanes {
+  private val bytesPerSecond = rowsPerSecond * RateLanes.RowBytes
+  override def positions(offset: Offset): Map[String, Long] =
+    Map(RateLanes.Lane -> LongOffset(offset.json().toLong).offset)
+  override def withPositions(offset: Offset, positions: Map[String, Long]): Offset =
+    LongOffset(positions(RateLanes.Lane))
+  override def estimate(lane: String): (Double, Double, Double) =
+    (bytesPerSecond.toDouble, 0.0, Double.PositiveInfinity)
+  override def knownBytes(start: Offset, end: Offset): Option[Long] =
+    Some((positions(end)(RateLanes.Lane) - positions(start)(RateLanes.Lane)) * bytesPerSecond)
+}
+
+private[input] object RateLanes {
+  val Lane = "rate"
+  val RowBytes = 24L
+}
+
+/**
+ * A v2 micro-batch stream with a byte bound. The source decides what it would admit under its own
+ * limits (maxOffsetsPerTrigger, AvailableNow); sluice then moves the end of the lanes that would
+ * exceed their share of the bound back, never below one unit past the start. Offsets, their log
+ * and recovery stay the source's own: the trimmed end is an ordinary offset of that source.
+ */
+final class BoundedMicroBatchStream private[input] (
+    val inner: MicroBatchStream,
+    lanes: Lanes,
+    budget: Budget)
+  extends MicroBatchStream with SupportsTriggerAvailableNow with SupportsRealTimeMode
+  with ReportsSourceMetrics {
+
+  @volatile private var availableNowEnd: Offset = _
+  @volatile private var realTime = false
+  @volatile private var lastThrottled = 0
+  @volatile private var batchBytes = 0L
+  @volatile private var lastExecuted: (Offset, Offset) = _
+
+  override def initialOffset(): Offset = inner.initialOffset()
+  override def deserializeOffset(json: String): Offset = inner.deserializeOffset(json)
+  override def commit(end: Offset): Unit = inner.commit(end)
+  override def stop(): Unit = { budget.release(); inner.stop() }
+  override def toString: String = inner.toString
+
+  override def getDefaultReadLimit: ReadLimit = inner match {
+    case s: SupportsAdmissionControl => s.getDefaultReadLimit
+    case _ => ReadLimit.allAvailable()
+  }
+
+  override def reportLatestOffset(): Offset = inner match {
+    case s: SupportsAdmissionControl => s.reportLatestOffset()
+    case _ => null
+  }
+
+  override def latestOffset(): Offset = inner.latestOffset()
+
+  override def latestOffset(start: Offset, limit: ReadLimit): Offset = {
+    lanes.absorb()
+    batchBytes = 0L
+    val proposed = inner match {
+      case s: SupportsAdmissionControl => s.latestOffset(start, limit)
+      case s => Option(availableNowEnd).getOrElse(s.latestOffset())
+    }
+    if (proposed == null || start == null || realTime) return proposed
+    val from = lanes.positions(start)
+    val to = lanes.positions(proposed)
+    // Lanes new since `start` are the source's to place (it knows where they begin).
+    val moving = to.filter { case (lane, end) => from.get(lane).exists(_ < end) }
+    val share = budget.bytes.toDouble / math.max(1, moving.size)
+    val waiting = moving.toSeq.map { case (lane, end) =>
+      val (mean, sd, samples) = lanes.estimate(lane)
+      Lane(lane, end - from(lane), mean, sd, samples, lanes.cap(lane, share))
+    }
+    val plan = Admission.plan(waiting, budget.bytes)
+    lastThrottled = plan.throttled
+    if (plan.throttled == 0) proposed
+    else lanes.withPositions(proposed, plan.units.map { case (lane, n) => lane -> (from(lane) + n) })
+  }
+
+  override def prepareForTriggerAvailableNow(): Unit = inner match {
+    case s: SupportsTriggerAvailableNow => s.prepareForTriggerAvailableNow()
+    case s => availableNowEnd = s.latestOffset()
+  }
+
+  override def planInputPartitions(start: Offset, end: Offset): Array[InputPartition] = {
+    lastExecuted = (start, end)
+    inner.planInputPartitions(start, end)
+  }
+
+  override def createReaderFactory(): PartitionReaderFactory =
+    if (realTime) inner.createReaderFactory() else lanes.readerFactory(inner.createReaderFactory())
+
+  override def metrics(latestConsumedOffset: Optional[Offset]): ju.Map[String, String] = {
+    val own = inner match {
+      case s: ReportsSourceMetrics => s.metrics(latestConsumedOffset).asScala.toMap
+      case _ => Map.empty[String, String]
+    }
+    batchBytes += lanes.absorb()
+    val bytes = Option(lastExecuted).flatMap { case (s, e) => lanes.knownBytes(s, e) }
+      .getOrElse(batchBytes)
+    (own ++ BoundedMicroBatchStream.metricsOf(bytes, lastThrottled)).asJava
+  }
+
+  // Real-time mode reads without batch ends; the bound does not apply there.
+  override def prepareForRealTimeMode(): Unit = inner match {
+    case s: SupportsRealTimeMode => realTime = true; s.prepareForRealTimeMode()
+    case s => throw new IllegalArgumentException(s"Source $s does not support real-time mode")
+  }
+  override def planInputPartitions(start: Offset): Array[InputPartition] =
+    inner.asInstanceOf[SupportsRealTimeMode].planInputPartitions(start)
+  override def mergeOffsets(offsets: Array[PartitionOffset]): Offset =
+    inner.asInstanceOf[SupportsRealTimeMode].mergeOffsets(offsets)
+}
+
+object BoundedMicroBatchStream {
+  val BytesMetric = "inputBufferBytesTotal"
+  val ThrottledMetric = "inputBufferThrottledPartitions"
+
+  def metricsOf(bytes: Long, throttled: Int): Map[String, String] =
+    Map(BytesMetric -> bytes.toString, ThrottledMetric -> throttled.toString)
+}

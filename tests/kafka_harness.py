@@ -1,0 +1,150 @@
+"""A real Kafka broker (KRaft, one node acting as broker and controller) on loopback, and Spark's
+Kafka connector, both from Maven Central through dev/fetch-kafka. Used by the Kafka tests and by
+bench/input; nothing here is mocked."""
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from pyspark import SparkConf, SparkContext
+from pyspark.sql import SparkSession
+
+import sluice
+
+ROOT = Path(__file__).resolve().parent.parent
+KAFKA_HOME = Path(os.environ.get("SLUICE_KAFKA_HOME", Path.home() / ".cache" / "sluice" / "kafka"))
+
+
+def fetch() -> None:
+    """Fetches the broker and connector jars unless the cache already has them."""
+    subprocess.run([str(ROOT / "dev" / "fetch-kafka")], check=True)
+
+
+def connector_jars() -> list[str]:
+    fetch()
+    return sorted(str(p) for p in (KAFKA_HOME / "connector").glob("*.jar"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Broker:
+    """One KRaft Kafka node in a temporary directory; `bootstrap` is its client address."""
+
+    def __init__(self, workdir: Path) -> None:
+        fetch()
+        self.workdir = workdir
+        self.port, self.controller_port = _free_port(), _free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 90.0) -> "Broker":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        props = self.workdir / "server.properties"
+        props.write_text("\n".join([
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"log.dirs={self.workdir / 'data'}",
+            "num.partitions=1",
+            "auto.create.topics.enable=false",
+            "offsets.topic.replication.factor=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "log.flush.interval.messages=1000000",
+        ]) + "\n")
+        log4j = self.workdir / "log4j.properties"
+        log4j.write_text(
+            "log4j.rootLogger=WARN, file\n"
+            "log4j.appender.file=org.apache.log4j.FileAppender\n"
+            f"log4j.appender.file.File={self.workdir / 'broker.log'}\n"
+            "log4j.appender.file.layout=org.apache.log4j.PatternLayout\n"
+            "log4j.appender.file.layout.ConversionPattern=%d %p %c - %m%n\n")
+        java = ["java", "-Xmx512m", f"-Dlog4j.configuration=file:{log4j}",
+                "-cp", str(KAFKA_HOME / "broker" / "*")]
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        subprocess.run(java + ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+                       check=True, capture_output=True)
+        out = open(self.workdir / "broker.out", "wb")
+        self.proc = subprocess.Popen(java + ["kafka.Kafka", str(props)], stdout=out,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"Kafka broker exited: {(self.workdir / 'broker.out').read_text()[-3000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return self
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("Kafka broker did not start") from None
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+def ensure_driver_jars(jars: list[str]) -> None:
+    """The connector must be on the driver's class path, which is fixed when pyspark launches the
+    JVM gateway: relaunch it (no session may be running) with the sluice jar and `jars`."""
+    gw = SparkContext._gateway
+    if gw is not None and getattr(gw, "_sluice_jars", None) == jars:
+        return
+    if gw is not None:
+        gw.shutdown()
+        if getattr(gw, "proc", None) is not None:
+            gw.proc.stdin.close()
+            gw.proc.wait(60)
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    SparkContext._ensure_initialized(
+        conf=SparkConf().set("spark.jars", ",".join([sluice.jar_path(), *jars])))
+    SparkContext._gateway._sluice_jars = jars  # type: ignore[union-attr]
+
+
+def create_topic(spark: SparkSession, bootstrap: str, topic: str, partitions: int) -> None:
+    jvm = spark._jvm
+    props = jvm.java.util.Properties()
+    props.setProperty("bootstrap.servers", bootstrap)
+    admin = jvm.org.apache.kafka.clients.admin.AdminClient.create(props)
+    try:
+        new = jvm.org.apache.kafka.clients.admin.NewTopic(topic, partitions, 1)
+        admin.createTopics(jvm.java.util.List.of(new)).all().get()
+    finally:
+        admin.close()
+
+
+def produce(spark: SparkSession, bootstrap: str, topic: str, count: int, partitions: int,
+            min_bytes: int = 100, max_bytes: int = 100 * 1024, seed: int = 0,
+            first_partition: int = 0) -> None:
+    """Writes `count` records round-robin over `partitions` partitions (from `first_partition`)
+    with keys of 8 bytes and values of deterministic pseudo-random sizes in [min, max)."""
+    span = max_bytes - min_bytes
+    (spark.range(count, numPartitions=2)
+     .selectExpr(f"cast(pmod(id, {partitions}) + {first_partition} as int) as partition",
+                 "cast(lpad(cast(id as string), 8, '0') as binary) as key",
+                 f"cast(repeat('x', {min_bytes} + cast(pmod(xxhash64(id, {seed}), {max(span, 1)}) as int))"
+                 " as binary) as value")
+     .write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+     .option("kafka.max.request.size", str(8 << 20)).save())
