@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 
 from sluice._conf import OPTIONS
 from sluice._jvm import SluiceBufferFullError, SluiceConfError, SluiceError, translating
+from sluice.stores import InMemoryWindowStoreSupplier, Stores
 
 __all__ = [
     "configure",
@@ -18,6 +19,8 @@ __all__ = [
     "SluiceError",
     "SluiceConfError",
     "SluiceBufferFullError",
+    "Stores",
+    "InMemoryWindowStoreSupplier",
 ]
 
 PLUGIN_CLASS = "sluice.plugin.SluicePlugin"
@@ -42,7 +45,8 @@ def configure(builder: SparkSession.Builder, **options: Any) -> SparkSession.Bui
     """Adds sluice to a SparkSession builder and sets its ``spark.sluice.*`` options.
 
     Options are the snake_case forms of the keys, e.g. ``statestore_cache_max_bytes="64m"``,
-    ``input_buffer_max_bytes``, ``commit_interval_ms``. An unknown option raises ``TypeError``
+    ``input_buffer_max_bytes``, ``commit_interval_ms``, and ``state_store`` (``"in_memory_window"``,
+    ``"hdfs"`` or ``"rocksdb"``: the state store provider). An unknown option raises ``TypeError``
     and a bad value ``ValueError``, both before any Spark work. The returned builder's
     ``getOrCreate()`` reports sluice's startup errors as :class:`SluiceError` subclasses.
     """

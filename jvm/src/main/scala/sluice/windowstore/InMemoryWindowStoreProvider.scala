@@ -44,6 +44,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
   private var numColsPrefixKey = 0
   private var hadoopConf: Configuration = _
   private var minVersionsToRetain = 100
+  private var commitValidation = false
   private[windowstore] var settings: WindowStoreSettings = _
   private lazy val baseDir = _id.storeCheckpointLocation()
   private lazy val fm = CheckpointFileManager.create(baseDir, hadoopConf)
@@ -82,6 +83,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     this.valueSchema = valueSchema
     this.hadoopConf = hadoopConf
     this.minVersionsToRetain = storeConfs.minVersionsToRetain
+    this.commitValidation = storeConfs.commitValidationEnabled
     this.settings = fixedSettings.getOrElse(WindowStoreSettings.current())
     this.map = newMap()
     fm.mkdirs(baseDir)
@@ -399,6 +401,8 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
       checkOpen("commit")
       val v = commitVersion(this)
       state = 1
+      // Spark 4.1 checks that a foreachBatch batch committed every store, as the HDFS provider reports.
+      if (commitValidation) StateStore.reportCommitToCoordinator(v, _id, hadoopConf)
       v
     }
     override def abort(): Unit = {
