@@ -4,9 +4,11 @@ retention, metrics and the Kafka-style supplier API."""
 from __future__ import annotations
 
 import json
+import os
 import random
-import shutil
+import sys
 import time
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -40,6 +42,8 @@ MODULE_CONF = {
 def spark() -> Iterator[SparkSession]:
     """A session built the way a user switches to the window store: one supplier.configure()."""
     stop_session()
+    # Python workers (applyInPandasWithState) need this venv's pandas and pyarrow.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = fresh_builder().master("local[2]").appName("sluice-windowstore-tests")
     for k, v in {**BASE_CONF, **MODULE_CONF}.items():
         builder = builder.config(k, v)
@@ -63,6 +67,21 @@ def _batches(n: int = 5, per_batch: int = 24, seed: int = 7) -> list[list[dict[s
                          "side": rnd.choice("LR"), "v": rnd.randint(0, 6)})
         out.append(rows)
     return out
+
+
+@contextmanager
+def _provider(spark: SparkSession, name: str) -> Iterator[None]:
+    """Starts queries on the named provider (recorded in the checkpoint), then restores the
+    session's own choice (the supplier's, from the builder)."""
+    previous = spark.conf.get(PROVIDER_KEY, None)
+    spark.conf.set(PROVIDER_KEY, STATE_STORE_PROVIDERS[name])
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(PROVIDER_KEY)
+        else:
+            spark.conf.set(PROVIDER_KEY, previous)
 
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -98,12 +117,9 @@ def _run(spark: SparkSession, tmp: Path, provider: str, build: Callable[[Callabl
         return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(src))
 
     def start() -> Any:
-        spark.conf.set(PROVIDER_KEY, STATE_STORE_PROVIDERS[provider])
-        try:
+        with _provider(spark, provider):
             return (build(source).writeStream.outputMode(mode).foreachBatch(sink)
                     .option("checkpointLocation", str(ckpt)).start())
-        finally:
-            spark.conf.unset(PROVIDER_KEY)
 
     def stop(q: Any) -> None:
         run.progress.append(q.lastProgress)
@@ -286,7 +302,12 @@ def test_retention_expires_windows_and_counts_dropped_puts(spark: SparkSession, 
         return {"ts": ts, "key": key, "side": "L", "v": 1}
 
     batches = [[at(1), at(2)], [at(12)], [at(45)], [at(3), at(46)]]
+    # The session's provider is the supplier's; retention overridden for this session only.
+    assert spark.conf.get(PROVIDER_KEY) == STATE_STORE_PROVIDERS["in_memory_window"]
     spark.conf.set("spark.sluice.windowstore.retention", "20s")
+    # Stream time is per store (partition), as per task in Kafka Streams; Spark partitions windowed
+    # state by (window, key), so one partition keeps all windows of this test in one store.
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
     try:
         src, ckpt = tmp_path / "in", tmp_path / "ckpt"
         src.mkdir()
@@ -307,10 +328,11 @@ def test_retention_expires_windows_and_counts_dropped_puts(spark: SparkSession, 
         q.stop()
     finally:
         spark.conf.unset("spark.sluice.windowstore.retention")
+        spark.conf.set("spark.sql.shuffle.partitions", BASE_CONF["spark.sql.shuffle.partitions"])
 
     segs = [m["customMetrics"]["windowStoreSegments"] for m in metrics]
     drops = [m["customMetrics"]["expiredWindowRecordDropTotal"] for m in metrics]
-    assert segs[:3] == [1, 2, 1], "the 40s window expired windows 0s and 10s (<= 45s - 20s... by start)"
+    assert segs == [1, 2, 1, 1], "the 40s window expired the 0s and 10s windows (start <= 40s - 20s)"
     assert drops == [0, 0, 0, 1], "the late record for the expired 0s window was dropped"
     assert metrics[3]["numRowsTotal"] == 1
     # Spark still emits the late record's partial count (its state was gone), as without the store.

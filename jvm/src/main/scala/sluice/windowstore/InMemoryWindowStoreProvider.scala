@@ -87,6 +87,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     this.settings = fixedSettings.getOrElse(WindowStoreSettings.current())
     this.map = newMap()
     fm.mkdirs(baseDir)
+    logInfo(s"Initialized $this with $settings, window field ${WindowField.find(keySchema)}")
   }
 
   private def newMap() = new SegmentedStateMap(keySchema, numColsPrefixKey, settings.retentionMicros)
