@@ -14,7 +14,14 @@ import org.apache.spark.unsafe.Platform
 private[windowstore] final class Segment(val start: Long) {
   val map = new ConcurrentHashMap[UnsafeRow, UnsafeRow]()
   var bytes: Long = 0L
+  /** False while the segment is out of the segment map (emptied or expired). */
+  var live: Boolean = true
 }
+
+/** One change of the open version: a key's previous and new value (null: absent), or a segment
+ *  that expiry dropped (key null). */
+private[windowstore] final class Op(val key: UnsafeRow, val prev: UnsafeRow, val value: UnsafeRow,
+    val dropped: Segment)
 
 /**
  * Where a key row carries its window: the ordinal of the first top-level struct field that has
@@ -46,9 +53,10 @@ private[windowstore] object WindowField {
  * The live state of one store: window-less keys in one segment, windowed keys in a sorted map of
  * segments by window start, so that expiry drops whole segments and never scans other state.
  *
- * There is one copy of the state. An open version records, for each key it touches, the value the
- * key had when the version opened (first touch only) and the segments expiry dropped; `rollback`
- * restores both, `commit` forgets them. The touched keys are also what the version's delta holds.
+ * There is one copy of the state. An open version appends each change to a log (key, previous
+ * value, new value; or a segment expiry dropped): `rollback` undoes the log backwards, `commit`
+ * hands its (key, new value) records to the delta file in order. No lookups beyond the change
+ * itself, and nothing proportional to the state.
  *
  * Single writer: the provider hands out at most one open version at a time. Readers may iterate
  * while the writer mutates (concurrent maps, weakly consistent iterators), as Spark's operators
@@ -78,14 +86,16 @@ private[windowstore] final class SegmentedStateMap(
       BoundReference(i, f.dataType, f.nullable)
     }.toSeq)
 
-  @volatile private var _numKeys = 0L
-  @volatile private var _bytes = 0L
+  // Written by the single writer only; read for metrics.
+  private var _numKeys = 0L
+  private var _bytes = 0L
+  /** The segment of the last access: consecutive rows usually share a window. */
+  private var lastSegment: Segment = null
   /** Largest window start put so far, in microseconds (Kafka's observed stream time). */
   @volatile var streamTime: Long = Long.MinValue
 
-  // Open version: first-touch previous values (Absent for keys that did not exist), dropped segments.
-  private var undo: java.util.HashMap[UnsafeRow, UnsafeRow] = null
-  private val droppedSegments = ArrayBuffer.empty[Segment]
+  // The open version's changes; null when no version is open.
+  private var log: ArrayBuffer[Op] = null
   private var streamTimeAtOpen = Long.MinValue
   private var _droppedPuts = 0L
 
@@ -94,7 +104,7 @@ private[windowstore] final class SegmentedStateMap(
   def numSegments: Int = segments.size() + (if (plain.map.isEmpty) 0 else 1)
   /** Puts the open (or last) version dropped because their window had expired. */
   def droppedPuts: Long = _droppedPuts
-  def isOpen: Boolean = undo != null
+  def isOpen: Boolean = log != null
 
   /** Window start of a key in microseconds, or NoWindow. */
   def windowStartOf(key: UnsafeRow): Long = {
@@ -121,41 +131,41 @@ private[windowstore] final class SegmentedStateMap(
       while (first != null && first.getKey.longValue() <= threshold) {
         val seg = first.getValue
         segments.remove(first.getKey)
+        seg.live = false
         detach(seg)
-        if (undo != null) droppedSegments += seg
+        if (log != null) log += new Op(null, null, null, seg)
         first = segments.firstEntry()
       }
     }
   }
 
   def begin(): Unit = {
-    require(undo == null, "a version is already open")
-    undo = new java.util.HashMap[UnsafeRow, UnsafeRow]()
-    droppedSegments.clear()
+    require(log == null, "a version is already open")
+    log = new ArrayBuffer[Op](1024)
     streamTimeAtOpen = streamTime
     _droppedPuts = 0L
   }
 
-  /** Keys the open version touched with their current values (null: removed), then closes it. */
+  /** The open version's changes in order as (key, new value or null for a remove); closes it.
+   *  Replaying them and then expiring by the final stream time yields the committed state. */
   def commit(): Iterator[(UnsafeRow, UnsafeRow)] = {
-    require(undo != null, "no open version")
-    val touched = undo
-    undo = null
-    droppedSegments.clear()
-    touched.keySet().iterator().asScala.map(k => (k, get(k)))
+    require(log != null, "no open version")
+    val ops = log
+    log = null
+    ops.iterator.filter(_.key != null).map(op => (op.key, op.value))
   }
 
   def rollback(): Unit = {
-    if (undo != null) {
-      val touched = undo
-      undo = null
-      droppedSegments.reverseIterator.foreach { seg =>
-        segments.put(seg.start, seg)
-        attach(seg)
-      }
-      droppedSegments.clear()
-      touched.forEach { (k, prev) =>
-        if (prev eq Absent) rawRemove(k) else rawPut(k, prev)
+    if (log != null) {
+      val ops = log
+      log = null
+      ops.reverseIterator.foreach { op =>
+        if (op.key == null) {
+          segments.put(op.dropped.start, op.dropped)
+          op.dropped.live = true
+          attach(op.dropped)
+        } else if (op.prev == null) rawRemove(op.key)
+        else rawPut(op.key, op.prev)
       }
       streamTime = streamTimeAtOpen
       _droppedPuts = 0L
@@ -181,15 +191,16 @@ private[windowstore] final class SegmentedStateMap(
       }
     }
     val k = key.copy()
-    val prev = putIn(segmentOf(start, create = true), k, value.copy())
-    if (undo != null) undo.putIfAbsent(k, if (prev == null) Absent else prev)
+    val v = value.copy()
+    val prev = putIn(segmentOf(start, create = true), k, v)
+    if (log != null) log += new Op(k, prev, v, null)
   }
 
   def remove(key: UnsafeRow): Unit = {
     val seg = segmentOf(windowStartOf(key), create = false)
     if (seg != null) {
       val prev = removeFrom(seg, key)
-      if (prev != null && undo != null) undo.putIfAbsent(key.copy(), prev)
+      if (prev != null && log != null) log += new Op(key.copy(), prev, null, null)
     }
   }
 
@@ -238,20 +249,24 @@ private[windowstore] final class SegmentedStateMap(
     if (prefixIndex != null) prefixIndex.clear()
     _numKeys = 0
     _bytes = 0
-    undo = null
-    droppedSegments.clear()
+    log = null
+    lastSegment = null
   }
 
   private def segmentOf(start: Long, create: Boolean): Segment = {
     if (start == NoWindow) plain
     else {
-      val boxed = java.lang.Long.valueOf(start)
-      val seg = segments.get(boxed)
-      if (seg != null || !create) seg
+      val last = lastSegment
+      if (last != null && last.start == start && last.live) last
       else {
-        val fresh = new Segment(start)
-        segments.put(boxed, fresh)
-        fresh
+        val boxed = java.lang.Long.valueOf(start)
+        var seg = segments.get(boxed)
+        if (seg == null && create) {
+          seg = new Segment(start)
+          segments.put(boxed, seg)
+        }
+        if (seg != null) lastSegment = seg
+        seg
       }
     }
   }
@@ -278,7 +293,10 @@ private[windowstore] final class SegmentedStateMap(
       seg.bytes -= delta
       _bytes -= delta
       if (prefixIndex != null) indexRemove(key)
-      if (seg.start != NoWindow && seg.map.isEmpty) segments.remove(seg.start, seg)
+      if (seg.start != NoWindow && seg.map.isEmpty) {
+        segments.remove(seg.start, seg)
+        seg.live = false
+      }
     }
     prev
   }
@@ -312,8 +330,6 @@ private[windowstore] final class SegmentedStateMap(
 private[windowstore] object SegmentedStateMap {
   /** Segment id of keys without a window. */
   val NoWindow: Long = Long.MinValue
-  /** Marks "key absent" in the undo map (HashMap.putIfAbsent treats null as absent). */
-  private val Absent = new UnsafeRow(0)
   /** Estimated JVM bytes per entry beyond the row bytes: two UnsafeRow objects, two byte arrays
    *  and a ConcurrentHashMap node plus its table slot. */
   val EntryOverhead = 136L
