@@ -336,7 +336,8 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     }
   }
 
-  private def metricsNow(): StateStoreMetrics = synchronized {
+  // Not synchronized: a snapshot being written must not block the task reading its metrics.
+  private def metricsNow(): StateStoreMetrics = {
     StateStoreMetrics(map.numKeys, map.memoryBytes, Map(
       SegmentsMetric -> map.numSegments.toLong,
       MemoryBytesMetric -> map.memoryBytes,
