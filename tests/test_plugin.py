@@ -72,10 +72,12 @@ def test_bad_conf_fails_session_start_naming_the_key(key: str, value: str, expec
     assert SparkSession.getActiveSession() is None
 
 
-def test_alias_and_precedence(caplog: pytest.LogCaptureFixture) -> None:
+def test_alias_and_precedence(capfd: pytest.CaptureFixture[str]) -> None:
     spark = sluice_session(conf={"spark.sluice.cache.max.bytes.buffering": "4m"})
     budgets = _wait_for_budgets(spark, 1)
     assert [b["cache_max_bytes"] for b in budgets.values()] == [4 << 20]
+    # The driver JVM logs to the process's stderr.
+    assert "spark.sluice.cache.max.bytes.buffering is deprecated" in capfd.readouterr().err
 
     spark = sluice_session(conf={"spark.sluice.cache.max.bytes.buffering": "4m",
                                  "spark.sluice.statestore.cache.max.bytes": "6m"})
@@ -105,3 +107,13 @@ def test_multi_process_budget_and_jar_shipped_to_executors() -> None:
         "java_method('sluice.plugin.MemoryBudget', 'cacheBytesPerSlot') AS per_slot").collect()
     assert {int(r.per_slot) for r in rows} == {8 << 20}
     stop_session()
+
+
+def test_package_imports_without_a_jvm() -> None:
+    import subprocess
+    import sys
+    code = ("import sluice; from pyspark import SparkContext; "
+            "assert SparkContext._gateway is None and SparkContext._jvm is None; print(sluice.jar_path())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == sluice.jar_path()

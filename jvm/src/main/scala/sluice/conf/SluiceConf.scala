@@ -80,6 +80,13 @@ object SluiceConf {
   /** Keys whose use is deprecated, with the key that replaces them. */
   val deprecated: Map[String, String] = Map(CacheMaxBytesBuffering.key -> StateStoreCacheMaxBytes.key)
 
+  /** One driver-log warning per deprecated key in use, saying which key wins. */
+  def deprecationWarnings(settings: Map[String, String]): Seq[String] =
+    deprecated.toSeq.sorted.collect { case (old, replacement) if settings.contains(old) =>
+      if (settings.contains(replacement)) s"$old is deprecated and ignored: $replacement is also set and wins"
+      else s"$old is deprecated: use $replacement instead"
+    }
+
   // In-memory window store (KIP-428), read by sluice.windowstore.InMemoryWindowStoreProvider.
   /** Name of the window store, used in messages. */
   val WindowStoreName: ConfEntry[String] = string("windowstore.name", "in-memory-window-store")

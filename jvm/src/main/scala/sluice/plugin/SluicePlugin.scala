@@ -58,11 +58,7 @@ class SluiceDriverPlugin extends DriverPlugin {
 
   override def init(sc: SparkContext, ctx: PluginContext): JMap[String, String] = {
     val conf = SluiceConf.validated(sc.getConf.getAll)
-    SluiceConf.deprecated.keys.filter(conf.settings.contains).foreach { old =>
-      val replacement = SluiceConf.deprecated(old)
-      val winner = if (conf.settings.contains(replacement)) s"$replacement is also set and wins" else s"use $replacement"
-      log.warn(s"$old is deprecated: $winner")
-    }
+    SluiceConf.deprecationWarnings(conf.settings).foreach(w => log.warn(w))
     SluicePlugin.clearBudgets()
     val cores = SluicePlugin.executorCores(sc.master, sc.getConf.getOption("spark.executor.cores").map(_.toInt))
     cores.map(c => Map(SluicePlugin.ExecutorCoresKey -> c.toString)).getOrElse(Map.empty[String, String]).asJava

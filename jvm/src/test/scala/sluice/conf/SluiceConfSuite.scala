@@ -29,6 +29,15 @@ class SluiceConfSuite extends AnyFunSuite {
     assert(both.stateStoreCacheMaxBytes == 3L << 20)
   }
 
+  test("the deprecated alias produces a warning naming the key that wins") {
+    assert(SluiceConf.deprecationWarnings(Map.empty).isEmpty)
+    val alone = SluiceConf.deprecationWarnings(Map("spark.sluice.cache.max.bytes.buffering" -> "1m"))
+    assert(alone == Seq("spark.sluice.cache.max.bytes.buffering is deprecated: use spark.sluice.statestore.cache.max.bytes instead"))
+    val both = SluiceConf.deprecationWarnings(Map(
+      "spark.sluice.cache.max.bytes.buffering" -> "1m", "spark.sluice.statestore.cache.max.bytes" -> "2m"))
+    assert(both.head.contains("spark.sluice.statestore.cache.max.bytes is also set and wins"))
+  }
+
   test("a negative, unparsable or out-of-range value names the key, the value and the expected form") {
     for ((key, value) <- Seq(
         "spark.sluice.statestore.cache.max.bytes" -> "-1",
