@@ -392,3 +392,17 @@ def test_bad_window_store_conf_is_rejected_with_key_and_value(spark: SparkSessio
         assert "Invalid value 'soon' for spark.sluice.windowstore.retention" in str(e.value)
     finally:
         spark.conf.unset("spark.sluice.windowstore.retention")
+
+
+def test_suppress_until_window_closes(spark: SparkSession, tmp_path: Path) -> None:
+    """sluice's suppress keeps its buffer in the session's state store: same final results."""
+    from sluice import BufferConfig, Suppressed, suppress
+
+    def build(src: Callable[[], DataFrame]) -> DataFrame:
+        counts = src().withWatermark("ts", "5 seconds").groupBy(F.window("ts", "10 seconds"), "key").count()
+        return (suppress(counts, Suppressed.until_window_closes(BufferConfig.unbounded()))
+                .select("window.start", "key", "count"))
+
+    _, ws = _side_by_side(spark, tmp_path, build, "update")
+    finals = [row for rows in ws.results.values() for row in rows]
+    assert len(finals) == len({(start, key) for start, key, _ in finals}), "one final result per window"

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 from sluice._conf import OPTIONS
 from sluice._jvm import SluiceBufferFullError, SluiceConfError, SluiceError, translating
 from sluice.stores import InMemoryWindowStoreSupplier, Stores
+from sluice.suppress import BufferConfig, SluiceSuppressError, Suppressed, suppress
 
 __all__ = [
     "configure",
@@ -21,6 +22,10 @@ __all__ = [
     "SluiceBufferFullError",
     "Stores",
     "InMemoryWindowStoreSupplier",
+    "suppress",
+    "Suppressed",
+    "BufferConfig",
+    "SluiceSuppressError",
 ]
 
 PLUGIN_CLASS = "sluice.plugin.SluicePlugin"
@@ -54,7 +59,11 @@ def configure(builder: SparkSession.Builder, **options: Any) -> SparkSession.Bui
     if unknown:
         raise TypeError(f"configure() got unknown option(s) {', '.join(unknown)}; "
                         f"known options: {', '.join(sorted(OPTIONS))}")
+    if options.get("state_store_cache") is True and "state_store" in options:
+        raise ValueError("state_store and state_store_cache=True both choose the state store provider; "
+                         "to cache a provider, pass statestore_cache_delegate instead of state_store")
     settings = {OPTIONS[name].key: OPTIONS[name].to_conf(value) for name, value in options.items()}
+    settings = {k: v for k, v in settings.items() if v is not None}  # a False flag sets nothing
 
     current = getattr(builder, "_options", {})
     builder.config("spark.jars", _append(current.get("spark.jars"), jar_path()))

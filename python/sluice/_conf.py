@@ -69,10 +69,43 @@ def parse_state_store(value: Any) -> str | None:
 _BYTES = "a byte size: a number of bytes or a Spark byte string such as 64m or 1g"
 _MILLIS = "a duration: milliseconds, a timedelta or a Spark time string such as 30s"
 
+CACHING_PROVIDER = "sluice.cache.CachingStateStoreProvider"
+
+
+@dataclass(frozen=True)
+class _FlagOption(Option):
+    """A boolean option that sets `key` to `value_if_true` when True and leaves it alone when False."""
+
+    value_if_true: str = ""
+
+    def to_conf(self, value: Any) -> str | None:
+        if not isinstance(value, bool):
+            raise ValueError(f"Invalid value {value!r} for {self.key}: expected {self.expected}")
+        return self.value_if_true if value else None
+
+
+@dataclass(frozen=True)
+class _ChoiceOption(Option):
+    """An option whose value is one of a few names (case-insensitive)."""
+
+    allowed: tuple[str, ...] = ()
+
+    def to_conf(self, value: Any) -> str:
+        v = str(value).strip().lower()
+        if v not in self.allowed:
+            raise ValueError(f"Invalid value {value!r} for {self.key}: expected one of {', '.join(self.allowed)}")
+        return v
+
+
 OPTIONS: dict[str, Option] = {
     "statestore_cache_max_bytes": Option(PREFIX + "statestore.cache.max.bytes", _BYTES, parse_bytes),
     "input_buffer_max_bytes": Option(PREFIX + "input.buffer.max.bytes", _BYTES, parse_bytes, minimum=1),
     "commit_interval_ms": Option(PREFIX + "commit.interval.ms", _MILLIS, parse_millis),
     "state_store": Option("spark.sql.streaming.stateStore.providerClass",
                           "one of " + ", ".join(STATE_STORE_PROVIDERS), parse_state_store),
+    # record cache (sluice.cache)
+    "state_store_cache": _FlagOption("spark.sql.streaming.stateStore.providerClass", "True or False",
+                                     lambda v: v, value_if_true=CACHING_PROVIDER),
+    "statestore_cache_delegate": _ChoiceOption(PREFIX + "statestore.cache.delegate", "", lambda v: v,
+                                               allowed=("rocksdb", "hdfs", "in_memory_window")),
 }

@@ -87,6 +87,11 @@ object SluiceConf {
       else s"$old is deprecated: use $replacement instead"
     }
 
+  // --- record cache (sluice.cache) ---
+  /** The provider CachingStateStoreProvider wraps; fixed per checkpoint like the provider class. */
+  val StateStoreCacheDelegate: ConfEntry[String] =
+    choice("statestore.cache.delegate", "rocksdb", Seq("rocksdb", "hdfs", "in_memory_window"))
+
   // In-memory window store (KIP-428), read by sluice.windowstore.InMemoryWindowStoreProvider.
   /** Name of the window store, used in messages. */
   val WindowStoreName: ConfEntry[String] = string("windowstore.name", "in-memory-window-store")
@@ -104,7 +109,7 @@ object SluiceConf {
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
     Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, CommitIntervalMs) ++
-      windowStoreEntries
+    Seq(StateStoreCacheDelegate) ++ windowStoreEntries
 
   def apply(settings: Iterable[(String, String)]): SluiceConf =
     new SluiceConf(settings.iterator.filter(_._1.startsWith(Prefix)).toMap)

@@ -7,5 +7,12 @@ import org.apache.spark.sql.SparkSessionExtensions
  * (suppress, emission cache) and source rules (input bound) into every session.
  */
 class SluiceExtensions extends (SparkSessionExtensions => Unit) {
-  override def apply(ext: SparkSessionExtensions): Unit = ()
+  override def apply(ext: SparkSessionExtensions): Unit = {
+    // suppress (KIP-328/539)
+    ext.injectPlannerStrategy(org.apache.spark.sql.sluice.SuppressStrategy(_))
+    ext.injectCheckRule(org.apache.spark.sql.sluice.SuppressChecks.checkRule)
+    // emission cache (KIP-63)
+    ext.injectOptimizerRule(org.apache.spark.sql.sluice.EmitCacheRule(_))
+    ext.injectPlannerStrategy(org.apache.spark.sql.sluice.EmitCacheStrategy(_))
+  }
 }

@@ -65,7 +65,7 @@ class SluiceDriverPlugin extends DriverPlugin {
   }
 
   override def receive(message: Any): AnyRef = message match {
-    case b: SlotBudget => SluicePlugin.reportBudget(b); java.lang.Boolean.TRUE
+    case b: SlotBudget => SluicePlugin.reportBudget(b); null // a one-way message: no reply
     case other => throw new IllegalArgumentException(s"sluice driver plugin: unexpected message $other")
   }
 }

@@ -1,0 +1,182 @@
+package org.apache.spark.sql.sluice
+
+import java.util.UUID
+
+import scala.util.Try
+
+import org.apache.hadoop.conf.Configuration
+
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.Attribute
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
+import org.apache.spark.sql.catalyst.plans.physical.{AllTuples, ClusteredDistribution, Distribution}
+import org.apache.spark.sql.classic.{SparkSession => ClassicSession}
+import org.apache.spark.sql.execution.UnaryExecNode
+import org.apache.spark.sql.execution.streaming.operators.stateful.{StatefulOperatorPartitioning, StatefulOperatorStateInfo, StateStoreWriter}
+import org.apache.spark.sql.execution.streaming.runtime.{IncrementalExecution, StreamExecution, StreamingQueryWrapper}
+import org.apache.spark.sql.execution.streaming.state._
+import org.apache.spark.sql.streaming.OutputMode
+import org.apache.spark.sql.types.StructType
+
+/**
+ * A sluice stateful logical node (suppress, emission cache). Its state operator id is
+ * [[operatorIdBase]] + its pre-order position among the plan's nodes of the same kind:
+ * deterministic across restarts of the same query and clear of Spark's own ids (0, 1, ...). Each
+ * kind has its own range, so adding or removing one kind (the emission cache follows a conf key)
+ * never renumbers the state of another.
+ */
+trait SluiceStatefulNode extends UnaryNode {
+  override def output: Seq[Attribute] = child.output
+
+  /** First state operator id of this kind of node. */
+  def operatorIdBase: Long
+}
+
+/**
+ * What a sluice operator learns from the running micro-batch when it is planned. Serializable so
+ * that an exec holding it can be captured by task closures; the IncrementalExecution stays on the
+ * driver.
+ */
+final class StreamContext(
+    @transient val execution: IncrementalExecution,
+    val stateInfo: StatefulOperatorStateInfo) extends Serializable {
+  def batchId: Long = stateInfo.storeVersion
+  def outputMode: OutputMode = execution.outputMode
+  /** Wall-clock time of this batch, recorded in the offset log (the same when a batch replays). */
+  def batchTimestampMs: Long = execution.offsetSeqMetadata.batchTimestampMs
+
+  /** Event-time watermark for closing state in this batch (driver only, after planning). */
+  def evictionWatermarkMs: Long =
+    Try(execution.watermarkPropagator.getInputWatermarkForEviction(batchId, stateInfo.operatorId))
+      .getOrElse(execution.offsetSeqMetadata.batchWatermarkMs)
+
+  /** Watermark the previous batch closed state with: rows at or below it are late here. */
+  def lateEventsWatermarkMs: Long =
+    Try(execution.watermarkPropagator.getInputWatermarkForLateEvents(batchId, stateInfo.operatorId))
+      .getOrElse(execution.prevOffsetSeqMetadata.map(_.batchWatermarkMs).getOrElse(0L))
+
+  override def toString: String = s"StreamContext(batch=$batchId, op=${stateInfo.operatorId})"
+}
+
+/**
+ * The stream-context lookup and state-store plumbing shared by sluice's native stateful operators
+ * (see shared/design/native-stateful-operators.md). Stable surface:
+ *  - [[SluiceStatefulNode]] for logical nodes, [[operatorId]] for their ids;
+ *  - [[streamContext]]: `Some` while the running query plans a micro-batch, `None` otherwise
+ *    (e.g. `df.explain()` before `start()`);
+ *  - [[SluiceStateStoreExec]] for physical nodes.
+ */
+object StatefulOperatorSupport {
+  /** Id ranges of the node kinds. */
+  val SuppressIdBase = 1000L
+  val EmitCacheIdBase = 2000L
+
+  /** The id of `node` within `root` (the plan being executed), or None if it is not found. */
+  def operatorId(node: SluiceStatefulNode, root: LogicalPlan): Option[Long] = {
+    val nodes = root.collect { case n: SluiceStatefulNode if n.getClass == node.getClass => n }
+    val byRef = nodes.indexWhere(_ eq node)
+    val index = if (byRef >= 0) byRef else nodes.indexOf(node)
+    if (index < 0) None else Some(node.operatorIdBase + index)
+  }
+
+  /** The StreamExecution running on this thread, when called from a query's stream thread. */
+  def currentStream(session: SparkSession): Option[StreamExecution] = {
+    val fromThread = Thread.currentThread() match {
+      case t: org.apache.spark.sql.execution.streaming.runtime.QueryExecutionThread =>
+        // The thread is an anonymous inner class of its StreamExecution: read the outer instance.
+        t.getClass.getDeclaredFields.iterator
+          .filter(f => classOf[StreamExecution].isAssignableFrom(f.getType))
+          .flatMap { f => f.setAccessible(true); Option(f.get(t).asInstanceOf[StreamExecution]) }
+          .nextOption()
+      case _ => None
+    }
+    fromThread.orElse {
+      // Fallback: the query id the stream thread sets as a local property (fails for queries
+      // started from another session, hence only a fallback).
+      Option(session.sparkContext.getLocalProperty(StreamExecution.QUERY_ID_KEY)).flatMap { id =>
+        Try(session.asInstanceOf[ClassicSession].streams.get(UUID.fromString(id))).toOption.flatMap {
+          case w: StreamingQueryWrapper => Option(w.streamingQuery)
+          case s: StreamExecution => Some(s)
+          case _ => None
+        }
+      }
+    }
+  }
+
+  /**
+   * The context of the micro-batch now being planned for `node`, built the way Spark builds state
+   * info for its own operators; None outside a running query.
+   */
+  def streamContext(session: SparkSession, node: SluiceStatefulNode): Option[StreamContext] =
+    currentStream(session).flatMap(s => Option(s.lastExecution)).flatMap { exec =>
+      operatorId(node, exec.optimizedPlan).orElse(operatorId(node, exec.analyzed)).map { id =>
+        val info = StatefulOperatorStateInfo(
+          exec.checkpointLocation,
+          exec.runId,
+          id,
+          exec.currentBatchId,
+          exec.numStateStores,
+          exec.stateSchemaMetadatas.get(id),
+          exec.currentStateStoreCkptId.get(id))
+        new StreamContext(exec, info)
+      }
+    }
+}
+
+/**
+ * Plumbing for a sluice exec that keeps one state store (default column family) per partition:
+ * state info and schema validation, distribution on its keys, and `mapPartitionsWithStore`,
+ * which works around the RocksDB StateStoreThreadLocalTracker pitfall.
+ */
+trait SluiceStateStoreExec extends UnaryExecNode with StateStoreWriter {
+  def context: Option[StreamContext]
+  /** Partitioning keys (child attributes); empty = one partition (like a global aggregation). */
+  def keyAttributes: Seq[Attribute]
+  def stateKeySchema: StructType
+  def stateValueSchema: StructType
+
+  override def stateInfo: Option[StatefulOperatorStateInfo] = context.map(_.stateInfo)
+  override def output: Seq[Attribute] = child.output
+  override def outputPartitioning = child.outputPartitioning
+
+  override def requiredChildDistribution: Seq[Distribution] =
+    if (keyAttributes.isEmpty) AllTuples :: Nil
+    else stateInfo match {
+      case Some(info) => StatefulOperatorPartitioning.getCompatibleDistribution(keyAttributes, info, conf) :: Nil
+      case None => ClusteredDistribution(keyAttributes) :: Nil
+    }
+
+  override def validateAndMaybeEvolveStateSchema(
+      hadoopConf: Configuration, batchId: Long, stateSchemaVersion: Int): List[StateSchemaValidationResult] = {
+    val schema = List(StateStoreColFamilySchema(StateStore.DEFAULT_COL_FAMILY_NAME, 0, stateKeySchema, 0,
+      stateValueSchema))
+    List(StateSchemaCompatibilityChecker.validateAndMaybeEvolveStateSchema(getStateInfo, hadoopConf, schema,
+      session.sessionState, stateSchemaVersion))
+  }
+
+  /**
+   * Runs `f` on each partition with its state store. `f` must commit the store (and then call
+   * `setStoreMetrics`) before its iterator ends; an uncommitted store is aborted at task end.
+   */
+  protected def mapPartitionsWithStore(
+      f: (StateStore, Iterator[InternalRow]) => Iterator[InternalRow]): RDD[InternalRow] = {
+    // An upstream ReadStateStoreRDD (the aggregation's restore) leaves its read store in the
+    // thread-local tracker until task end; our StateStoreRDD would then try to upgrade that
+    // foreign store. Clear it once the upstream stores are open (the aggregation keeps its own).
+    val cleared = child.execute().mapPartitions { iter =>
+      StateStoreThreadLocalTracker.clearStore()
+      iter
+    }
+    cleared.mapPartitionsWithStateStore(
+      getStateInfo, stateKeySchema, stateValueSchema, NoPrefixKeyStateEncoderSpec(stateKeySchema),
+      session.sessionState, Some(session.streams.stateStoreCoordinator))(f)
+  }
+
+  /** Exposed for subclasses in other packages. */
+  protected def reportStoreMetrics(store: StateStore): Unit = {
+    setStoreMetrics(store)
+    setOperatorMetrics()
+  }
+}

@@ -1,0 +1,60 @@
+package sluice.cache
+
+import scala.collection.mutable
+
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.{UnsafeProjection, UnsafeRow}
+import org.apache.spark.sql.types.{LongType, StructField, StructType}
+import org.scalatest.funsuite.AnyFunSuite
+
+class EmissionCacheSuite extends AnyFunSuite {
+  private val keySchema = StructType(Seq(StructField("k", LongType)))
+  private val rowSchema = StructType(Seq(StructField("k", LongType), StructField("n", LongType)))
+  private val layout = new EmitLayout(keySchema, rowSchema)
+  private val keyProj = UnsafeProjection.create(keySchema)
+  private def key(k: Long): UnsafeRow = keyProj(InternalRow(k)).copy()
+
+  /** A durable store: survives between batches like a committed state store. */
+  private class MapStore extends EmitStore {
+    val rows = mutable.LinkedHashMap.empty[UnsafeRow, UnsafeRow]
+    override def put(k: UnsafeRow, v: UnsafeRow): Unit = rows(k.copy()) = v.copy()
+    override def remove(k: UnsafeRow): Unit = rows -= k
+    override def iterator(): Iterator[(UnsafeRow, UnsafeRow)] = rows.iterator
+  }
+
+  private def batch(store: MapStore, id: Long, ms: Long, updates: Seq[(Long, Long)], maxBytes: Long = 1 << 20)
+      : (Seq[(Long, Long)], EmitStats) = {
+    val out = mutable.ArrayBuffer.empty[(Long, Long)]
+    val emit: InternalRow => Unit = r => out += ((r.getLong(0), r.getLong(1)))
+    val c = new EmissionCache(layout, store, maxBytes, intervalMs = 1000, batchMs = ms, batchId = id)
+    updates.foreach { case (k, n) => c.update(key(k), InternalRow(k, n), emit) }
+    val s = c.finish(emit)
+    (out.toSeq, s)
+  }
+
+  test("a key updated many times within the interval is forwarded once, with its latest value") {
+    val store = new MapStore
+    val (o1, s1) = batch(store, 0, 0, Seq(1L -> 1L, 1L -> 2L, 2L -> 1L))
+    assert(o1.isEmpty && s1.absorbed == 1 && s1.nextDueMs == 1000)
+    val (o2, s2) = batch(store, 1, 500, Seq(1L -> 3L))
+    assert(o2.isEmpty && s2.absorbed == 1 && s2.nextDueMs == 1000) // due time kept from the first update
+    val (o3, s3) = batch(store, 2, 1000, Nil) // no input, but due
+    assert(o3.toSet == Set(1L -> 3L, 2L -> 1L) && s3.forwarded == 2 && s3.nextDueMs == Long.MaxValue)
+    assert(store.rows.isEmpty)
+  }
+
+  test("over the byte bound the least recently updated rows are forwarded first") {
+    val store = new MapStore
+    val probe = new MapStore
+    batch(probe, 0, 0, Seq(9L -> 9L))
+    val entryBytes = probe.rows.head match {
+      case (k, v) => k.getSizeInBytes + v.getSizeInBytes + RecordCache.EntryOverheadBytes
+    }
+    val (o1, _) = batch(store, 0, 0, Seq(1L -> 1L, 2L -> 1L, 3L -> 1L), maxBytes = 3 * entryBytes)
+    assert(o1.isEmpty)
+    // 1 is refreshed, then 4 arrives: 2 is now the least recently updated and goes first, then 3
+    val (o2, s2) = batch(store, 1, 10, Seq(1L -> 2L, 4L -> 1L, 5L -> 1L), maxBytes = 3 * entryBytes)
+    assert(o2 == Seq(2L -> 1L, 3L -> 1L) && s2.evicted == 2 && s2.bytes <= 3 * entryBytes)
+    assert(store.rows.keys.map(_.getLong(0)).toSet == Set(1L, 4L, 5L))
+  }
+}

@@ -1,0 +1,88 @@
+package sluice.cache
+
+import scala.collection.mutable.ArrayBuffer
+
+import org.apache.spark.sql.catalyst.expressions.{UnsafeProjection, UnsafeRow}
+import org.apache.spark.sql.types.{LongType, StructField, StructType}
+import org.scalatest.funsuite.AnyFunSuite
+
+class RecordCacheSuite extends AnyFunSuite {
+  private val proj = UnsafeProjection.create(StructType(Seq(StructField("x", LongType))))
+  private def row(x: Long): UnsafeRow =
+    proj(org.apache.spark.sql.catalyst.InternalRow(x)).copy()
+  private def key(x: Long) = CacheKey("default", row(x))
+  private val entry = RecordCache.entrySize(key(0), row(0)) // every entry here has this size
+
+  /** Records what reaches the delegate, in order. */
+  private class Log extends DirtyWriter {
+    val writes = ArrayBuffer.empty[(Long, Option[Long])]
+    override def write(k: CacheKey, v: UnsafeRow): Unit =
+      writes += ((k.key.getLong(0), Option(v).map(_.getLong(0))))
+  }
+
+  test("reads hit after a fill and miss before it") {
+    val c = new RecordCache
+    val log = new Log
+    assert(c.get(key(1)).isEmpty)
+    c.putClean(key(1), row(10), 10 * entry, log)
+    assert(c.get(key(1)).map(_.value.getLong(0)).contains(10L))
+    assert((c.hits, c.misses) == ((1L, 1L)))
+    assert(log.writes.isEmpty && c.numDirty == 0)
+  }
+
+  test("writes are coalesced: a key written many times reaches the delegate once, at flush") {
+    val c = new RecordCache
+    val log = new Log
+    (1 to 5).foreach(i => c.putDirty(key(1), row(i), 10 * entry, log))
+    c.putDirty(key(2), row(7), 10 * entry, log)
+    c.putDirty(key(2), null, 10 * entry, log) // removed after being written
+    assert(log.writes.isEmpty)
+    c.flush(log)
+    assert(log.writes.toSet == Set((1L, Some(5L)), (2L, None)))
+    assert(c.delegateWrites == 2 && c.flushes == 1 && c.numDirty == 0)
+    c.flush(log) // nothing dirty: not a flush
+    assert(c.flushes == 1 && log.writes.size == 2)
+  }
+
+  test("eviction is least recently used first and writes dirty entries through before dropping them") {
+    val c = new RecordCache
+    val log = new Log
+    val cap = 3 * entry
+    c.putDirty(key(1), row(11), cap, log)
+    c.putClean(key(2), row(22), cap, log)
+    c.putDirty(key(3), row(33), cap, log)
+    c.get(key(1)) // 1 is now the most recently used: order 2, 3, 1
+    assert(c.keysInLruOrder.map(_.key.getLong(0)) == Seq(2L, 3L, 1L))
+    c.putDirty(key(4), row(44), cap, log) // evicts 2 (clean: nothing written)
+    assert(log.writes.isEmpty && c.evictions == 1)
+    c.putDirty(key(5), row(55), cap, log) // evicts 3 (dirty: written first)
+    c.putDirty(key(6), row(66), cap, log) // evicts 1 (dirty)
+    assert(log.writes == Seq((3L, Some(33L)), (1L, Some(11L))))
+    assert(c.sizeBytes <= cap && c.numEntries == 3)
+    c.flush(log)
+    assert(log.writes.drop(2).toSet == Set((4L, Some(44L)), (5L, Some(55L)), (6L, Some(66L))))
+  }
+
+  test("size never exceeds the capacity; an entry larger than the capacity is written straight through") {
+    val c = new RecordCache
+    val log = new Log
+    (1L to 100L).foreach(i => { c.putDirty(key(i), row(i), 7 * entry + 1, log); assert(c.sizeBytes <= 7 * entry + 1) })
+    assert(c.numEntries == 7 && log.writes.size == 93)
+    val tiny = new RecordCache
+    tiny.putDirty(key(1), row(1), entry - 1, log)
+    assert(tiny.numEntries == 0 && log.writes.last == ((1L, Some(1L))))
+  }
+
+  test("clear drops dirty entries (abort) and dropClean keeps them") {
+    val c = new RecordCache
+    val log = new Log
+    c.putClean(key(1), row(1), 10 * entry, log)
+    c.putDirty(key(2), row(2), 10 * entry, log)
+    c.dropClean(0)
+    assert(c.keysInLruOrder.map(_.key.getLong(0)) == Seq(2L))
+    c.clear()
+    assert(c.numEntries == 0 && c.sizeBytes == 0 && c.numDirty == 0)
+    c.flush(log)
+    assert(log.writes.isEmpty)
+  }
+}

@@ -1,0 +1,212 @@
+"""suppress (KIP-328, KIP-539): final results and per-key rate limits on a streaming aggregation.
+
+``suppress(df, suppressed)`` holds back the updates of an update-mode aggregation and emits, per
+grouping key, the latest row when ``suppressed`` says so. The buffer lives in a Spark state store
+under the query checkpoint; the query must run in update output mode.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any, Optional, Union
+
+from pyspark.sql import DataFrame
+
+from sluice._jvm import SluiceError, jvm, translate
+
+__all__ = ["suppress", "Suppressed", "BufferConfig", "StrictBufferConfig", "EagerBufferConfig",
+           "SluiceSuppressError"]
+
+_UNBOUNDED = (1 << 63) - 1
+Duration = Union[timedelta, int, float]
+
+
+class SluiceSuppressError(SluiceError, ValueError):
+    """``suppress`` used on a DataFrame it cannot work on; the message says what to do."""
+
+
+def _bound(name: str, n: Any) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+    if n < 0:
+        raise ValueError(f"{name} must be >= 0, got {n}")
+    return n
+
+
+def _millis(d: Duration) -> int:
+    """A duration as milliseconds: a timedelta or a number of seconds."""
+    if isinstance(d, bool):
+        raise TypeError("time limit must be a timedelta or a number of seconds")
+    if isinstance(d, timedelta):
+        ms = d / timedelta(milliseconds=1)
+    elif isinstance(d, (int, float)):
+        ms = d * 1000
+    else:
+        raise TypeError(f"time limit must be a timedelta or a number of seconds, got {type(d).__name__}")
+    if ms < 0:
+        raise ValueError(f"time limit must not be negative, got {d!r}")
+    return int(ms)
+
+
+@dataclass(frozen=True)
+class BufferConfig:
+    """The bound of a suppress buffer per partition of the operator and what to do when it is
+    exceeded. Use the constructors ``max_records``, ``max_bytes`` and ``unbounded``.
+
+    As in Kafka Streams, the type tells whether a config may emit early: ``max_records`` /
+    ``max_bytes`` give an :class:`EagerBufferConfig` (emit the oldest rows early when full);
+    ``unbounded()``, ``shut_down_when_full()`` and ``spill_to_disk_when_full()`` give a
+    :class:`StrictBufferConfig`, the only kind ``Suppressed.until_window_closes`` accepts.
+    """
+
+    records: int = _UNBOUNDED
+    bytes: int = _UNBOUNDED
+    when_full: str = "emit_early"
+
+    @staticmethod
+    def max_records(n: int) -> "EagerBufferConfig":
+        return EagerBufferConfig(records=_bound("max_records", n))
+
+    @staticmethod
+    def max_bytes(n: int) -> "EagerBufferConfig":
+        return EagerBufferConfig(bytes=_bound("max_bytes", n))
+
+    @staticmethod
+    def unbounded() -> "StrictBufferConfig":
+        return StrictBufferConfig(when_full="shut_down")
+
+    def with_max_records(self, n: int) -> "BufferConfig":
+        return replace(self, records=_bound("max_records", n))
+
+    def with_max_bytes(self, n: int) -> "BufferConfig":
+        return replace(self, bytes=_bound("max_bytes", n))
+
+    def with_no_bound(self) -> "StrictBufferConfig":
+        return StrictBufferConfig(when_full="shut_down")
+
+    def emit_early_when_full(self) -> "EagerBufferConfig":
+        return EagerBufferConfig(records=self.records, bytes=self.bytes)
+
+    def shut_down_when_full(self) -> "StrictBufferConfig":
+        return StrictBufferConfig(records=self.records, bytes=self.bytes, when_full="shut_down")
+
+    def spill_to_disk_when_full(self) -> "StrictBufferConfig":
+        return StrictBufferConfig(records=self.records, bytes=self.bytes, when_full="spill_to_disk")
+
+    def _to_java(self, spark: Any) -> Any:
+        cfg = jvm(spark).sluice.suppress.BufferConfig.unbounded() \
+            .withMaxRecords(self.records).withMaxBytes(self.bytes)
+        if self.when_full == "emit_early":
+            return cfg.emitEarlyWhenFull()
+        if self.when_full == "spill_to_disk":
+            return cfg.spillToDiskWhenFull()
+        return cfg.shutDownWhenFull()
+
+
+@dataclass(frozen=True)
+class EagerBufferConfig(BufferConfig):
+    """A buffer config that emits the oldest rows early when full."""
+
+    def with_max_records(self, n: int) -> "EagerBufferConfig":
+        return replace(self, records=_bound("max_records", n))
+
+    def with_max_bytes(self, n: int) -> "EagerBufferConfig":
+        return replace(self, bytes=_bound("max_bytes", n))
+
+
+@dataclass(frozen=True)
+class StrictBufferConfig(BufferConfig):
+    """A buffer config that never emits early: it shuts the query down or spills to disk."""
+
+    when_full: str = "shut_down"
+
+    def with_max_records(self, n: int) -> "StrictBufferConfig":
+        return replace(self, records=_bound("max_records", n))
+
+    def with_max_bytes(self, n: int) -> "StrictBufferConfig":
+        return replace(self, bytes=_bound("max_bytes", n))
+
+
+@dataclass(frozen=True)
+class Suppressed:
+    """When ``suppress`` lets a buffered row through. Use the three constructors."""
+
+    kind: str
+    buffer: BufferConfig
+    limit_ms: int = 0
+    name: Optional[str] = None
+
+    @staticmethod
+    def until_window_closes(buffer_config: StrictBufferConfig) -> "Suppressed":
+        """One final row per window and key, once the watermark passes the window end (the
+        watermark delay is the grace period). Accepts only a strict config."""
+        if not isinstance(buffer_config, StrictBufferConfig):
+            raise TypeError(
+                "until_window_closes needs a strict buffer config (BufferConfig.unbounded(), or a bound with "
+                ".shut_down_when_full() or .spill_to_disk_when_full()): emitting early would break the "
+                f"one-final-result guarantee; got {buffer_config}")
+        return Suppressed("until_window_closes", buffer_config)
+
+    @staticmethod
+    def until_time_limit(time_to_wait_for_more_events: Duration, buffer_config: BufferConfig) -> "Suppressed":
+        """Emit a key's latest row once stream time (the largest ``time_col`` seen) is the limit past
+        the time the key was first buffered. A timedelta or seconds; 0 forwards at once."""
+        return Suppressed("until_time_limit", _check_config(buffer_config), _millis(time_to_wait_for_more_events))
+
+    @staticmethod
+    def until_wall_clock_time_limit(time_to_wait: Duration, buffer_config: BufferConfig) -> "Suppressed":
+        """Emit a key's latest row once the wall clock is the limit past the time the key was first
+        buffered, in the first micro-batch at or after that time (KIP-539), also without input."""
+        return Suppressed("until_wall_clock_time_limit", _check_config(buffer_config), _millis(time_to_wait))
+
+    def with_name(self, name: str) -> "Suppressed":
+        """Names the operator in errors (e.g. the buffer-full error)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError("name must be a non-empty string")
+        return replace(self, name=name)
+
+    def _to_java(self, spark: Any) -> Any:
+        s = jvm(spark).sluice.suppress.Suppressed
+        buf = self.buffer._to_java(spark)
+        if self.kind == "until_window_closes":
+            j = s.untilWindowCloses(buf)
+        elif self.kind == "until_time_limit":
+            j = s.untilTimeLimit(self.limit_ms, buf)
+        else:
+            j = s.untilWallClockTimeLimit(self.limit_ms, buf)
+        return j.withName(self.name) if self.name else j
+
+
+def _check_config(cfg: Any) -> BufferConfig:
+    if not isinstance(cfg, BufferConfig):
+        raise TypeError(f"buffer_config must be a BufferConfig, got {type(cfg).__name__}")
+    return cfg
+
+
+def suppress(df: DataFrame, suppressed: Suppressed, *, time_col: Optional[str] = None) -> DataFrame:
+    """Suppresses the updates of the streaming aggregation ``df`` as ``suppressed`` says.
+
+    Returns a streaming DataFrame with the columns of ``df``; write it with
+    ``outputMode("update")``. ``time_col`` (``until_time_limit`` only) names the timestamp column
+    giving a row's event time, e.g. ``"ts"`` or ``"window.end"``. Misuse raises
+    :class:`SluiceSuppressError` (a ``ValueError``) here, not when the query runs.
+    """
+    if not isinstance(df, DataFrame):
+        raise TypeError(f"suppress needs a pyspark DataFrame, got {type(df).__name__}")
+    if not isinstance(suppressed, Suppressed):
+        raise TypeError(f"suppressed must be a Suppressed, got {type(suppressed).__name__}")
+    if time_col is not None and not isinstance(time_col, str):
+        raise TypeError(f"time_col must be a column name, got {type(time_col).__name__}")
+    spark = df.sparkSession
+    try:
+        jsup = suppressed._to_java(spark)
+        entry = jvm(spark).sluice.suppress.Suppress
+        jdf = entry.apply(df._jdf, jsup) if time_col is None else entry.apply(df._jdf, jsup, time_col)
+    except Exception as e:
+        err = translate(e)
+        if isinstance(err, SluiceError) and err.java_class == "sluice.suppress.SuppressUsageException":
+            raise SluiceSuppressError(str(err), err.java_class) from None
+        if err is e:
+            raise
+        raise err from None
+    return DataFrame(jdf, spark)

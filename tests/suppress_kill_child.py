@@ -1,0 +1,41 @@
+"""Child process of test_suppress_kill: runs a final-results query until it is killed.
+
+argv: input folder, checkpoint, output folder, state store provider class. Each batch's rows go
+to <output>/<batch id>.json, replaced atomically (an idempotent sink keyed by batch id).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from pyspark.sql import functions as F  # noqa: E402
+
+from conftest import sluice_session  # noqa: E402
+from sluice import BufferConfig, Suppressed, suppress  # noqa: E402
+
+
+def final_results(spark, src):
+    events = spark.readStream.schema("ts timestamp, user string, v long").option("maxFilesPerTrigger", 1).json(src)
+    counts = events.withWatermark("ts", "10 minutes").groupBy(F.window("ts", "1 hour"), "user").count()
+    return suppress(counts, Suppressed.until_window_closes(BufferConfig.unbounded()))
+
+
+def file_sink(out):
+    def sink(batch, batch_id):
+        rows = [{"start": r.window.start.isoformat(), "user": r.user, "count": r["count"]} for r in batch.collect()]
+        tmp = os.path.join(out, f".{batch_id}.tmp")
+        with open(tmp, "w") as f:
+            json.dump(rows, f)
+        os.replace(tmp, os.path.join(out, f"{batch_id:05d}.json"))
+    return sink
+
+
+if __name__ == "__main__":
+    src, ckpt, out, provider = sys.argv[1:5]
+    spark = sluice_session(conf={"spark.sql.streaming.stateStore.providerClass": provider})
+    q = (final_results(spark, src).writeStream.outputMode("update").foreachBatch(file_sink(out))
+         .option("checkpointLocation", ckpt).start())
+    q.awaitTermination()

@@ -1,0 +1,236 @@
+"""Emission cache (issue 5, part B): with spark.sluice.commit.interval.ms > 0 every update-mode
+aggregation forwards the latest row per key once per interval, early (least recently updated
+first) under byte pressure, from no-data batches when due, and loses nothing across a restart."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sluice._jvm import executor_budgets
+from conftest import sluice_session
+
+CACHE_BYTES = 256 * 1024  # same session as test_cache.py; each of the 2 slots gets half
+INTERVAL_KEY = "spark.sluice.commit.interval.ms"
+
+
+@pytest.fixture(scope="module")
+def spark() -> SparkSession:
+    return sluice_session(statestore_cache_max_bytes=CACHE_BYTES)
+
+
+class Query:
+    """A counting aggregation over one file per micro-batch, collecting (batch id, rows)."""
+
+    def __init__(self, spark: SparkSession, root: Path):
+        self.spark, self.root = spark, root
+        self.inputs = root / "in"
+        self.inputs.mkdir(parents=True, exist_ok=True)
+        self.n = 0
+        self.batches: list[tuple[int, list[tuple]]] = []
+        self.progress: list[dict] = []
+
+    def start(self, interval: str, trigger_ms: int | None = None, partitions: int = 2) -> None:
+        self.spark.conf.set(INTERVAL_KEY, interval)
+        self.spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+        try:
+            df = (self.spark.readStream.schema("k STRING, v LONG").option("maxFilesPerTrigger", 1)
+                  .json(str(self.inputs)).groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("s")))
+
+            def collect(batch: DataFrame, batch_id: int) -> None:
+                self.batches.append((batch_id, [tuple(r) for r in batch.collect()]))
+
+            w = (df.writeStream.foreachBatch(collect).outputMode("update")
+                 .option("checkpointLocation", str(self.root / "ckpt")))
+            if trigger_ms:
+                w = w.trigger(processingTime=f"{trigger_ms} milliseconds")
+            self.query = w.start()
+        finally:
+            self.spark.conf.unset(INTERVAL_KEY)
+            self.spark.conf.set("spark.sql.shuffle.partitions", "2")
+
+    def feed(self, rows: list[dict[str, Any]], wait: bool = True) -> None:
+        (self.inputs / f"part-{self.n:05d}.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        self.n += 1
+        if wait:
+            self.query.processAllAvailable()
+
+    def stop(self) -> None:
+        self.progress += [json.loads(p.json) for p in self.query.recentProgress]
+        self.query.stop()
+
+    @property
+    def rows(self) -> list[tuple]:
+        return [r for _, rows in self.batches for r in rows]
+
+    def ops(self, name: str) -> list[dict]:
+        return [op for p in self.progress for op in p.get("stateOperators", []) if op["operatorName"] == name]
+
+    def metric(self, name: str) -> int:
+        return sum(op["customMetrics"].get(name, 0) for op in self.ops("emitCache"))
+
+
+def _rows(keys: list[str], rounds: int) -> list[dict[str, Any]]:
+    return [{"k": k, "v": i} for i in range(rounds) for k in keys]
+
+
+def _totals(batches: list[list[dict[str, Any]]]) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for b in batches:
+        for r in b:
+            n, s = out.get(r["k"], (0, 0))
+            out[r["k"]] = (n + 1, s + r["v"])
+    return out
+
+
+def test_holds_updates_for_the_interval_and_loses_nothing_across_a_restart(
+        spark: SparkSession, tmp_path: Path, provider: str) -> None:
+    keys = [f"k{i}" for i in range(6)]
+    batches = [_rows(keys, 2), _rows(keys[:4], 3), _rows(keys[2:], 1)]
+    q = Query(spark, tmp_path)
+    q.start("1h")
+    for b in batches:
+        q.feed(b)
+    q.stop()  # as if killed: the held rows live only in the checkpoint's state
+    assert q.rows == []  # within the interval every update was absorbed
+    # 6 + 4 + 4 aggregation updates, 6 held keys: 8 replaced without being forwarded
+    assert q.metric("emitCacheAbsorbedTotal") == 8
+    assert q.metric("emitCacheForwardedTotal") == 0
+    assert q.ops("emitCache")[-1]["customMetrics"]["emitCacheBytes"] > 0
+
+    last = _rows(keys[:1], 1)
+    q.start("1ms")  # restarted on the same checkpoint; now every held row is due
+    q.feed(last)
+    q.stop()
+    forwarded = q.rows
+    assert sorted(r[0] for r in forwarded) == sorted(keys)  # each key exactly once
+    assert {r[0]: (r[1], r[2]) for r in forwarded} == _totals(batches + [last])  # with its latest value
+    assert q.metric("emitCacheForwardedTotal") == len(keys)
+
+
+def test_interval_zero_is_exactly_sparks_output(spark: SparkSession, tmp_path: Path) -> None:
+    keys = [f"k{i}" for i in range(5)]
+    batches = [_rows(keys, 2), _rows(keys[:2], 1)]
+    q = Query(spark, tmp_path)
+    q.start("0")
+    for b in batches:
+        q.feed(b)
+    q.stop()
+    assert q.ops("emitCache") == []
+    assert [sorted(rows) for _, rows in q.batches] == [
+        sorted((k, 2, 1) for k in keys), sorted((k, 3, 1) for k in keys[:2])]
+
+
+def test_evicts_least_recently_updated_first_when_the_share_is_exceeded(spark: SparkSession, tmp_path: Path) -> None:
+    share = next(iter(executor_budgets(spark).values()))["cache_bytes_per_slot"]
+    old = [f"old-{i:04d}" for i in range(500)]
+    new = [f"new-{i:04d}" for i in range(500)]
+    q = Query(spark, tmp_path)
+    q.start("1h", partitions=1)
+    q.feed(_rows(old, 1))
+    assert q.rows == []  # 500 rows fit in the share
+    q.feed(_rows(new, 1))
+    q.stop()
+    evicted = q.rows
+    assert evicted, "1000 rows exceed the share: some must be forwarded early"
+    assert {r[0] for r in evicted} <= set(old)  # the least recently updated go first
+    assert q.metric("emitCacheEvictTotal") == len(evicted) == q.metric("emitCacheForwardedTotal")
+    assert all(0 < op["customMetrics"]["emitCacheBytes"] <= share for op in q.ops("emitCache"))
+
+
+def test_no_data_batch_flushes_due_rows(spark: SparkSession, tmp_path: Path) -> None:
+    keys = [f"k{i}" for i in range(4)]
+    q = Query(spark, tmp_path)
+    q.start("1500ms", trigger_ms=200)
+    rows = _rows(keys, 3)
+    q.feed(rows)  # one data batch; nothing more arrives
+    deadline = time.monotonic() + 60
+    while not q.rows and time.monotonic() < deadline:
+        time.sleep(0.2)  # waiting on the wall-clock interval itself
+    flush_batch = next(b for b, r in q.batches if r)
+    while time.monotonic() < deadline and not any(
+            p.batchId >= flush_batch for p in q.query.recentProgress):
+        time.sleep(0.1)  # the batch's progress is reported just after its sink ran
+    q.stop()
+    assert sorted(q.rows) == sorted((k, n, s) for k, (n, s) in _totals([rows]).items())
+    by_batch = {p["batchId"]: p for p in q.progress}
+    assert by_batch[flush_batch]["numInputRows"] == 0  # the flush came from a no-data batch
+    assert q.metric("emitCacheForwardedTotal") == len(keys)
+
+
+def test_sigkill_and_restart_loses_no_held_row(spark: SparkSession, tmp_path: Path) -> None:
+    """SIGKILL the whole process (driver JVM included) of a query on the caching provider whose
+    emission cache holds every update, then restart here on its checkpoint: every key's latest
+    value still arrives, computed over all input exactly once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from cache_kill_child import counts, file_sink
+
+    src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    files = 10
+    batches = [[{"k": f"k{(f * 3 + i) % 7}", "v": f * 10 + i} for i in range(6)] for f in range(files)]
+    for f, rows in enumerate(batches):
+        (src / f"{f:03d}.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        os.utime(src / f"{f:03d}.json", (1_700_000_000 + f, 1_700_000_000 + f))
+
+    child = subprocess.Popen([sys.executable, str(Path(__file__).parent / "cache_kill_child.py"),
+                              str(src), str(ckpt), str(out)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len(list(out.glob("*.json"))) < 3:
+            assert child.poll() is None, "child query died"
+            assert time.monotonic() < deadline, "child query made no progress"
+            time.sleep(0.2)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    before = sorted(out.glob("*.json"))
+    assert len(before) < files  # killed mid-stream
+    assert all(json.loads(p.read_text()) == [] for p in before)  # everything was being held
+
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", "sluice.cache.CachingStateStoreProvider")
+    spark.conf.set(INTERVAL_KEY, "1ms")
+    try:
+        q = (counts(spark, str(src)).writeStream.outputMode("update").foreachBatch(file_sink(str(out)))
+             .option("checkpointLocation", str(ckpt)).start())
+        q.processAllAvailable()
+        q.stop()
+    finally:
+        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+        spark.conf.unset(INTERVAL_KEY)
+
+    latest: dict[str, tuple[int, int]] = {}
+    for path in sorted(out.glob("*.json")):
+        for k, n, s in json.loads(path.read_text()):
+            latest[k] = (n, s)
+    assert latest == _totals(batches)
+
+
+def test_both_caches_share_one_budget(spark: SparkSession, tmp_path: Path) -> None:
+    """On the caching provider with a commit interval, the record cache and the emission cache
+    each get half of the slot's share."""
+    share = next(iter(executor_budgets(spark).values()))["cache_bytes_per_slot"]
+    q = Query(spark, tmp_path)
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", "sluice.cache.CachingStateStoreProvider")
+    try:
+        q.start("1h", partitions=1)
+    finally:
+        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    q.feed(_rows([f"key-{i:05d}" for i in range(3000)], 1))
+    q.stop()
+    emit = q.ops("emitCache")[-1]["customMetrics"]
+    agg = [op for p in q.progress for op in p["stateOperators"] if op["operatorName"] != "emitCache"][-1]
+    assert emit["emitCacheEvictTotal"] > 0 and 0 < emit["emitCacheBytes"] <= share // 2
+    assert agg["customMetrics"]["cacheEvictions"] > 0 and 0 < agg["customMetrics"]["cacheSizeBytes"] <= share // 2
+    assert len(q.rows) == emit["emitCacheEvictTotal"]

@@ -1,0 +1,510 @@
+"""suppress (KIP-328, KIP-539) through the public API on real streaming queries and checkpoints.
+
+Input arrives one JSON file per micro-batch (maxFilesPerTrigger=1); the sink is foreachBatch,
+recording each batch's rows by batch id, so a replayed batch overwrites its first attempt.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+from pyspark.errors import AnalysisException, StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sluice import BufferConfig, SluiceBufferFullError, SluiceSuppressError, Suppressed, suppress
+from sluice._jvm import translate
+from sluice.suppress import EagerBufferConfig, StrictBufferConfig
+
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+METRICS = ["suppressionEmitTotal", "intermediateResultSuppressionTotal", "suppressionBufferRecords",
+           "suppressionBufferBytes", "suppressionBufferBytesMax", "suppressionEvictTotal",
+           "suppressionDiskBufferBytes", "recordLatenessMaxMs", "recordLatenessAvgMs", "lateRecordDropTotal"]
+
+
+def ts(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+class Run:
+    """One query's input folder, checkpoint and collected output (batch id -> rows)."""
+
+    def __init__(self, spark: SparkSession, root: Path) -> None:
+        self.spark = spark
+        self.src = root / "in"
+        self.ckpt = root / "ckpt"
+        self.src.mkdir(parents=True, exist_ok=True)
+        self.files = 0
+        self.batches: dict[int, list[dict]] = {}
+        self.attempts: list[tuple[int, list[dict]]] = []
+        self.query: Any = None
+
+    def events(self) -> DataFrame:
+        return (self.spark.readStream.schema("ts timestamp, user string, v long")
+                .option("maxFilesPerTrigger", 1).json(str(self.src)))
+
+    def write(self, *events: tuple) -> None:
+        """Adds one input file: events are (seconds after T0, user[, v])."""
+        path = self.src / f"{self.files:05d}.json"
+        tmp = self.src / f".{self.files:05d}.tmp"
+        with open(tmp, "w") as f:
+            for e in events:
+                f.write(json.dumps({"ts": ts(e[0]), "user": e[1], "v": e[2] if len(e) > 2 else 1}) + "\n")
+        tmp.rename(path)
+        self.files += 1
+
+    def start(self, df: DataFrame, fail_when: Optional[Callable[[int, list], bool]] = None,
+              trigger: Optional[dict] = None) -> Any:
+        def sink(batch: DataFrame, batch_id: int) -> None:
+            rows = [r.asDict(recursive=True) for r in batch.collect()]
+            self.attempts.append((batch_id, rows))
+            if fail_when is not None and fail_when(batch_id, rows):
+                raise RuntimeError(f"simulated crash in batch {batch_id}")
+            self.batches[batch_id] = rows
+
+        w = df.writeStream.outputMode("update").foreachBatch(sink).option("checkpointLocation", str(self.ckpt))
+        if trigger:
+            w = w.trigger(**trigger)
+        self.query = w.start()
+        return self.query
+
+    def feed(self, *events: tuple) -> None:
+        self.write(*events)
+        self.query.processAllAvailable()
+
+    def stop(self) -> None:
+        if self.query is not None:
+            self.query.stop()
+            self.query = None
+
+    def rows(self) -> list[dict]:
+        return [r for b in sorted(self.batches) for r in self.batches[b]]
+
+    def progress_of(self, name: str = "suppress") -> list[dict]:
+        return [op for p in self.query.recentProgress for op in p["stateOperators"] if op["operatorName"] == name]
+
+
+def windowed(r: dict) -> tuple:
+    return (r["window"]["start"].replace(tzinfo=None), r["user"], r["count"])
+
+
+def at(seconds: float) -> datetime:
+    return (T0 + timedelta(seconds=seconds)).replace(tzinfo=None)
+
+
+@pytest.fixture
+def run(spark: SparkSession, tmp_path: Path) -> Any:
+    r = Run(spark, tmp_path)
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def one_partition(spark: SparkSession) -> Any:
+    """One partition of the operator: its stream time and bound are per partition."""
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    yield
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+
+
+def hourly_counts(events: DataFrame) -> DataFrame:
+    """KIP-328's alert example: count per user and hour, 10 minutes grace."""
+    return events.withWatermark("ts", "10 minutes").groupBy(F.window("ts", "1 hour"), "user").count()
+
+
+# --- configuration (no Spark needed) -------------------------------------------------------------
+
+def test_buffer_configs_are_typed_like_kafka() -> None:
+    assert isinstance(BufferConfig.max_records(5), EagerBufferConfig)
+    assert isinstance(BufferConfig.max_bytes(5), EagerBufferConfig)
+    assert isinstance(BufferConfig.unbounded(), StrictBufferConfig)
+    assert isinstance(BufferConfig.max_records(5).shut_down_when_full(), StrictBufferConfig)
+    assert isinstance(BufferConfig.max_records(5).spill_to_disk_when_full(), StrictBufferConfig)
+    assert isinstance(BufferConfig.unbounded().with_max_records(3).emit_early_when_full(), EagerBufferConfig)
+    cfg = BufferConfig.max_records(5).with_max_bytes(100).shut_down_when_full().with_max_records(7)
+    assert (cfg.records, cfg.bytes, cfg.when_full) == (7, 100, "shut_down")
+    assert BufferConfig.max_bytes(9).with_no_bound() == BufferConfig.unbounded()
+    # Emit-early configs cannot give final results: rejected at once, like Kafka's types.
+    with pytest.raises(TypeError, match="strict buffer config"):
+        Suppressed.until_window_closes(BufferConfig.max_records(10))
+    with pytest.raises(TypeError, match="strict buffer config"):
+        Suppressed.until_window_closes(BufferConfig.unbounded().with_max_bytes(10).emit_early_when_full())
+    Suppressed.until_window_closes(BufferConfig.max_bytes(10).shut_down_when_full())
+
+
+@pytest.mark.parametrize("make", [
+    lambda: BufferConfig.max_records(-1),
+    lambda: BufferConfig.max_bytes(-5),
+    lambda: BufferConfig.unbounded().with_max_records(-1),
+    lambda: BufferConfig.max_records(1).with_max_bytes(-1),
+    lambda: Suppressed.until_time_limit(timedelta(seconds=-1), BufferConfig.unbounded()),
+    lambda: Suppressed.until_wall_clock_time_limit(-2, BufferConfig.unbounded()),
+])
+def test_negative_durations_and_bounds_raise_value_error(make: Callable) -> None:
+    with pytest.raises(ValueError, match="negative|>= 0"):
+        make()
+
+
+# --- misuse fails when the DataFrame is built --------------------------------------------------
+
+def test_misuse_fails_at_build_time_with_what_to_do(spark: SparkSession, run: Run) -> None:
+    unbounded = Suppressed.until_window_closes(BufferConfig.unbounded())
+    limit = Suppressed.until_time_limit(timedelta(seconds=30), BufferConfig.max_records(1000))
+    events = run.events()
+
+    with pytest.raises(SluiceSuppressError, match="streaming DataFrame"):
+        suppress(spark.range(3).groupBy("id").count(), limit, time_col="id")
+    with pytest.raises(SluiceSuppressError, match="result of a streaming aggregation"):
+        suppress(events, limit, time_col="ts")
+    with pytest.raises(SluiceSuppressError, match="needs a time window"):
+        suppress(events.groupBy("user").count(), unbounded)
+    with pytest.raises(SluiceSuppressError, match="needs a watermark.*withWatermark"):
+        suppress(events.groupBy(F.window("ts", "1 hour"), "user").count(), unbounded)
+    counts = events.groupBy("user").agg(F.max("ts").alias("ts"), F.count("*").alias("n"))
+    with pytest.raises(SluiceSuppressError, match="needs time_col"):
+        suppress(counts, limit)
+    with pytest.raises(SluiceSuppressError, match="must be a timestamp column"):
+        suppress(counts, limit, time_col="n")
+    with pytest.raises(SluiceSuppressError, match="not a column"):
+        suppress(counts, limit, time_col="nope")
+    with pytest.raises(SluiceSuppressError, match="only used by until_time_limit"):
+        suppress(hourly_counts(events), unbounded, time_col="ts")
+    sessions = (events.withWatermark("ts", "10 minutes")
+                .groupBy(F.session_window("ts", "5 minutes"), "user").count())
+    with pytest.raises(SluiceSuppressError, match="session windows.*append output mode"):
+        suppress(sessions, unbounded)
+    with pytest.raises(TypeError):
+        suppress(counts, "until_window_closes")  # type: ignore[arg-type]
+    # The well-formed calls build (and explain) without a running query.
+    suppress(hourly_counts(events), unbounded).explain()
+    assert suppress(counts, limit, time_col="ts").columns == counts.columns
+    assert suppress(counts, Suppressed.until_time_limit(0, BufferConfig.unbounded()), time_col="ts").isStreaming
+
+
+@pytest.mark.parametrize("mode", ["append", "complete"])
+def test_non_update_output_mode_fails_at_query_start(spark: SparkSession, run: Run, mode: str) -> None:
+    final = suppress(hourly_counts(run.events()), Suppressed.until_window_closes(BufferConfig.unbounded()))
+    with pytest.raises(AnalysisException, match="output mode to be update.*outputMode\\(\"update\"\\)"):
+        q = (final.writeStream.outputMode(mode).format("memory").queryName(f"wrong_{mode}")
+             .option("checkpointLocation", str(run.ckpt)).start())
+        try:
+            run.write((0, "a"))
+            q.processAllAvailable()
+        finally:
+            q.stop()
+
+
+# --- until_window_closes -----------------------------------------------------------------------
+
+def test_final_results_once_per_window_and_key_across_restarts(spark: SparkSession, run: Run,
+                                                               provider: str) -> None:
+    """KIP-328's hourly alert: one count per user and hour once the hour plus 10 minutes grace has
+    passed; updates absorbed; late rows never reach the output; state survives restarts."""
+    final = suppress(hourly_counts(run.events()), Suppressed.until_window_closes(BufferConfig.unbounded()))
+    run.start(final)
+    run.feed((60, "alice"), (120, "alice"), (300, "bob"))
+    run.feed((1800, "alice"), (3500, "bob"))
+    assert run.rows() == []  # the first hour is open: every update is suppressed
+    ops = run.progress_of()
+    assert sum(op["customMetrics"]["intermediateResultSuppressionTotal"] for op in ops) >= 2
+    assert ops[-1]["customMetrics"]["suppressionBufferRecords"] == 2
+    assert ops[-1]["customMetrics"]["suppressionBufferBytes"] > 0
+
+    run.stop()
+    run.start(final)  # restart: the buffer comes back from the checkpoint
+    run.feed((3700, "alice"))  # watermark 3700 - 600 < 3600: hour 0 still open (grace)
+    assert run.rows() == []
+    run.feed((4300, "carol"))  # watermark reaches 3700 > 3600: hour 0 closes
+    assert sorted(map(windowed, run.rows())) == [(at(0), "alice", 3), (at(0), "bob", 2)]
+
+    run.feed((100, "alice"))  # late for a closed hour: dropped, never emitted
+    run.stop()
+    run.start(final)
+    run.feed((9000, "dave"))  # closes hour 1 (alice 1, carol 1)
+    got = Counter(windowed(r) for r in run.rows())
+    assert got == Counter({(at(0), "alice", 3): 1, (at(0), "bob", 2): 1,
+                           (at(3600), "alice", 1): 1, (at(3600), "carol", 1): 1})
+    ops = run.progress_of()
+    assert sum(op["customMetrics"]["suppressionEmitTotal"] for op in ops) == 2
+    assert all(set(METRICS) <= set(op["customMetrics"]) for op in ops)
+    # Suppress reuses the aggregation's partitioning: the only shuffle is the aggregation's.
+    plan = run.query._jsq.explainInternal(False)
+    assert "Suppress" in plan and plan.count("Exchange") == 1, plan
+
+
+def test_windows_closing_in_a_no_data_batch_are_emitted_by_it(spark: SparkSession, run: Run) -> None:
+    final = suppress(hourly_counts(run.events()), Suppressed.until_window_closes(BufferConfig.unbounded()))
+    run.start(final)
+    run.feed((10, "a"), (20, "b"))
+    run.feed((4000, "c"))  # advances the watermark to 3400; the next batch has no input
+    run.feed((4300, "c"))  # watermark 3700 becomes effective in a no-data batch after this one
+    emitting = [p for p in run.query.recentProgress
+                if any(op["operatorName"] == "suppress" and op["customMetrics"]["suppressionEmitTotal"] > 0
+                       for op in p["stateOperators"])]
+    assert len(emitting) == 1 and emitting[0]["numInputRows"] == 0
+    assert sorted(map(windowed, run.rows())) == [(at(0), "a", 1), (at(0), "b", 1)]
+
+
+def test_hopping_windows_final_once_per_window(spark: SparkSession, run: Run) -> None:
+    counts = (run.events().withWatermark("ts", "10 seconds")
+              .groupBy(F.window("ts", "1 minute", "30 seconds"), "user").count())
+    run.start(suppress(counts, Suppressed.until_window_closes(BufferConfig.unbounded())))
+    run.feed((5, "a"), (35, "a"), (40, "a"))  # watermark 30 closes [-30, 30) only
+    assert sorted(map(windowed, run.rows())) == [(at(-30), "a", 1)]
+    run.feed((50, "a"))
+    assert len(run.rows()) == 1
+    run.feed((200, "b"))  # watermark 190: [0, 60) and [30, 90) close, each emitted once
+    assert sorted(map(windowed, run.rows())) == [
+        (at(-30), "a", 1), (at(0), "a", 4), (at(30), "a", 3)]
+
+
+def test_replayed_batch_emits_the_same_rows_and_no_final_result_twice(spark: SparkSession, run: Run,
+                                                                     provider: str) -> None:
+    """A crash after suppress committed its state but before the batch committed: the restarted
+    query replays the batch, emitting the same rows; no final result is lost or duplicated."""
+    final = suppress(hourly_counts(run.events()), Suppressed.until_window_closes(BufferConfig.unbounded()))
+    crashed: list[int] = []
+
+    def crash_once(batch_id: int, rows: list) -> bool:
+        if rows and not crashed:
+            crashed.append(batch_id)
+            return True
+        return False
+
+    run.start(final, fail_when=crash_once)
+    run.feed((10, "a"), (20, "b"), (30, "a"))
+    with pytest.raises(StreamingQueryException, match="simulated crash"):
+        run.feed((4300, "c"))  # closes hour 0 (in this batch or the no-data batch after it)
+    run.query = None
+    first_attempt = [rows for b, rows in run.attempts if b == crashed[0]]
+
+    run.start(final)
+    run.query.processAllAvailable()
+    replay = run.batches[crashed[0]]
+    assert sorted(map(windowed, replay)) == sorted(map(windowed, first_attempt[0]))
+    run.feed((8000, "d"))  # closes hour 1
+    got = Counter(windowed(r) for r in run.rows())
+    assert got == Counter({(at(0), "a", 2): 1, (at(0), "b", 1): 1, (at(3600), "c", 1): 1})
+
+
+# --- until_time_limit --------------------------------------------------------------------------
+
+def test_rate_limit_at_most_once_per_key_per_limit(spark: SparkSession, run: Run, provider: str,
+                                                   one_partition: None) -> None:
+    """KIP-328's rate limit: a 30 s limit with max_records(1000) over a per-user table; stream time
+    is the largest time_col seen; an update does not restart the timer."""
+    table = run.events().groupBy("user").agg(F.max("ts").alias("ts"), F.sum("v").alias("total"))
+    limited = suppress(table, Suppressed.until_time_limit(timedelta(seconds=30), BufferConfig.max_records(1000)),
+                       time_col="ts")
+    run.start(limited)
+    run.feed((0, "a", 1), (5, "b", 1))
+    run.feed((20, "a", 1))           # update of a: keeps buffer time 0
+    assert run.rows() == []
+    run.feed((31, "c", 1))           # stream time 31: a (buffered at 0) is due; b (5) is not
+    assert [(r["user"], r["total"]) for r in run.rows()] == [("a", 2)]
+    run.stop()
+    run.start(limited)               # stream time and buffer survive the restart
+    run.feed((36, "a", 5))           # a re-buffered at 36; stream time 36 releases b (5)
+    assert sorted((r["user"], r["total"]) for r in run.rows()) == [("a", 2), ("b", 1)]
+    run.feed((70, "z", 1))           # releases c (31) and a (36) with their latest rows
+    out = [(r["user"], r["total"]) for r in run.rows()]
+    assert sorted(out) == [("a", 2), ("a", 7), ("b", 1), ("c", 1)]
+    # a was emitted at stream time 31 and 70: once per 30 s although it was updated in between.
+    assert sum(op["customMetrics"]["intermediateResultSuppressionTotal"] for op in run.progress_of()) == 0
+
+
+def test_zero_time_limit_forwards_at_once(spark: SparkSession, run: Run) -> None:
+    table = run.events().groupBy("user").agg(F.max("ts").alias("ts"), F.count("*").alias("n"))
+    run.start(suppress(table, Suppressed.until_time_limit(0, BufferConfig.unbounded()), time_col="ts"))
+    run.feed((0, "a"), (1, "b"))
+    run.feed((2, "a"))
+    assert [sorted((r["user"], r["n"]) for r in run.batches[b]) for b in sorted(run.batches)] == [
+        [("a", 1), ("b", 1)], [("a", 2)]]
+
+
+def test_emit_early_when_full_emits_oldest_first(spark: SparkSession, run: Run, one_partition: None) -> None:
+    table = run.events().groupBy("user").agg(F.max("ts").alias("ts"), F.count("*").alias("n"))
+    limited = suppress(table, Suppressed.until_time_limit(3600, BufferConfig.max_records(2)), time_col="ts")
+    run.start(limited)
+    run.feed((10, "a"), (20, "b"))
+    assert run.rows() == []
+    run.feed((30, "c"), (40, "d"), (15, "a"))  # 4 keys > 2: the two oldest (a@10, b@20) go early
+    assert sorted((r["user"], r["n"]) for r in run.rows()) == [("a", 2), ("b", 1)], run.progress_of()
+    m = run.progress_of()[-1]["customMetrics"]
+    assert m["suppressionEvictTotal"] == 2 and m["suppressionBufferRecords"] == 2
+    assert m["suppressionEmitTotal"] == 0
+    # a's row (time 15) arrived when stream time was already >= 20: at least 5 s late.
+    assert m["recordLatenessMaxMs"] >= 5000 and 0 < m["recordLatenessAvgMs"] <= m["recordLatenessMaxMs"]
+    assert m["suppressionBufferBytesMax"] >= m["suppressionBufferBytes"] > 0
+
+
+def test_shut_down_when_full_then_restart_with_larger_bound_loses_nothing(spark: SparkSession, run: Run,
+                                                                         provider: str) -> None:
+    counts = hourly_counts(run.events())
+    small = Suppressed.until_window_closes(BufferConfig.max_records(1).shut_down_when_full()).with_name("alerts")
+
+    def start(df: DataFrame, name: str) -> Any:  # a JVM sink: the task's exception reaches Python
+        run.query = (df.writeStream.outputMode("update").format("memory").queryName(name)
+                     .option("checkpointLocation", str(run.ckpt)).start())
+        return run.query
+
+    start(suppress(counts, small), "shutdown_small")
+    run.feed((10, "a"))
+    with pytest.raises(StreamingQueryException) as info:
+        run.feed(*[(20 + i, f"user{i}") for i in range(8)])  # 9 keys over 2 partitions: some partition > 1
+    err = translate(info.value)
+    assert isinstance(err, SluiceBufferFullError), err
+    assert "alerts" in str(err) and "[records/max] = [" in str(err) and "/1]" in str(err)
+    assert "[bytes/max] = [" in str(err)
+    assert spark.table("shutdown_small").count() == 0
+    run.query = None
+
+    larger = Suppressed.until_window_closes(BufferConfig.max_records(100).shut_down_when_full())
+    run.start(suppress(counts, larger))  # the same checkpoint; the failed batch is replayed
+    run.feed((4300, "z"))
+    assert sorted(map(windowed, run.rows())) == sorted([(at(0), "a", 1)] + [(at(0), f"user{i}", 1) for i in range(8)])
+
+
+def test_spill_to_disk_results_identical_to_unbounded(spark: SparkSession, tmp_path: Path, provider: str) -> None:
+    runs = {}
+    cfgs = {"unbounded": BufferConfig.unbounded(),
+            "spill": BufferConfig.max_records(1).spill_to_disk_when_full()}
+    for name, cfg in cfgs.items():
+        r = Run(spark, tmp_path / name)
+        r.start(suppress(hourly_counts(r.events()), Suppressed.until_window_closes(cfg)))
+        runs[name] = r
+    batches = [[(10 * i, f"u{i}") for i in range(6)], [(100, "u1"), (3700, "u7"), (3800, "u8")],
+               [(7300, "u9")], [(11000, "x")]]
+    try:
+        for events in batches:
+            for r in runs.values():
+                r.feed(*events)
+        spill = runs["spill"].progress_of()
+        assert max(op["customMetrics"]["suppressionDiskBufferBytes"] for op in spill) > 0
+        # In memory: at most one row per partition (2 partitions).
+        assert max(op["customMetrics"]["suppressionBufferRecords"] for op in spill) <= 2
+        assert sum(op["customMetrics"]["suppressionEvictTotal"] for op in spill) == 0
+        got = {n: sorted(map(windowed, r.rows())) for n, r in runs.items()}
+        assert got["spill"] == got["unbounded"] and len(got["spill"]) == 8
+        # Per batch too: nothing is emitted early.
+        assert [len(r) for r in runs["spill"].batches.values()] == [len(r) for r in runs["unbounded"].batches.values()]
+    finally:
+        for r in runs.values():
+            r.stop()
+
+
+# --- until_wall_clock_time_limit ---------------------------------------------------------------
+
+def _wait_for(query: Any, predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out; progress: {[p['batchId'] for p in query.recentProgress]}")
+        if query.exception() is not None:
+            raise query.exception()
+        query.awaitTermination(0.1)
+
+
+def test_wall_clock_limit_flushes_idle_buffer_without_input(spark: SparkSession, run: Run) -> None:
+    table = run.events().groupBy("user").agg(F.count("*").alias("n"))
+    limited = suppress(table, Suppressed.until_wall_clock_time_limit(timedelta(seconds=3), BufferConfig.max_bytes(5_000_000)))
+    run.write((0, "a"), (1, "b"), (2, "a"))
+    started = time.monotonic()
+    run.start(limited, trigger={"processingTime": "250 milliseconds"})
+    # Rows reach the sink before the batch's progress is posted: wait for both.
+    _wait_for(run.query, lambda: len(run.rows()) == 2 and len(run.query.recentProgress) >= 2)
+    assert time.monotonic() - started >= 3
+    assert sorted((r["user"], r["n"]) for r in run.rows()) == [("a", 2), ("b", 1)]
+    progress = run.query.recentProgress
+    flush = [p for p in progress if any(op["operatorName"] == "suppress" and op["customMetrics"]["suppressionEmitTotal"]
+                                        for op in p["stateOperators"])]
+    assert len(flush) == 1 and flush[0]["numInputRows"] == 0
+    # A no-data batch is asked for only when something is due: about 12 triggers passed while
+    # waiting, but only the input batch and the flush batch ran (plus at most one early re-check).
+    batch_ids = {p["batchId"] for p in progress}
+    assert len(batch_ids) <= 3, [(p["batchId"], p["numInputRows"]) for p in progress]
+    # And nothing more runs once the buffer is empty.
+    run.query.awaitTermination(1.0)
+    assert {p["batchId"] for p in run.query.recentProgress} == batch_ids
+
+
+def test_several_suppress_operators_in_one_query(spark: SparkSession, run: Run, provider: str,
+                                                 one_partition: None) -> None:
+    """A rate limit feeding a final-result suppress: two sluice operators with their own state."""
+    counts = hourly_counts(run.events())
+    limited = suppress(counts, Suppressed.until_time_limit(timedelta(minutes=30), BufferConfig.max_records(1000)),
+                       time_col="window.end")
+    final = suppress(limited, Suppressed.until_window_closes(BufferConfig.unbounded()))
+    run.start(final)
+    run.feed((10, "a"), (20, "b"))
+    run.feed((3000, "a"))
+    run.stop()
+    run.start(final)
+    run.feed((4300, "c"))
+    run.feed((9000, "d"))
+    ops = [op for op in run.query.lastProgress["stateOperators"] if op["operatorName"] == "suppress"]
+    assert len(ops) == 2
+    assert Counter(map(windowed, run.rows())) == Counter({(at(0), "a", 2): 1, (at(0), "b", 1): 1,
+                                                         (at(3600), "c", 1): 1})
+
+
+def test_kill_and_restart_emits_each_final_result_exactly_once(spark: SparkSession, tmp_path: Path) -> None:
+    """SIGKILL a query's whole process (driver JVM included) mid-stream, restart it here on the same
+    checkpoint: with a sink idempotent per batch id, every final result arrives exactly once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from suppress_kill_child import file_sink, final_results
+
+    provider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    hours = 8
+    for h in range(hours):  # file h: events in hour h; it closes hour h - 1
+        with open(src / f"{h:03d}.json", "w") as f:
+            for i, user in enumerate(["a", "b", "c", "a"][: 2 + h % 3]):
+                f.write(json.dumps({"ts": ts(h * 3600 + 900 + i * 60), "user": user, "v": 1}) + "\n")
+        os.utime(src / f"{h:03d}.json", (1_700_000_000 + h, 1_700_000_000 + h))
+
+    child = subprocess.Popen([sys.executable, str(Path(__file__).parent / "suppress_kill_child.py"),
+                              str(src), str(ckpt), str(out), provider],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len(list(out.glob("*.json"))) < 4:
+            assert child.poll() is None, "child query died"
+            assert time.monotonic() < deadline, "child query made no progress"
+            time.sleep(0.2)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    done_before_kill = len(list(out.glob("*.json")))
+    assert done_before_kill < 2 * hours  # killed mid-stream, not after the end
+
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", provider)
+    try:
+        q = (final_results(spark, str(src)).writeStream.outputMode("update").foreachBatch(file_sink(str(out)))
+             .option("checkpointLocation", str(ckpt)).start())
+        q.processAllAvailable()
+        q.stop()
+    finally:
+        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+
+    got = Counter()
+    for path in sorted(out.glob("*.json")):
+        for r in json.load(open(path)):
+            got[(r["start"], r["user"], r["count"])] += 1
+    expected = Counter()
+    for h in range(hours - 1):  # the last hour stays open
+        users = ["a", "b", "c", "a"][: 2 + h % 3]
+        for user in set(users):
+            expected[(at(h * 3600).isoformat(), user, users.count(user))] = 1
+    assert got == expected
