@@ -404,5 +404,9 @@ def test_suppress_until_window_closes(spark: SparkSession, tmp_path: Path) -> No
                 .select("window.start", "key", "count"))
 
     _, ws = _side_by_side(spark, tmp_path, build, "update")
+    state = tmp_path / "ckpt-in_memory_window" / "state"
+    suppress_ops = [d for d in state.iterdir() if d.name.isdigit() and int(d.name) >= 1000]
+    assert suppress_ops and any(f.name.endswith(".wdelta") for d in suppress_ops for f in d.rglob("*")), \
+        "suppress's buffer lives in the window store"
     finals = [row for rows in ws.results.values() for row in rows]
     assert len(finals) == len({(start, key) for start, key, _ in finals}), "one final result per window"
