@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 
 from sluice._conf import OPTIONS
 from sluice._jvm import SluiceBufferFullError, SluiceConfError, SluiceError, translating
+from sluice.stores import InMemoryWindowStoreSupplier, Stores
 from sluice.suppress import BufferConfig, SluiceSuppressError, Suppressed, suppress
 
 __all__ = [
@@ -19,6 +20,8 @@ __all__ = [
     "SluiceError",
     "SluiceConfError",
     "SluiceBufferFullError",
+    "Stores",
+    "InMemoryWindowStoreSupplier",
     "suppress",
     "Suppressed",
     "BufferConfig",
@@ -47,7 +50,8 @@ def configure(builder: SparkSession.Builder, **options: Any) -> SparkSession.Bui
     """Adds sluice to a SparkSession builder and sets its ``spark.sluice.*`` options.
 
     Options are the snake_case forms of the keys, e.g. ``statestore_cache_max_bytes="64m"``,
-    ``input_buffer_max_bytes``, ``commit_interval_ms``. An unknown option raises ``TypeError``
+    ``input_buffer_max_bytes``, ``commit_interval_ms``, and ``state_store`` (``"in_memory_window"``,
+    ``"hdfs"`` or ``"rocksdb"``: the state store provider). An unknown option raises ``TypeError``
     and a bad value ``ValueError``, both before any Spark work. The returned builder's
     ``getOrCreate()`` reports sluice's startup errors as :class:`SluiceError` subclasses.
     """
@@ -55,6 +59,9 @@ def configure(builder: SparkSession.Builder, **options: Any) -> SparkSession.Bui
     if unknown:
         raise TypeError(f"configure() got unknown option(s) {', '.join(unknown)}; "
                         f"known options: {', '.join(sorted(OPTIONS))}")
+    if options.get("state_store_cache") is True and "state_store" in options:
+        raise ValueError("state_store and state_store_cache=True both choose the state store provider; "
+                         "to cache a provider, pass statestore_cache_delegate instead of state_store")
     settings = {OPTIONS[name].key: OPTIONS[name].to_conf(value) for name, value in options.items()}
     settings = {k: v for k, v in settings.items() if v is not None}  # a False flag sets nothing
 

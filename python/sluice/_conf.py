@@ -49,9 +49,21 @@ class Option:
     def to_conf(self, value: Any) -> str:
         parsed = self.parse(value)
         if parsed is None or (isinstance(parsed, int) and parsed < self.minimum):
-            raise ValueError(
-                f"Invalid value {value!r} for {self.key}: expected {self.expected}, at least {self.minimum}")
+            at_least = f", at least {self.minimum}" if not isinstance(parsed, str) else ""
+            raise ValueError(f"Invalid value {value!r} for {self.key}: expected {self.expected}{at_least}")
         return str(parsed)
+
+
+# state_store: the state store provider a name selects (spark.sql.streaming.stateStore.providerClass).
+STATE_STORE_PROVIDERS = {
+    "in_memory_window": "sluice.windowstore.InMemoryWindowStoreProvider",
+    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+}
+
+
+def parse_state_store(value: Any) -> str | None:
+    return STATE_STORE_PROVIDERS.get(str(value).strip().lower()) if isinstance(value, str) else None
 
 
 _BYTES = "a byte size: a number of bytes or a Spark byte string such as 64m or 1g"
@@ -89,6 +101,8 @@ OPTIONS: dict[str, Option] = {
     "statestore_cache_max_bytes": Option(PREFIX + "statestore.cache.max.bytes", _BYTES, parse_bytes),
     "input_buffer_max_bytes": Option(PREFIX + "input.buffer.max.bytes", _BYTES, parse_bytes, minimum=1),
     "commit_interval_ms": Option(PREFIX + "commit.interval.ms", _MILLIS, parse_millis),
+    "state_store": Option("spark.sql.streaming.stateStore.providerClass",
+                          "one of " + ", ".join(STATE_STORE_PROVIDERS), parse_state_store),
     # record cache (sluice.cache)
     "state_store_cache": _FlagOption("spark.sql.streaming.stateStore.providerClass", "True or False",
                                      lambda v: v, value_if_true=CACHING_PROVIDER),

@@ -92,10 +92,24 @@ object SluiceConf {
   val StateStoreCacheDelegate: ConfEntry[String] =
     choice("statestore.cache.delegate", "rocksdb", Seq("rocksdb", "hdfs", "in_memory_window"))
 
+  // In-memory window store (KIP-428), read by sluice.windowstore.InMemoryWindowStoreProvider.
+  /** Name of the window store, used in messages. */
+  val WindowStoreName: ConfEntry[String] = string("windowstore.name", "in-memory-window-store")
+  /** Windows starting at or before stream time minus this are dropped; 0 keeps them until Spark evicts them. */
+  val WindowStoreRetention: ConfEntry[Long] = millis("windowstore.retention", 0L, 0L)
+  /** Window size the store was declared with (validated against retention by the supplier). */
+  val WindowStoreWindowSize: ConfEntry[Long] = millis("windowstore.window.size", 0L, 0L)
+  /** Grace period the store was declared with (validated against retention by the supplier). */
+  val WindowStoreGrace: ConfEntry[Long] = millis("windowstore.grace", 0L, 0L)
+  /** A snapshot file is written (by Spark's maintenance thread) every this many versions. */
+  val WindowStoreSnapshotInterval: ConfEntry[Int] = positiveInt("windowstore.snapshot.interval", 10)
+  val windowStoreEntries: Seq[ConfEntry[_]] = Seq(WindowStoreName, WindowStoreRetention,
+    WindowStoreWindowSize, WindowStoreGrace, WindowStoreSnapshotInterval)
+
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
     Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, CommitIntervalMs) ++
-    Seq(StateStoreCacheDelegate)
+    Seq(StateStoreCacheDelegate) ++ windowStoreEntries
 
   def apply(settings: Iterable[(String, String)]): SluiceConf =
     new SluiceConf(settings.iterator.filter(_._1.startsWith(Prefix)).toMap)

@@ -1,0 +1,490 @@
+package sluice.windowstore
+
+import java.io.{DataInputStream, DataOutputStream, FileNotFoundException, IOException}
+import java.util.Locale
+
+import scala.util.control.NonFatal
+
+import net.jpountz.lz4.{LZ4BlockInputStream, LZ4BlockOutputStream}
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.Path
+
+import org.apache.spark.{SparkEnv, TaskContext}
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+import org.apache.spark.sql.execution.streaming.state._
+import org.apache.spark.sql.types.StructType
+
+import sluice.conf.SluiceConf
+
+/**
+ * KIP-428's in-memory window store as a Spark state store provider
+ * (`spark.sql.streaming.stateStore.providerClass=sluice.windowstore.InMemoryWindowStoreProvider`).
+ *
+ * State lives in one [[SegmentedStateMap]] per provider; a micro-batch mutates it in place and
+ * keeps only what it needs to roll back, so opening a version costs nothing and committing costs
+ * the batch's changes. Files under the store's checkpoint directory:
+ *  - `N.wdelta`: the keys version N changed (puts and removes) and the stream time after N;
+ *  - `N.wsnapshot`: all entries of version N and its stream time, written by `doMaintenance`
+ *    every `spark.sluice.windowstore.snapshot.interval` versions.
+ * Loading version N reads the latest snapshot at or before N and the deltas after it. Asking for a
+ * version other than the live one (a replayed batch, or another executor moved on) reloads it.
+ */
+class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[WindowStoreSettings])
+  extends StateStoreProvider with Logging {
+  import InMemoryWindowStoreProvider._
+
+  /** Spark creates providers by reflection with this constructor. */
+  def this() = this(None)
+
+  @volatile private var _id: StateStoreId = _
+  private var keySchema: StructType = _
+  private var valueSchema: StructType = _
+  private var numColsPrefixKey = 0
+  private var hadoopConf: Configuration = _
+  private var minVersionsToRetain = 100
+  private var commitValidation = false
+  private[windowstore] var settings: WindowStoreSettings = _
+  private lazy val baseDir = _id.storeCheckpointLocation()
+  private lazy val fm = CheckpointFileManager.create(baseDir, hadoopConf)
+
+  // Guarded by this: the live map, its committed version and the open writer.
+  private var map: SegmentedStateMap = _
+  private var liveVersion = -1L
+  private var writer: WriteStore = null
+
+  override def init(
+      stateStoreId: StateStoreId,
+      keySchema: StructType,
+      valueSchema: StructType,
+      keyStateEncoderSpec: KeyStateEncoderSpec,
+      useColumnFamilies: Boolean,
+      storeConfs: StateStoreConf,
+      hadoopConf: Configuration,
+      useMultipleValuesPerKey: Boolean,
+      stateSchemaProvider: Option[StateSchemaProvider]): Unit = {
+    if (useColumnFamilies) throw StateStoreErrors.multipleColumnFamiliesNotSupported(ProviderName)
+    if (useMultipleValuesPerKey) {
+      throw StateStoreErrors.unsupportedOperationException("multipleValuesPerKey", ProviderName)
+    }
+    if (storeConfs.enableStateStoreCheckpointIds) {
+      throw StateStoreErrors.stateStoreCheckpointIdsNotSupported(
+        s"$ProviderName does not support checkpointFormatVersion > 1")
+    }
+    numColsPrefixKey = keyStateEncoderSpec match {
+      case NoPrefixKeyStateEncoderSpec(_) => 0
+      case PrefixKeyScanStateEncoderSpec(_, n) => n
+      case other => throw StateStoreErrors.unsupportedOperationException(
+        other.getClass.getSimpleName, ProviderName)
+    }
+    this._id = stateStoreId
+    this.keySchema = keySchema
+    this.valueSchema = valueSchema
+    this.hadoopConf = hadoopConf
+    this.minVersionsToRetain = storeConfs.minVersionsToRetain
+    this.commitValidation = storeConfs.commitValidationEnabled
+    this.settings = fixedSettings.getOrElse(WindowStoreSettings.current())
+    this.map = newMap()
+    fm.mkdirs(baseDir)
+    logInfo(s"Initialized $this with $settings, window field ${WindowField.find(keySchema)}")
+  }
+
+  private def newMap() = new SegmentedStateMap(keySchema, numColsPrefixKey, settings.retentionMicros)
+
+  override def stateStoreId: StateStoreId = _id
+
+  override def getStore(version: Long, uniqueId: Option[String]): StateStore = {
+    checkNoCheckpointId(uniqueId)
+    synchronized {
+      awaitNoWriter()
+      load(version)
+      map.begin()
+      map.expire()
+      writer = new WriteStore(version)
+      writer
+    }
+  }
+
+  override def getReadStore(version: Long, uniqueId: Option[String]): ReadStateStore = {
+    checkNoCheckpointId(uniqueId)
+    synchronized {
+      awaitNoWriter()
+      load(version)
+      new ReadStore(version)
+    }
+  }
+
+  override def upgradeReadStoreToWriteStore(
+      readStore: ReadStateStore, version: Long, uniqueId: Option[String]): StateStore =
+    getStore(version, uniqueId)
+
+  override def supportedCustomMetrics: Seq[StateStoreCustomMetric] =
+    Seq(SegmentsMetric, MemoryBytesMetric, ExpiredDropsMetric)
+
+  /** Writes a snapshot when due (only between batches: never while a version is open) and
+   *  deletes files no longer needed to load the last `minBatchesToRetain` versions. */
+  override def doMaintenance(): Unit = {
+    try {
+      val lastSnapshot = listFiles().filter(_.snapshot).map(_.version).foldLeft(0L)(math.max)
+      synchronized {
+        if (writer == null && liveVersion > 0 &&
+            liveVersion - lastSnapshot >= settings.snapshotInterval) {
+          writeSnapshot(liveVersion)
+        }
+      }
+      cleanup()
+    } catch {
+      case NonFatal(e) => logWarning(s"Maintenance of $this failed", e)
+    }
+  }
+
+  override def close(): Unit = synchronized {
+    if (map != null) map.clear()
+    liveVersion = -1
+  }
+
+  override def toString: String = s"$ProviderName[${_id}]"
+
+  // ---- versions ----
+
+  private def checkNoCheckpointId(uniqueId: Option[String]): Unit = {
+    if (uniqueId.isDefined) {
+      throw StateStoreErrors.stateStoreCheckpointIdsNotSupported(
+        s"$ProviderName does not support checkpointFormatVersion > 1")
+    }
+  }
+
+  /** Waits for a previous attempt's open version to commit or abort (its task completion
+   *  listener aborts it), then fails rather than share the map with it. */
+  private def awaitNoWriter(): Unit = {
+    val deadline = System.currentTimeMillis() + WriterWaitMs
+    while (writer != null && System.currentTimeMillis() < deadline) {
+      wait(math.max(1L, deadline - System.currentTimeMillis()))
+    }
+    if (writer != null) {
+      throw new IllegalStateException(
+        s"$this: version ${writer.version + 1} is still open in another task; cannot open a second one")
+    }
+  }
+
+  /** Makes the live map hold `version`: nothing to do for the live version, deltas for a newer
+   *  one when they follow on, otherwise a rebuild from snapshot and deltas. */
+  private def load(version: Long): Unit = {
+    if (version < 0) throw new IllegalArgumentException(s"$this: invalid state version $version")
+    if (version == liveVersion) return
+    try {
+      if (liveVersion >= 0 && version > liveVersion &&
+          (liveVersion + 1 to version).forall(v => fm.exists(deltaFile(v)))) {
+        (liveVersion + 1 to version).foreach(v => readFile(deltaFile(v), isSnapshot = false))
+      } else {
+        map.clear()
+        map.streamTime = Long.MinValue
+        if (version > 0) {
+          val snapshot = listFiles().filter(f => f.snapshot && f.version <= version)
+            .map(_.version).foldLeft(0L)(math.max)
+          if (snapshot > 0) readFile(snapshotFile(snapshot), isSnapshot = true)
+          (snapshot + 1 to version).foreach(v => readFile(deltaFile(v), isSnapshot = false))
+        }
+      }
+      liveVersion = version
+    } catch {
+      case e: Throwable =>
+        map.clear()
+        liveVersion = -1
+        throw StateStoreErrors.cannotLoadStore(e)
+    }
+    logInfo(s"Loaded version $version of $this: ${map.numKeys} keys in ${map.numSegments} segments")
+  }
+
+  private def commitVersion(store: WriteStore): Long = synchronized {
+    val newVersion = store.version + 1
+    val out = fm.createAtomic(deltaFile(newVersion), overwriteIfPossible = true)
+    try {
+      val data = new DataOutputStream(new LZ4BlockOutputStream(out))
+      data.writeInt(DeltaMagic)
+      map.commit().foreach { case (k, v) =>
+        writeRow(data, k)
+        if (v == null) data.writeInt(-1) else writeRow(data, v)
+      }
+      data.writeInt(-1)
+      data.writeLong(map.streamTime)
+      data.close()
+    } catch {
+      case e: Throwable =>
+        out.cancel()
+        // The live map now holds a version that is not on disk: forget it.
+        map.clear()
+        liveVersion = -1
+        writer = null
+        notifyAll()
+        throw e
+    }
+    liveVersion = newVersion
+    writer = null
+    notifyAll()
+    newVersion
+  }
+
+  private def abortVersion(): Unit = synchronized {
+    map.rollback()
+    writer = null
+    notifyAll()
+  }
+
+  // ---- files ----
+
+  private case class StoreFile(version: Long, snapshot: Boolean, path: Path)
+
+  private def deltaFile(v: Long) = new Path(baseDir, s"$v.$DeltaSuffix")
+  private def snapshotFile(v: Long) = new Path(baseDir, s"$v.$SnapshotSuffix")
+
+  private def listFiles(): Seq[StoreFile] = {
+    val statuses = try fm.list(baseDir).toSeq catch { case _: FileNotFoundException => Seq.empty }
+    statuses.flatMap { s =>
+      s.getPath.getName.split('.') match {
+        case Array(v, suffix) if v.forall(_.isDigit) && v.nonEmpty =>
+          suffix.toLowerCase(Locale.ROOT) match {
+            case DeltaSuffix => Some(StoreFile(v.toLong, snapshot = false, s.getPath))
+            case SnapshotSuffix => Some(StoreFile(v.toLong, snapshot = true, s.getPath))
+            case _ => None
+          }
+        case _ => None
+      }
+    }.sortBy(f => (f.version, f.snapshot))
+  }
+
+  private def writeRow(out: DataOutputStream, row: UnsafeRow): Unit = {
+    out.writeInt(row.getSizeInBytes)
+    out.write(row.getBytes)
+  }
+
+  private def writeSnapshot(version: Long): Unit = {
+    val out = fm.createAtomic(snapshotFile(version), overwriteIfPossible = true)
+    try {
+      val data = new DataOutputStream(new LZ4BlockOutputStream(out))
+      data.writeInt(SnapshotMagic)
+      map.iterator().foreach { p => writeRow(data, p.key); writeRow(data, p.value) }
+      data.writeInt(-1)
+      data.writeLong(map.streamTime)
+      data.close()
+    } catch {
+      case e: Throwable => out.cancel(); throw e
+    }
+    logInfo(s"Wrote snapshot of version $version of $this")
+  }
+
+  /** Applies a delta or snapshot file to the live map, then its stream time and expiry. */
+  private def readFile(path: Path, isSnapshot: Boolean): Unit = {
+    val raw = try fm.open(path) catch {
+      case e: FileNotFoundException =>
+        throw new IOException(s"$this: cannot load state, $path is missing", e)
+    }
+    val in = new DataInputStream(new LZ4BlockInputStream(raw))
+    try {
+      val magic = in.readInt()
+      if (magic != (if (isSnapshot) SnapshotMagic else DeltaMagic)) {
+        throw new IOException(s"$path is not a $ProviderName file (bad header)")
+      }
+      var keySize = in.readInt()
+      while (keySize != -1) {
+        if (keySize < 0) throw new IOException(s"$path is corrupt (key size $keySize)")
+        val key = readRow(in, keySize, keySchema.length)
+        val valueSize = in.readInt()
+        if (valueSize < 0) {
+          if (isSnapshot) throw new IOException(s"$path is corrupt (remove in snapshot)")
+          map.rawRemove(key)
+        } else {
+          map.rawPut(key, readRow(in, valueSize, valueSchema.length))
+        }
+        keySize = in.readInt()
+      }
+      map.streamTime = math.max(map.streamTime, in.readLong())
+      map.expire()
+    } finally {
+      in.close()
+    }
+  }
+
+  private def readRow(in: DataInputStream, size: Int, numFields: Int): UnsafeRow = {
+    val bytes = new Array[Byte](size)
+    in.readFully(bytes)
+    val row = new UnsafeRow(numFields)
+    row.pointTo(bytes, size)
+    row
+  }
+
+  /** Deletes files older than the snapshot needed to load the oldest retained version. */
+  private def cleanup(): Unit = {
+    val files = listFiles()
+    if (files.isEmpty) return
+    val oldestToKeep = files.last.version - minVersionsToRetain
+    if (oldestToKeep <= 0) return
+    val base = files.filter(f => f.snapshot && f.version <= oldestToKeep).map(_.version)
+      .foldLeft(0L)(math.max)
+    if (base > 0) {
+      files.filter(f => f.version < base || (f.version == base && !f.snapshot))
+        .foreach(f => fm.delete(f.path))
+    }
+  }
+
+  // ---- stores ----
+
+  private def checkDefault(colFamilyName: String): Unit = {
+    if (colFamilyName != StateStore.DEFAULT_COL_FAMILY_NAME) {
+      throw StateStoreErrors.multipleColumnFamiliesNotSupported(ProviderName)
+    }
+  }
+
+  // Not synchronized: a snapshot being written must not block the task reading its metrics.
+  private def metricsNow(): StateStoreMetrics = {
+    StateStoreMetrics(map.numKeys, map.memoryBytes, Map(
+      SegmentsMetric -> map.numSegments.toLong,
+      MemoryBytesMetric -> map.memoryBytes,
+      ExpiredDropsMetric -> map.droppedPuts))
+  }
+
+  private class ReadStore(val version: Long) extends ReadStateStore {
+    override def id: StateStoreId = _id
+    override def get(key: UnsafeRow, colFamilyName: String): UnsafeRow = {
+      checkDefault(colFamilyName)
+      map.get(key)
+    }
+    override def valuesIterator(key: UnsafeRow, colFamilyName: String): Iterator[UnsafeRow] =
+      throw StateStoreErrors.unsupportedOperationException("multipleValuesPerKey", ProviderName)
+    override def prefixScan(prefixKey: UnsafeRow, colFamilyName: String)
+        : StateStoreIterator[UnsafeRowPair] = {
+      checkDefault(colFamilyName)
+      new StateStoreIterator(map.prefixScan(prefixKey))
+    }
+    override def iterator(colFamilyName: String): StateStoreIterator[UnsafeRowPair] = {
+      checkDefault(colFamilyName)
+      new StateStoreIterator(map.iterator())
+    }
+    override def abort(): Unit = ()
+    override def release(): Unit = ()
+    override def toString: String = s"${InMemoryWindowStoreProvider.this}.read(v$version)"
+  }
+
+  private class WriteStore(val version: Long) extends StateStore {
+    @volatile private var state = 0 // 0 open, 1 committed, 2 aborted
+
+    Option(TaskContext.get()).foreach(_.addTaskCompletionListener[Unit](_ => if (state == 0) abort()))
+
+    private def checkOpen(op: String): Unit =
+      if (state != 0) throw new IllegalStateException(s"Cannot $op after the store was committed or aborted")
+
+    override def id: StateStoreId = _id
+    override def get(key: UnsafeRow, colFamilyName: String): UnsafeRow = {
+      checkDefault(colFamilyName)
+      map.get(key)
+    }
+    override def put(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit = {
+      checkDefault(colFamilyName)
+      require(value != null, "Cannot put a null value")
+      checkOpen("put")
+      map.put(key, value)
+    }
+    override def remove(key: UnsafeRow, colFamilyName: String): Unit = {
+      checkDefault(colFamilyName)
+      checkOpen("remove")
+      map.remove(key)
+    }
+    override def prefixScan(prefixKey: UnsafeRow, colFamilyName: String)
+        : StateStoreIterator[UnsafeRowPair] = {
+      checkDefault(colFamilyName)
+      new StateStoreIterator(map.prefixScan(prefixKey))
+    }
+    override def iterator(colFamilyName: String): StateStoreIterator[UnsafeRowPair] = {
+      checkDefault(colFamilyName)
+      new StateStoreIterator(map.iterator())
+    }
+    override def commit(): Long = {
+      checkOpen("commit")
+      val v = commitVersion(this)
+      state = 1
+      // Spark 4.1 checks that a foreachBatch batch committed every store, as the HDFS provider reports.
+      if (commitValidation) StateStore.reportCommitToCoordinator(v, _id, hadoopConf)
+      v
+    }
+    override def abort(): Unit = {
+      if (state == 0) {
+        state = 2
+        abortVersion()
+      }
+    }
+    override def hasCommitted: Boolean = state == 1
+    override def metrics: StateStoreMetrics = metricsNow()
+    override def getStateStoreCheckpointInfo(): StateStoreCheckpointInfo =
+      StateStoreCheckpointInfo(_id.partitionId, version + 1, None, None)
+
+    override def createColFamilyIfAbsent(name: String, keySchema: StructType, valueSchema: StructType,
+        keyStateEncoderSpec: KeyStateEncoderSpec, useMultipleValuesPerKey: Boolean,
+        isInternal: Boolean): Unit =
+      throw StateStoreErrors.multipleColumnFamiliesNotSupported(ProviderName)
+    override def removeColFamilyIfExists(colFamilyName: String): Boolean =
+      throw StateStoreErrors.removingColumnFamiliesNotSupported(ProviderName)
+    override def valuesIterator(key: UnsafeRow, colFamilyName: String): Iterator[UnsafeRow] =
+      throw StateStoreErrors.unsupportedOperationException("multipleValuesPerKey", ProviderName)
+    override def putList(key: UnsafeRow, values: Array[UnsafeRow], colFamilyName: String): Unit =
+      throw StateStoreErrors.unsupportedOperationException("putList", ProviderName)
+    override def merge(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit =
+      throw StateStoreErrors.unsupportedOperationException("merge", ProviderName)
+    override def mergeList(key: UnsafeRow, values: Array[UnsafeRow], colFamilyName: String): Unit =
+      throw StateStoreErrors.unsupportedOperationException("mergeList", ProviderName)
+    override def toString: String = s"${InMemoryWindowStoreProvider.this}.write(v$version)"
+  }
+
+  // ---- test hooks ----
+  private[windowstore] def liveMap: SegmentedStateMap = map
+  private[windowstore] def loadedVersion: Long = synchronized(liveVersion)
+  private[windowstore] def storeFiles: Seq[(Long, Boolean)] = listFiles().map(f => (f.version, f.snapshot))
+}
+
+object InMemoryWindowStoreProvider {
+  val ProviderName = "InMemoryWindowStoreProvider"
+  private val DeltaSuffix = "wdelta"
+  private val SnapshotSuffix = "wsnapshot"
+  private val DeltaMagic = 0x534c5744 // "SLWD"
+  private val SnapshotMagic = 0x534c5753 // "SLWS"
+  private val WriterWaitMs = 60000L
+
+  val SegmentsMetric: StateStoreCustomMetric =
+    StateStoreCustomSumMetric("windowStoreSegments", "number of window segments in the window store")
+  val MemoryBytesMetric: StateStoreCustomMetric =
+    StateStoreCustomSizeMetric("windowStoreMemoryBytes", "estimated memory of the window store")
+  val ExpiredDropsMetric: StateStoreCustomMetric =
+    StateStoreCustomSumMetric("expiredWindowRecordDropTotal",
+      "puts dropped because their window was past retention")
+}
+
+/** The provider's `spark.sluice.windowstore.*` settings. */
+final case class WindowStoreSettings(
+    name: String, retentionMs: Long, windowSizeMs: Long, graceMs: Long, snapshotInterval: Int) {
+  /** Retention in Spark's timestamp unit; 0 keeps windows until Spark's own eviction removes them. */
+  def retentionMicros: Long = retentionMs * 1000L
+}
+
+object WindowStoreSettings {
+  /** Settings seen by the task creating the provider: the session's SQL conf (propagated to tasks
+   *  as local properties), else the SparkConf. StateStoreConf carries only stateStore.* keys. */
+  def current(): WindowStoreSettings = {
+    val fromEnv = Option(SparkEnv.get).map(_.conf.getAll.toSeq).getOrElse(Nil)
+    val fromTask = Option(TaskContext.get()).toSeq.flatMap { tc =>
+      SluiceConf.windowStoreEntries.flatMap(e => Option(tc.getLocalProperty(e.key)).map(e.key -> _))
+    }
+    apply(fromEnv.filter(_._1.startsWith(WindowStoreKeyPrefix)) ++ fromTask)
+  }
+
+  val WindowStoreKeyPrefix: String = SluiceConf.Prefix + "windowstore."
+
+  def apply(settings: Iterable[(String, String)]): WindowStoreSettings = {
+    val conf = SluiceConf(settings)
+    WindowStoreSettings(
+      conf.get(SluiceConf.WindowStoreName),
+      conf.get(SluiceConf.WindowStoreRetention),
+      conf.get(SluiceConf.WindowStoreWindowSize),
+      conf.get(SluiceConf.WindowStoreGrace),
+      conf.get(SluiceConf.WindowStoreSnapshotInterval))
+  }
+}

@@ -1,0 +1,62 @@
+package sluice.windowstore
+
+import java.time.Duration
+
+import org.apache.spark.sql.SparkSession
+
+import sluice.conf.SluiceConf
+
+/** Kafka Streams' `Stores` factory for the store sluice provides to Spark. */
+object Stores {
+  val ProviderClass: String = classOf[InMemoryWindowStoreProvider].getName
+  val ProviderClassKey = "spark.sql.streaming.stateStore.providerClass"
+
+  /**
+   * An in-memory window store (KIP-428): state segmented by window start, windows older than
+   * stream time minus `retention` dropped. Validated as Kafka's `Stores.inMemoryWindowStore`.
+   */
+  def inMemoryWindowStore(
+      name: String,
+      retention: Duration,
+      windowSize: Duration,
+      grace: Duration): InMemoryWindowStoreSupplier = {
+    if (name == null) throw new NullPointerException("name cannot be null")
+    def millis(d: Duration, what: String): Long = {
+      if (d == null) throw new NullPointerException(s"$what cannot be null")
+      if (d.isNegative) throw new IllegalArgumentException(s"$what cannot be negative")
+      d.toMillis
+    }
+    val retentionMs = millis(retention, "retentionPeriod")
+    val sizeMs = millis(windowSize, "windowSize")
+    val graceMs = millis(grace, "gracePeriod")
+    if (sizeMs > retentionMs) {
+      throw new IllegalArgumentException(s"The retention period of the window store $name must be " +
+        s"no smaller than its window size. Got size=[$windowSize], retention=[$retention]")
+    }
+    if (graceMs > retentionMs) {
+      throw new IllegalArgumentException(s"The grace period of the window store $name must not " +
+        s"exceed its retention period. Got grace period=[$grace], retention=[$retention]")
+    }
+    new InMemoryWindowStoreSupplier(name, retentionMs, sizeMs, graceMs)
+  }
+}
+
+/** Selects [[InMemoryWindowStoreProvider]] and its settings on a session builder. */
+final class InMemoryWindowStoreSupplier private[windowstore] (
+    val name: String, val retentionMs: Long, val windowSizeMs: Long, val graceMs: Long) {
+
+  /** The Spark settings this supplier stands for. */
+  def settings: Map[String, String] = Map(
+    Stores.ProviderClassKey -> Stores.ProviderClass,
+    SluiceConf.WindowStoreName.key -> name,
+    SluiceConf.WindowStoreRetention.key -> retentionMs.toString,
+    SluiceConf.WindowStoreWindowSize.key -> windowSizeMs.toString,
+    SluiceConf.WindowStoreGrace.key -> graceMs.toString)
+
+  def configure(builder: SparkSession.Builder): SparkSession.Builder =
+    settings.foldLeft(builder) { case (b, (k, v)) => b.config(k, v) }
+
+  override def toString: String =
+    s"InMemoryWindowStoreSupplier(name=$name, retention=${retentionMs}ms, " +
+      s"windowSize=${windowSizeMs}ms, grace=${graceMs}ms)"
+}

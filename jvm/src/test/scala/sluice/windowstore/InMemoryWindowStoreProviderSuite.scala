@@ -1,0 +1,261 @@
+package sluice.windowstore
+
+import java.nio.file.Files
+import java.time.Duration
+
+import org.apache.hadoop.conf.Configuration
+import org.scalatest.funsuite.AnyFunSuite
+
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.{UnsafeProjection, UnsafeRow}
+import org.apache.spark.sql.execution.streaming.state._
+import org.apache.spark.sql.internal.SQLConf
+import org.apache.spark.sql.types._
+import org.apache.spark.unsafe.types.UTF8String
+
+class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
+  private val windowType = StructType(Seq(
+    StructField("start", TimestampType), StructField("end", TimestampType)))
+  private val windowedKey = StructType(Seq(StructField("k", StringType), StructField("window", windowType)))
+  private val plainKey = StructType(Seq(StructField("k", StringType)))
+  private val valueSchema = StructType(Seq(StructField("count", LongType)))
+  private val sec = 1000000L // microseconds
+
+  private def settings(retentionMs: Long = 0L, snapshotInterval: Int = 10) =
+    WindowStoreSettings("test-store", retentionMs, 0L, 0L, snapshotInterval)
+
+  private def newProvider(
+      dir: String,
+      keySchema: StructType = windowedKey,
+      s: WindowStoreSettings = settings(),
+      prefixCols: Int = 0,
+      minBatchesToRetain: Int = 100): InMemoryWindowStoreProvider = {
+    val p = new InMemoryWindowStoreProvider(Some(s))
+    val sqlConf = new SQLConf
+    sqlConf.setConfString(SQLConf.MIN_BATCHES_TO_RETAIN.key, minBatchesToRetain.toString)
+    val spec = if (prefixCols > 0) PrefixKeyScanStateEncoderSpec(keySchema, prefixCols)
+      else NoPrefixKeyStateEncoderSpec(keySchema)
+    p.init(StateStoreId(dir, 0, 0), keySchema, valueSchema, spec, useColumnFamilies = false,
+      new StateStoreConf(sqlConf), new Configuration())
+    p
+  }
+
+  private def tempDir(): String = Files.createTempDirectory("windowstore").toString
+
+  private val windowedProj = UnsafeProjection.create(windowedKey)
+  private val plainProj = UnsafeProjection.create(plainKey)
+  private val valueProj = UnsafeProjection.create(valueSchema)
+
+  private def wkey(k: String, startSec: Long): UnsafeRow =
+    windowedProj(InternalRow(UTF8String.fromString(k),
+      InternalRow(startSec * sec, (startSec + 10) * sec))).copy()
+  private def pkey(k: String): UnsafeRow = plainProj(InternalRow(UTF8String.fromString(k))).copy()
+  private def value(v: Long): UnsafeRow = valueProj(InternalRow(v)).copy()
+
+  private def contents(store: ReadStateStore): Map[String, Long] =
+    store.iterator().map { p =>
+      val k = p.key.getUTF8String(0).toString
+      val w = if (p.key.numFields() > 1 && !p.key.isNullAt(1)) "@" + p.key.getStruct(1, 2).getLong(0) / sec else ""
+      (k + w) -> p.value.getLong(0)
+    }.toMap
+
+  private def commitVersion(p: InMemoryWindowStoreProvider, v: Long)(f: StateStore => Unit): Long = {
+    val s = p.getStore(v)
+    f(s)
+    s.commit()
+  }
+
+  test("windowed keys are segmented by window start, window-less keys share one segment") {
+    val p = newProvider(tempDir())
+    val s = p.getStore(0)
+    s.put(wkey("a", 0), value(1)); s.put(wkey("b", 0), value(2))
+    s.put(wkey("a", 10), value(3)); s.put(wkey("a", 20), value(4))
+    assert(p.liveMap.numSegments == 3)
+    assert(s.get(wkey("a", 10)).getLong(0) == 3)
+    assert(s.get(wkey("a", 30)) == null)
+    val inRange = p.liveMap.rangeIterator(5 * sec, 20 * sec).map(_.value.getLong(0)).toSet
+    assert(inRange == Set(3L, 4L))
+    s.remove(wkey("a", 10))
+    assert(p.liveMap.numSegments == 2, "an emptied segment is dropped")
+    s.commit()
+    assert(s.metrics.numKeys == 3)
+    assert(s.metrics.customMetrics(InMemoryWindowStoreProvider.SegmentsMetric) == 2)
+    assert(s.metrics.customMetrics(InMemoryWindowStoreProvider.MemoryBytesMetric) > 0)
+
+    val plain = newProvider(tempDir(), plainKey)
+    val ps = plain.getStore(0)
+    (1 to 5).foreach(i => ps.put(pkey(s"k$i"), value(i)))
+    ps.commit()
+    assert(plain.liveMap.numSegments == 1 && !plain.liveMap.hasWindow)
+  }
+
+  test("segments before stream time minus retention expire; late puts are dropped and counted") {
+    val p = newProvider(tempDir(), s = settings(retentionMs = 10000))
+    val s = p.getStore(0)
+    s.put(wkey("a", 0), value(1))
+    s.put(wkey("a", 5), value(2))
+    s.put(wkey("b", 5), value(3))
+    assert(p.liveMap.numSegments == 2)
+    s.put(wkey("a", 15), value(4)) // stream time 15s: windows at or before 5s expire
+    assert(contents(s) == Map("a@15" -> 4L))
+    s.put(wkey("late", 5), value(9))
+    s.put(wkey("late", 3), value(9))
+    assert(s.get(wkey("late", 5)) == null)
+    assert(s.metrics.customMetrics(InMemoryWindowStoreProvider.ExpiredDropsMetric) == 2)
+    s.put(wkey("edge", 6), value(6)) // 6s > 15s - 10s: still live
+    assert(s.get(wkey("edge", 6)).getLong(0) == 6)
+    s.commit()
+    val next = p.getStore(1)
+    assert(next.metrics.customMetrics(InMemoryWindowStoreProvider.ExpiredDropsMetric) == 0,
+      "the drop count is per version")
+    next.abort()
+  }
+
+  test("expiry never touches window-less keys") {
+    val keySchema = StructType(Seq(StructField("k", StringType), StructField("window", windowType)))
+    val p = newProvider(tempDir(), keySchema, settings(retentionMs = 1000))
+    val s = p.getStore(0)
+    val nullWindow = windowedProj(InternalRow(UTF8String.fromString("nw"), null)).copy()
+    s.put(nullWindow, value(7))
+    s.put(wkey("a", 100), value(1))
+    assert(s.get(nullWindow).getLong(0) == 7)
+    assert(p.liveMap.numSegments == 2)
+    s.commit()
+  }
+
+  test("abort rolls back puts, removes, overwrites and expired segments") {
+    val p = newProvider(tempDir(), s = settings(retentionMs = 10000))
+    commitVersion(p, 0) { s =>
+      s.put(wkey("a", 0), value(1)); s.put(wkey("b", 5), value(2)); s.put(wkey("c", 8), value(3))
+    }
+    val before = contents(p.getReadStore(1))
+    val liveBefore = p.liveMap
+    val s = p.getStore(1)
+    s.put(wkey("a", 0), value(10))   // overwrite
+    s.remove(wkey("b", 5))           // remove
+    s.put(wkey("new", 8), value(4))  // insert
+    s.put(wkey("z", 30), value(5))   // stream time 30s: segments 0s, 5s, 8s expire
+    assert(contents(s) == Map("z@30" -> 5L))
+    s.abort()
+    assert(contents(p.getReadStore(1)) == before)
+    assert(p.liveMap eq liveBefore, "the live map is reused, never copied")
+    assert(p.liveMap.streamTime == 8 * sec)
+    // The rolled-back version can be redone and committed.
+    commitVersion(p, 1)(_.put(wkey("d", 9), value(6)))
+    assert(contents(p.getReadStore(2)) == before + ("d@9" -> 6L))
+  }
+
+  test("deltas and snapshots restore any retained version in a new provider") {
+    val dir = tempDir()
+    val p = newProvider(dir, s = settings(snapshotInterval = 2))
+    val expected = scala.collection.mutable.Map[Long, Map[String, Long]]()
+    for (v <- 0L until 6L) {
+      commitVersion(p, v) { s =>
+        s.put(wkey(s"k$v", v), value(v))
+        if (v > 1) s.remove(wkey(s"k${v - 2}", v - 2))
+        s.put(wkey("k0", 0), value(100 + v))
+      }
+      expected(v + 1) = contents(p.getReadStore(v + 1))
+      if (v == 3) p.doMaintenance() // snapshot of version 4
+    }
+    assert(p.storeFiles.contains((4L, true)))
+    assert(p.storeFiles.count(!_._2) == 6, "one delta per version")
+    for (v <- 1L to 6L) {
+      val fresh = newProvider(dir)
+      assert(contents(fresh.getReadStore(v)) == expected(v), s"version $v")
+    }
+    // Without the deltas before the snapshot, versions after it still load.
+    val fresh = newProvider(dir)
+    assert(contents(fresh.getStore(5)) == expected(5))
+  }
+
+  test("maintenance deletes files not needed for minBatchesToRetain versions") {
+    val dir = tempDir()
+    val p = newProvider(dir, s = settings(snapshotInterval = 3), minBatchesToRetain = 2)
+    for (v <- 0L until 10L) {
+      commitVersion(p, v)(s => s.put(wkey(s"k$v", v), value(v)))
+      p.doMaintenance()
+    }
+    val files = p.storeFiles
+    assert(files.filter(_._2).map(_._1).nonEmpty)
+    assert(files.map(_._1).min > 1, s"old files deleted: $files")
+    // The oldest retained version (10 - 2) still loads.
+    val fresh = newProvider(dir)
+    assert(contents(fresh.getReadStore(8)).size == 8)
+    assert(contents(fresh.getReadStore(10)).size == 10)
+  }
+
+  test("a replayed batch rebuilds the older version and overwrites the newer one") {
+    val dir = tempDir()
+    val p = newProvider(dir)
+    commitVersion(p, 0)(s => s.put(wkey("a", 0), value(1)))
+    commitVersion(p, 1)(s => { s.put(wkey("a", 0), value(2)); s.put(wkey("b", 0), value(5)) })
+    assert(p.loadedVersion == 2)
+    val replay = p.getStore(1)
+    assert(contents(replay) == Map("a@0" -> 1L))
+    replay.put(wkey("a", 0), value(3))
+    replay.commit()
+    assert(contents(p.getReadStore(2)) == Map("a@0" -> 3L))
+    assert(contents(newProvider(dir).getReadStore(2)) == Map("a@0" -> 3L))
+  }
+
+  test("stream time and expiry survive recovery") {
+    val dir = tempDir()
+    val p = newProvider(dir, s = settings(retentionMs = 10000))
+    commitVersion(p, 0)(s => { s.put(wkey("a", 0), value(1)); s.put(wkey("b", 20), value(2)) })
+    val fresh = newProvider(dir, s = settings(retentionMs = 10000))
+    val s = fresh.getStore(1)
+    assert(fresh.liveMap.streamTime == 20 * sec)
+    s.put(wkey("late", 10), value(1))
+    assert(s.get(wkey("late", 10)) == null)
+    assert(contents(s) == Map("b@20" -> 2L))
+    s.abort()
+  }
+
+  test("prefix scan over session-window keys, also after removes and expiry") {
+    val sessionKey = StructType(Seq(StructField("k", StringType), StructField("session_window", windowType)))
+    val p = newProvider(tempDir(), sessionKey, settings(retentionMs = 100000), prefixCols = 1)
+    val prefixProj = UnsafeProjection.create(StructType(Seq(StructField("k", StringType))))
+    def prefix(k: String) = prefixProj(InternalRow(UTF8String.fromString(k))).copy()
+    val s = p.getStore(0)
+    s.put(wkey("a", 0), value(1)); s.put(wkey("a", 50), value(2)); s.put(wkey("b", 50), value(3))
+    assert(s.prefixScan(prefix("a")).map(_.value.getLong(0)).toSet == Set(1L, 2L))
+    s.prefixScan(prefix("a")).foreach(pair => s.remove(pair.key))
+    assert(s.prefixScan(prefix("a")).isEmpty)
+    s.put(wkey("b", 0), value(4))
+    s.put(wkey("c", 200), value(5)) // expires 0s and 50s
+    assert(s.prefixScan(prefix("b")).isEmpty)
+    s.abort()
+    assert(p.getReadStore(0).prefixScan(prefix("a")).isEmpty)
+  }
+
+  test("keys can be removed while iterating") {
+    val p = newProvider(tempDir())
+    val s = p.getStore(0)
+    for (i <- 0 until 100) s.put(wkey(s"k$i", i % 7), value(i))
+    s.iterator().foreach(pair => if (pair.value.getLong(0) % 2 == 0) s.remove(pair.key))
+    assert(contents(s).size == 50)
+    s.commit()
+  }
+
+  test("Stores.inMemoryWindowStore validates as Kafka does") {
+    def err(f: => Any) = intercept[IllegalArgumentException](f).getMessage
+    val m = Duration.ofMinutes(1)
+    assert(intercept[NullPointerException](Stores.inMemoryWindowStore(null, m, m, m)).getMessage ==
+      "name cannot be null")
+    assert(err(Stores.inMemoryWindowStore("s", m.negated(), m, m)) == "retentionPeriod cannot be negative")
+    assert(err(Stores.inMemoryWindowStore("s", m, m.negated(), m)) == "windowSize cannot be negative")
+    assert(err(Stores.inMemoryWindowStore("s", m, m, m.negated())) == "gracePeriod cannot be negative")
+    assert(err(Stores.inMemoryWindowStore("s", m, m.multipliedBy(2), m)) ==
+      "The retention period of the window store s must be no smaller than its window size. " +
+        "Got size=[PT2M], retention=[PT1M]")
+    assert(err(Stores.inMemoryWindowStore("s", m, m, m.multipliedBy(3))) ==
+      "The grace period of the window store s must not exceed its retention period. " +
+        "Got grace period=[PT3M], retention=[PT1M]")
+    val supplier = Stores.inMemoryWindowStore("s", Duration.ofHours(1), m, Duration.ofSeconds(30))
+    assert(supplier.settings("spark.sql.streaming.stateStore.providerClass") ==
+      classOf[InMemoryWindowStoreProvider].getName)
+    val parsed = WindowStoreSettings(supplier.settings)
+    assert(parsed == WindowStoreSettings("s", 3600000L, 60000L, 30000L, 10))
+  }
+}
