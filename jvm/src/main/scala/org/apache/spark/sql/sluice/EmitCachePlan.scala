@@ -112,11 +112,7 @@ case class EmitCacheExec(
     StatefulOperatorCustomSumMetric("emitCacheEvictTotal", "rows forwarded early because the cache was full"))
 
   /** Earliest time a held row becomes due, over all partitions (driver side, after the batch). */
-  @transient private lazy val nextDue: MinMetric = {
-    val m = new MinMetric
-    m.register(sparkContext, Some("emission cache next flush time"), countFailedValues = false)
-    m
-  }
+  @transient private lazy val nextDue: MinMetric = MinMetric.registered(sparkContext, "emission cache next flush time")
 
   // A no-data batch runs only when a partition holds rows whose interval has elapsed.
   override def shouldRunAnotherBatch(newInputWatermark: Long): Boolean = {

@@ -179,19 +179,6 @@ private[sluice] case class CombinedCustomMetric(name: String, desc: String, kind
   }
 }
 
-/** Minimum across tasks (of the earliest buffer time left), for `shouldRunAnotherBatch`. */
-private[sluice] final class MinMetric extends org.apache.spark.util.AccumulatorV2[Long, Long] {
-  private var min = Long.MaxValue
-  override def isZero: Boolean = min == Long.MaxValue
-  override def copy(): MinMetric = { val m = new MinMetric; m.min = min; m }
-  override def reset(): Unit = min = Long.MaxValue
-  override def add(v: Long): Unit = min = math.min(min, v)
-  override def merge(other: org.apache.spark.util.AccumulatorV2[Long, Long]): Unit = other match {
-    case o: MinMetric => add(o.min)
-    case _ => throw new UnsupportedOperationException(s"cannot merge ${other.getClass}")
-  }
-  override def value: Long = min
-}
 
 /** [[BufferStore]] over a state store's default column family. */
 private[sluice] final class StateStoreBuffer(store: StateStore) extends BufferStore {
@@ -232,11 +219,7 @@ case class SuppressExec(
     StatefulOperatorCustomSumMetric("lateRecordDropTotal", "rows dropped by suppress as late"))
 
   /** Earliest buffer time left after the batch, over all partitions (driver side after the batch). */
-  @transient private lazy val nextBufferTime: MinMetric = {
-    val m = new MinMetric
-    m.register(sparkContext, Some("suppress next buffer time"), countFailedValues = false)
-    m
-  }
+  @transient private lazy val nextBufferTime: MinMetric = MinMetric.registered(sparkContext, "suppress next buffer time")
 
   override def shouldRunAnotherBatch(newInputWatermark: Long): Boolean = {
     val next = nextBufferTime.value
