@@ -16,6 +16,9 @@ BASE_CONF = {
     "spark.sql.streaming.stopTimeout": "30s",
     "spark.driver.memory": "2g",
     "spark.sql.session.timeZone": "UTC",
+    # Spark's maintenance thread is one per JVM and keeps the interval of the first session that
+    # started it: the same short interval everywhere keeps snapshot/cleanup tests order-independent.
+    "spark.sql.streaming.stateStore.maintenanceInterval": "1s",
 }
 
 _current: dict[str, Any] = {"key": None, "spark": None}

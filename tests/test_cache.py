@@ -20,6 +20,7 @@ CACHE_BYTES = 256 * 1024  # executor total; local[2] gives each slot half
 PLAIN = {
     "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "in_memory_window": "sluice.windowstore.InMemoryWindowStoreProvider",
 }
 CACHING = "sluice.cache.CachingStateStoreProvider"
 SCHEMA = "k STRING, v LONG"
@@ -30,7 +31,7 @@ def spark() -> SparkSession:
     return sluice_session(statestore_cache_max_bytes=CACHE_BYTES)
 
 
-@pytest.fixture(params=["hdfs", "rocksdb"])
+@pytest.fixture(params=["hdfs", "rocksdb", "in_memory_window"])
 def delegate(request: pytest.FixtureRequest) -> str:
     return request.param
 
