@@ -344,7 +344,8 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
       ExpiredDropsMetric -> map.droppedPuts))
   }
 
-  private class ReadStore(val version: Long) extends ReadStateStore {
+  /** Reads of the live map, the same for the read and the write store. */
+  private trait LiveMapReads extends ReadStateStore {
     override def id: StateStoreId = _id
     override def get(key: UnsafeRow, colFamilyName: String): UnsafeRow = {
       checkDefault(colFamilyName)
@@ -361,12 +362,15 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
       checkDefault(colFamilyName)
       new StateStoreIterator(map.iterator())
     }
+  }
+
+  private class ReadStore(val version: Long) extends LiveMapReads {
     override def abort(): Unit = ()
     override def release(): Unit = ()
     override def toString: String = s"${InMemoryWindowStoreProvider.this}.read(v$version)"
   }
 
-  private class WriteStore(val version: Long) extends StateStore {
+  private class WriteStore(val version: Long) extends StateStore with LiveMapReads {
     @volatile private var state = 0 // 0 open, 1 committed, 2 aborted
 
     Option(TaskContext.get()).foreach(_.addTaskCompletionListener[Unit](_ => if (state == 0) abort()))
@@ -374,11 +378,6 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     private def checkOpen(op: String): Unit =
       if (state != 0) throw new IllegalStateException(s"Cannot $op after the store was committed or aborted")
 
-    override def id: StateStoreId = _id
-    override def get(key: UnsafeRow, colFamilyName: String): UnsafeRow = {
-      checkDefault(colFamilyName)
-      map.get(key)
-    }
     override def put(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit = {
       checkDefault(colFamilyName)
       require(value != null, "Cannot put a null value")
@@ -389,15 +388,6 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
       checkDefault(colFamilyName)
       checkOpen("remove")
       map.remove(key)
-    }
-    override def prefixScan(prefixKey: UnsafeRow, colFamilyName: String)
-        : StateStoreIterator[UnsafeRowPair] = {
-      checkDefault(colFamilyName)
-      new StateStoreIterator(map.prefixScan(prefixKey))
-    }
-    override def iterator(colFamilyName: String): StateStoreIterator[UnsafeRowPair] = {
-      checkDefault(colFamilyName)
-      new StateStoreIterator(map.iterator())
     }
     override def commit(): Long = {
       checkOpen("commit")
@@ -424,8 +414,6 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
       throw StateStoreErrors.multipleColumnFamiliesNotSupported(ProviderName)
     override def removeColFamilyIfExists(colFamilyName: String): Boolean =
       throw StateStoreErrors.removingColumnFamiliesNotSupported(ProviderName)
-    override def valuesIterator(key: UnsafeRow, colFamilyName: String): Iterator[UnsafeRow] =
-      throw StateStoreErrors.unsupportedOperationException("multipleValuesPerKey", ProviderName)
     override def putList(key: UnsafeRow, values: Array[UnsafeRow], colFamilyName: String): Unit =
       throw StateStoreErrors.unsupportedOperationException("putList", ProviderName)
     override def merge(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit =
