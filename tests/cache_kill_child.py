@@ -6,7 +6,6 @@ replaced atomically (an idempotent sink keyed by batch id).
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -14,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from pyspark.sql import functions as F  # noqa: E402
 
-from conftest import sluice_session  # noqa: E402
+from conftest import batch_file_sink, sluice_session  # noqa: E402
 
 
 def counts(spark, src):
@@ -23,13 +22,7 @@ def counts(spark, src):
 
 
 def file_sink(out):
-    def sink(batch, batch_id):
-        rows = [[r.k, r.n, r.s] for r in batch.collect()]
-        tmp = os.path.join(out, f".{batch_id}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(rows, f)
-        os.replace(tmp, os.path.join(out, f"{batch_id:05d}.json"))
-    return sink
+    return batch_file_sink(out, lambda r: [r.k, r.n, r.s])
 
 
 if __name__ == "__main__":

@@ -2,7 +2,14 @@
 match, so the suite pays JVM startup only when a test needs different SparkConf."""
 from __future__ import annotations
 
-from typing import Any, Iterator
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytest
 from pyspark import SparkConf, SparkContext
@@ -72,3 +79,30 @@ def provider(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[st
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", classes[request.param])
     yield request.param
     spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+
+
+def batch_file_sink(out: str, to_json: Callable[[Any], Any]) -> Callable[[Any, int], None]:
+    """A foreachBatch sink idempotent per batch id: each batch's rows, mapped by `to_json`, go to
+    <out>/<batch id>.json, replaced atomically, so a replayed batch overwrites its own file."""
+    def sink(batch: Any, batch_id: int) -> None:
+        tmp = os.path.join(out, f".{batch_id}.tmp")
+        with open(tmp, "w") as f:
+            json.dump([to_json(r) for r in batch.collect()], f)
+        os.replace(tmp, os.path.join(out, f"{batch_id:05d}.json"))
+    return sink
+
+
+def kill_after_batches(script: str, args: list[str], out: Path, batches: int, timeout: float = 180.0) -> None:
+    """Runs tests/<script> (a query writing through `batch_file_sink` into `out`) in its own process
+    group and SIGKILLs the whole group, driver JVM included, once `batches` batch files exist."""
+    child = subprocess.Popen([sys.executable, str(Path(__file__).parent / script), *args],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while len(list(out.glob("*.json"))) < batches:
+            assert child.poll() is None, "child query died"
+            assert time.monotonic() < deadline, "child query made no progress"
+            time.sleep(0.2)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()

@@ -5,7 +5,6 @@ to <output>/<batch id>.json, replaced atomically (an idempotent sink keyed by ba
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -13,7 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from pyspark.sql import functions as F  # noqa: E402
 
-from conftest import sluice_session  # noqa: E402
+from conftest import batch_file_sink, sluice_session  # noqa: E402
 from sluice import BufferConfig, Suppressed, suppress  # noqa: E402
 
 
@@ -24,13 +23,7 @@ def final_results(spark, src):
 
 
 def file_sink(out):
-    def sink(batch, batch_id):
-        rows = [{"start": r.window.start.isoformat(), "user": r.user, "count": r["count"]} for r in batch.collect()]
-        tmp = os.path.join(out, f".{batch_id}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(rows, f)
-        os.replace(tmp, os.path.join(out, f"{batch_id:05d}.json"))
-    return sink
+    return batch_file_sink(out, lambda r: {"start": r.window.start.isoformat(), "user": r.user, "count": r["count"]})
 
 
 if __name__ == "__main__":

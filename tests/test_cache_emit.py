@@ -168,11 +168,9 @@ def test_sigkill_and_restart_loses_no_held_row(spark: SparkSession, tmp_path: Pa
     emission cache holds every update, then restart here on its checkpoint: every key's latest
     value still arrives, computed over all input exactly once."""
     import os
-    import signal
-    import subprocess
-    import sys
 
     from cache_kill_child import counts, file_sink
+    from conftest import kill_after_batches
 
     src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "out"
     src.mkdir()
@@ -183,18 +181,7 @@ def test_sigkill_and_restart_loses_no_held_row(spark: SparkSession, tmp_path: Pa
         (src / f"{f:03d}.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
         os.utime(src / f"{f:03d}.json", (1_700_000_000 + f, 1_700_000_000 + f))
 
-    child = subprocess.Popen([sys.executable, str(Path(__file__).parent / "cache_kill_child.py"),
-                              str(src), str(ckpt), str(out)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 180
-        while len(list(out.glob("*.json"))) < 3:
-            assert child.poll() is None, "child query died"
-            assert time.monotonic() < deadline, "child query made no progress"
-            time.sleep(0.2)
-    finally:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
+    kill_after_batches("cache_kill_child.py", [str(src), str(ckpt), str(out)], out, batches=3)
     before = sorted(out.glob("*.json"))
     assert len(before) < files  # killed mid-stream
     assert all(json.loads(p.read_text()) == [] for p in before)  # everything was being held

@@ -83,17 +83,22 @@ def source_metrics(query) -> dict[int, dict[str, str]]:  # type: ignore[no-untyp
             if p["numInputRows"] > 0}
 
 
+def drain(df: DataFrame, sink: Recorder, checkpoint: Path) -> dict[int, dict[str, str]]:
+    """Runs a query until all available input is processed, stops it and returns its source metrics."""
+    q = start(df, sink, checkpoint)
+    try:
+        q.processAllAvailable()
+        return source_metrics(q)
+    finally:
+        q.stop()
+
+
 def test_mixed_size_backlog_is_consumed_in_batches_within_the_bound(
         kspark: SparkSession, broker: kh.Broker, tmp_path: Path) -> None:
     kh.create_topic(kspark, broker.bootstrap, "mixed", 3)
     kh.produce(kspark, broker.bootstrap, "mixed", 360, 3, min_bytes=100, max_bytes=100 * 1024)
     sink = Recorder()
-    q = start(kafka_stream(kspark, broker, "mixed"), sink, tmp_path / "cp")
-    try:
-        q.processAllAvailable()
-        metrics = source_metrics(q)
-    finally:
-        q.stop()
+    metrics = drain(kafka_stream(kspark, broker, "mixed"), sink, tmp_path / "cp")
     sink.assert_exactly_once({0: 120, 1: 120, 2: 120})
     ids = sorted(sink.batches)
     sizes = [sink.bytes(i) for i in ids]
@@ -129,13 +134,8 @@ def test_empty_and_light_partitions_next_to_a_busy_one_are_not_throttled(
 
     sink = Recorder(light_records_arrive)
     bound = 500_000
-    q = start(kafka_stream(kspark, broker, "skew", **{"sluice.maxBytesPerTrigger": bound}),
-              sink, tmp_path / "cp")
-    try:
-        q.processAllAvailable()
-        metrics = source_metrics(q)
-    finally:
-        q.stop()
+    metrics = drain(kafka_stream(kspark, broker, "skew", **{"sluice.maxBytesPerTrigger": bound}),
+                    sink, tmp_path / "cp")
     sink.assert_exactly_once({0: 60, 1: 3})
     # The empty partition is never counted as throttled: only partition 0 is.
     assert all(int(m["inputBufferThrottledPartitions"]) <= 1 for m in metrics.values()), metrics
@@ -160,11 +160,7 @@ def test_restart_mid_backlog_loses_and_repeats_nothing(
     q.stop()
     before = len(sink.batches)
     assert 3 <= before and sum(b[0] for x in sink.batches.values() for b in x.values()) < 300
-    q = start(kafka_stream(kspark, broker, "restart"), sink, checkpoint)
-    try:
-        q.processAllAvailable()
-    finally:
-        q.stop()
+    drain(kafka_stream(kspark, broker, "restart"), sink, checkpoint)
     assert len(sink.batches) > before
     sink.assert_exactly_once({0: 100, 1: 100, 2: 100})
     assert max(sink.bytes(i) for i in sink.batches) <= 1.1 * BOUND
@@ -177,13 +173,8 @@ def test_composes_with_max_offsets_per_trigger_smaller_wins(
 
     # The source's own limit is the smaller one: 10 records (~100 KB) per batch under a 1 MB bound.
     by_records = Recorder()
-    q = start(kafka_stream(kspark, broker, "compose", maxOffsetsPerTrigger=10,
-                           **{"sluice.maxBytesPerTrigger": "1m"}), by_records, tmp_path / "a")
-    try:
-        q.processAllAvailable()
-        metrics = source_metrics(q)
-    finally:
-        q.stop()
+    metrics = drain(kafka_stream(kspark, broker, "compose", maxOffsetsPerTrigger=10,
+                                 **{"sluice.maxBytesPerTrigger": "1m"}), by_records, tmp_path / "a")
     by_records.assert_exactly_once({0: 50, 1: 50})
     counts = {i: sum(v[0] for v in b.values()) for i, b in by_records.batches.items()}
     # After sluice's slow start (sizes still unknown), maxOffsetsPerTrigger decides every batch.
@@ -192,12 +183,8 @@ def test_composes_with_max_offsets_per_trigger_smaller_wins(
 
     # The bound is the smaller one: ~100 KB per batch although 1000 records would be allowed.
     by_bytes = Recorder()
-    q = start(kafka_stream(kspark, broker, "compose", maxOffsetsPerTrigger=1000,
-                           **{"sluice.maxBytesPerTrigger": "100k"}), by_bytes, tmp_path / "b")
-    try:
-        q.processAllAvailable()
-    finally:
-        q.stop()
+    drain(kafka_stream(kspark, broker, "compose", maxOffsetsPerTrigger=1000,
+                       **{"sluice.maxBytesPerTrigger": "100k"}), by_bytes, tmp_path / "b")
     by_bytes.assert_exactly_once({0: 50, 1: 50})
     assert len(by_bytes.batches) >= 9
     assert all(by_bytes.bytes(i) <= 1.1 * 100 * 1024 for i in by_bytes.batches)
@@ -209,13 +196,8 @@ def test_backlog_under_the_bound_is_taken_in_one_batch(
     kh.create_topic(kspark, broker.bootstrap, "small", 2)
     kh.produce(kspark, broker.bootstrap, "small", 100, 2, min_bytes=10_000, max_bytes=10_001)
     sink = Recorder()
-    q = start(kafka_stream(kspark, broker, "small", **{"sluice.maxBytesPerTrigger": "512m"}),
-              sink, tmp_path / "cp")
-    try:
-        q.processAllAvailable()
-        metrics = source_metrics(q)
-    finally:
-        q.stop()
+    metrics = drain(kafka_stream(kspark, broker, "small", **{"sluice.maxBytesPerTrigger": "512m"}),
+                    sink, tmp_path / "cp")
     sink.assert_exactly_once({0: 50, 1: 50})
     assert list(sink.batches) == [0]
     assert metrics[0]["inputBufferThrottledPartitions"] == "0"

@@ -457,10 +457,8 @@ def test_kill_and_restart_emits_each_final_result_exactly_once(spark: SparkSessi
     """SIGKILL a query's whole process (driver JVM included) mid-stream, restart it here on the same
     checkpoint: with a sink idempotent per batch id, every final result arrives exactly once."""
     import os
-    import signal
-    import subprocess
-    import sys
 
+    from conftest import kill_after_batches
     from suppress_kill_child import file_sink, final_results
 
     provider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -474,18 +472,7 @@ def test_kill_and_restart_emits_each_final_result_exactly_once(spark: SparkSessi
                 f.write(json.dumps({"ts": ts(h * 3600 + 900 + i * 60), "user": user, "v": 1}) + "\n")
         os.utime(src / f"{h:03d}.json", (1_700_000_000 + h, 1_700_000_000 + h))
 
-    child = subprocess.Popen([sys.executable, str(Path(__file__).parent / "suppress_kill_child.py"),
-                              str(src), str(ckpt), str(out), provider],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 180
-        while len(list(out.glob("*.json"))) < 4:
-            assert child.poll() is None, "child query died"
-            assert time.monotonic() < deadline, "child query made no progress"
-            time.sleep(0.2)
-    finally:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
+    kill_after_batches("suppress_kill_child.py", [str(src), str(ckpt), str(out), provider], out, batches=4)
     done_before_kill = len(list(out.glob("*.json")))
     assert done_before_kill < 2 * hours  # killed mid-stream, not after the end
 
