@@ -224,22 +224,24 @@ def test_first_batch_of_a_fresh_query_is_sized_from_sampled_records(
 def test_restart_sizes_its_first_batch_from_the_sizes_measured_before(
         kspark: SparkSession, broker: kh.Broker, tmp_path: Path) -> None:
     """Measured sizes are kept in the query's checkpoint: the first batch after a restart is sized
-    like a steady batch, larger than a fresh query's sample-sized first batch on the same records
-    (mixed sizes: a sample can only assume the largest record it saw)."""
+    from them, not from a sample. Records of 1-2 KB with one of 100 KB in ten: a sample can only
+    assume every record is as large as the largest it saw (~7 records a partition); the measured
+    mean and spread admit many more, still within the bound."""
     kh.create_topic(kspark, broker.bootstrap, "resize", 3)
-    kh.produce(kspark, broker.bootstrap, "resize", 600, 3, seed=5)
+    kh.produce(kspark, broker.bootstrap, "resize", 900, 3, min_bytes=1000, max_bytes=2000,
+               large_every=10, large_bytes=100_000)
     sink = Recorder()
     checkpoint = tmp_path / "cp"
     q = start(kafka_stream(kspark, broker, "resize"), sink, checkpoint)
     deadline = time.monotonic() + 120
-    while len(sink.batches) < 6 and q.isActive and time.monotonic() < deadline:
+    while len(sink.batches) < 4 and q.isActive and time.monotonic() < deadline:
         time.sleep(0.05)
     q.stop()
     assert (checkpoint / "sources" / "0" / "sluice-record-sizes.json").is_file()
     done = len(sink.batches)
     resume = {p: max(b[p][3] for b in sink.batches.values() if p in b) + 1 for p in range(3)}
 
-    # A fresh query from the same offsets, with nothing measured: one batch.
+    # A fresh query from the same offsets, with nothing measured: one (sample-sized) batch.
     fresh = Recorder()
     starting = '{"resize":{%s}}' % ",".join(f'"{p}":{o}' for p, o in resume.items())
     fq = (kafka_stream(kspark, broker, "resize", startingOffsets=starting).writeStream
@@ -249,14 +251,12 @@ def test_restart_sizes_its_first_batch_from_the_sizes_measured_before(
     assert fq.exception() is None
 
     drain(kafka_stream(kspark, broker, "resize"), sink, checkpoint)
-    sink.assert_exactly_once({0: 200, 1: 200, 2: 200})
-    restarted = sink.batches[done]
-    assert {p: v[2] for p, v in restarted.items()} == resume  # resumes where the first run stopped
+    sink.assert_exactly_once({0: 300, 1: 300, 2: 300})
+    assert {p: v[2] for p, v in sink.batches[done].items()} == resume  # where the first run stopped
     assert {p: v[2] for p, v in fresh.batches[0].items()} == resume
-    assert sink.bytes(done) <= 1.1 * BOUND and fresh.bytes(0) <= BOUND
-    # Batches are planned in records from the size estimates; bytes vary with the records drawn.
+
     def records(r: Recorder, i: int) -> int:
         return sum(v[0] for v in r.batches[i].values())
-    steady = sorted(records(sink, i) for i in range(1, done))
-    assert records(sink, done) >= 0.9 * steady[len(steady) // 2], (records(sink, done), steady)
-    assert records(sink, done) >= 1.25 * records(fresh, 0), (records(sink, done), records(fresh, 0))
+    assert sink.bytes(done) <= 1.1 * BOUND and fresh.bytes(0) <= BOUND
+    assert records(sink, done) >= 2 * records(fresh, 0), (records(sink, done), records(fresh, 0))
+    assert all(sink.bytes(i) <= 1.1 * BOUND for i in sink.batches)

@@ -87,9 +87,9 @@ object InputBoundRule {
   val KafkaProvider = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
   val RateProvider = "org.apache.spark.sql.execution.streaming.sources.RateStreamProvider"
   /**
-   * The size assumed for a Kafka record before any was measured: the broker's default maximum
-   * batch size (message.max.bytes, about 1 MiB), so the first batch cannot overshoot on any topic
-   * with default limits.
+   * The size assumed for a Kafka record when none could be measured or sampled: the broker's
+   * default maximum batch size (message.max.bytes, about 1 MiB), so the first batch cannot
+   * overshoot on any topic with default limits.
    */
   val DefaultKafkaRecordBytes: Long = 1L << 20
 }

@@ -23,9 +23,10 @@ final case class Sample(stats: SizeStats, largest: Long)
 
 /**
  * Reads a few records of partitions that have no measured sizes yet, on the driver, so that their
- * first batch is sized from real records instead of the 1 MiB worst case. Records are taken at
- * `Points` positions spread over the range the batch would read (not only its start), a small
- * fetch at each; the whole sampling is bounded by `timeoutMs`, and whatever it could not read
+ * first batch is sized from real records instead of the 1 MiB worst case. `PerPoint` consecutive
+ * records are taken at each of `Points` positions spread over the range the batch would read (not
+ * only its start), with small fetches; the whole sampling is bounded by `timeoutMs`, and whatever
+ * it could not read
  * (a failure, a timeout) leaves those partitions on the conservative default.
  * The consumer is built from the source's `kafka.*` options (security, isolation level, ...)
  * without its group id: it is assigned partitions and never commits.
@@ -45,8 +46,10 @@ private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeou
       val tps = live.keys.map(lane => lane -> partitionOf(lane)).toMap
       consumer.assign(tps.values.asJavaCollection)
       for (point <- 0 until Points if left > 0) {
-        // Where this point starts in each partition, and the records it may take there.
+        // Each point takes the next `PerPoint` records from its position, whatever their sizes:
+        // stopping at what the first (byte-limited) fetch returned would under-sample large records.
         val from = live.map { case (lane, (s, e)) => lane -> (s + (e - s) * point / Points) }
+        val until = from.map { case (lane, at) => lane -> math.min(live(lane)._2, at + PerPoint) }
         val pending = mutable.Set(from.keys.toSeq: _*)
         consumer.resume(tps.values.asJavaCollection)
         from.foreach { case (lane, at) => consumer.seek(tps(lane), at) }
@@ -54,9 +57,9 @@ private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeou
           val records = consumer.poll(Duration.ofMillis(math.min(left, 200L)))
           records.partitions().asScala.foreach { tp =>
             val lane = KafkaOffsets.laneKey(tp.topic, tp.partition)
-            if (pending.remove(lane)) {
-              val end = math.min(live(lane)._2, from(lane) + PerPoint)
-              records.records(tp).asScala.filter(_.offset < end).foreach { r =>
+            if (pending.contains(lane)) {
+              val batch = records.records(tp).asScala
+              batch.filter(r => r.offset >= from(lane) && r.offset < until(lane)).foreach { r =>
                 val bytes = Option(r.key).map(_.length.toLong).getOrElse(0L) +
                   Option(r.value).map(_.length.toLong).getOrElse(0L)
                 val old = found.getOrElse(lane, Sample(SizeStats.Zero, 0L))
@@ -64,7 +67,10 @@ private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeou
                   SizeStats(old.stats.count + 1, old.stats.sum + bytes, old.stats.sumSq + bytes.toDouble * bytes),
                   math.max(old.largest, bytes))
               }
-              consumer.pause(ju.List.of(tp))
+              if (batch.nonEmpty && batch.last.offset >= until(lane) - 1) {
+                pending.remove(lane)
+                consumer.pause(ju.List.of(tp))
+              }
             }
           }
         }
