@@ -21,6 +21,8 @@ lazy val root = (project in file("."))
       "org.apache.spark" %% "spark-sql" % sparkVersion % Provided,
       "org.apache.spark" %% "spark-catalyst" % sparkVersion % Provided,
       ("org.apache.spark" %% "spark-sql-kafka-0-10" % sparkVersion % Provided).intransitive(),
+      // The client the connector above runs with; sluice.input samples record sizes with it.
+      ("org.apache.kafka" % "kafka-clients" % "3.9.1" % Provided).intransitive(),
       "org.scalatest" %% "scalatest" % "3.2.19" % Test
     ),
     // The jar the Python package bundles: a stable name, no Scala/version suffix.

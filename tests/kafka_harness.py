@@ -137,14 +137,17 @@ def create_topic(spark: SparkSession, bootstrap: str, topic: str, partitions: in
 
 def produce(spark: SparkSession, bootstrap: str, topic: str, count: int, partitions: int,
             min_bytes: int = 100, max_bytes: int = 100 * 1024, seed: int = 0,
-            first_partition: int = 0) -> None:
+            first_partition: int = 0, large_every: int = 0, large_bytes: int = 0) -> None:
     """Writes `count` records round-robin over `partitions` partitions (from `first_partition`)
-    with keys of 8 bytes and values of deterministic pseudo-random sizes in [min, max)."""
+    with keys of 8 bytes and values of deterministic pseudo-random sizes in [min, max); with
+    `large_every` = k, every k-th record's value has `large_bytes` instead."""
     span = max_bytes - min_bytes
+    size = f"{min_bytes} + cast(pmod(xxhash64(id, {seed}), {max(span, 1)}) as int)"
+    if large_every > 0:
+        size = f"if(pmod(id, {large_every}) = {large_every - 1}, {large_bytes}, {size})"
     (spark.range(count, numPartitions=2)
      .selectExpr(f"cast(pmod(id, {partitions}) + {first_partition} as int) as partition",
                  "cast(lpad(cast(id as string), 8, '0') as binary) as key",
-                 f"cast(repeat('x', {min_bytes} + cast(pmod(xxhash64(id, {seed}), {max(span, 1)}) as int))"
-                 " as binary) as value")
+                 f"cast(repeat('x', {size}) as binary) as value")
      .write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
      .option("kafka.max.request.size", str(8 << 20)).save())

@@ -5,17 +5,29 @@ average batch size, on a real local Kafka broker (tests/kafka_harness.py), in on
     .venv/bin/python bench/input/bench_input.py [--records 1500] [--bound 8m] [--reps 2]
 
 Each query drains the whole backlog from the earliest offsets with a fresh checkpoint; its
-foreachBatch shuffles and sorts the batch (so the whole batch is held at once, as a sorting or
-stateful consumer would); "max batch" is the largest batch's key+value bytes. Throughput = key+value bytes / wall time to drain. Peak memory
-= the peak JVM heap use (sum over heap pools, peaks reset after a GC before each run) of the
-local-mode driver/executor JVM, minus the heap in use after that GC; it depends on GC timing more
-than on the batch (the Kafka reader streams records), so it is printed, not claimed. Each session drains a small warm-up topic first. Runs alternate
-between variants; the best of `reps` is reported.
+foreachBatch shuffles the batch into 2 partitions and sorts them by value, so the whole batch is
+held in memory at once, as a sorting or stateful consumer would hold it. Throughput = key+value
+bytes / wall time to drain; "max batch" is the largest batch's key+value bytes.
+
+Memory: Spark's own accounting of the memory tasks hold, read from the driver UI's REST API after
+each run: per task, `peakExecutionMemory` (the most execution memory, here the sort's pages and
+pointer array, the task held at once). A batch's jobs are found by the query's job group and the
+batch id in their description; a batch's peak is the largest sum of the peaks of tasks whose run
+times overlap (an upper bound on what its tasks held at one moment), and a run's peak is the
+largest over its batches. Sort pages are allocated `spark.buffer.pageSize` at a time; the bench sets
+it to 1 MiB (Spark's default here would be 32 MiB pages, which floor every sort at 2 x 32 MiB) so
+that the measurement follows the data held rather than page rounding; `--page-size` changes it.
+Each session first drains the backlog once, unrecorded, to warm up; its two variants then run in
+alternating order between reps. The best of `reps` (by time) is reported, with the memory of that run.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
+import urllib.request
+from datetime import datetime
 import tempfile
 import time
 from pathlib import Path
@@ -29,10 +41,15 @@ from conftest import BASE_CONF, fresh_builder, stop_session  # noqa: E402
 import sluice  # noqa: E402
 
 
+PAGE_SIZE = "1m"
+
+
 def session(jars: list[str], bounded: str | None) -> SparkSession:
     stop_session()
     b = fresh_builder().master("local[2]").appName("sluice-bench-input")
-    conf = {**BASE_CONF, "spark.driver.memory": "2g", "spark.jars": ",".join(jars)}
+    conf = {**BASE_CONF, "spark.driver.memory": "2g", "spark.jars": ",".join(jars),
+            "spark.ui.enabled": "true", "spark.ui.port": "0", "spark.ui.showConsoleProgress": "false",
+            "spark.buffer.pageSize": PAGE_SIZE}
     for k, v in conf.items():
         b = b.config(k, v)
     if bounded is not None:
@@ -42,26 +59,40 @@ def session(jars: list[str], bounded: str | None) -> SparkSession:
     return spark
 
 
-def warmed(spark: SparkSession, broker: kh.Broker) -> SparkSession:
-    """Drains a small topic once so that each measured run starts on a warm JVM and session."""
-    drain(spark, broker, "warmup")
-    return spark
+def rest(spark: SparkSession, path: str):  # type: ignore[no-untyped-def]
+    sc = spark.sparkContext
+    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/{path}"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.load(r)
 
 
-def heap_reset(spark: SparkSession) -> int:
-    """GC, reset the heap pools' peaks; returns the heap in use after the GC (the baseline)."""
-    jvm = spark._jvm
-    jvm.java.lang.System.gc()
-    for pool in jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans():
-        if str(pool.getType()) == "Heap memory":
-            pool.resetPeakUsage()
-    return int(jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed())
+def _millis(ts: str) -> float:
+    return datetime.strptime(ts.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp() * 1000
 
 
-def heap_peak(spark: SparkSession) -> int:
-    jvm = spark._jvm
-    return sum(p.getPeakUsage().getUsed() for p in jvm.java.lang.management.ManagementFactory
-               .getMemoryPoolMXBeans() if str(p.getType()) == "Heap memory")
+def batch_memory_peaks(spark: SparkSession, run_id: str) -> dict[int, int]:
+    """Per batch id of the query run `run_id`: the largest sum of peakExecutionMemory over tasks
+    whose run times overlap, over all jobs of the batch."""
+    stages: dict[int, list[int]] = {}
+    for job in rest(spark, "jobs"):
+        if job.get("jobGroup") != run_id:
+            continue
+        m = re.search(r"batch = (\d+)", job.get("description", ""))
+        if m:
+            stages.setdefault(int(m.group(1)), []).extend(job["stageIds"])
+    peaks = {}
+    for batch, ids in stages.items():
+        tasks = []  # (start ms, end ms, peak bytes)
+        for sid in set(ids):
+            for attempt in rest(spark, f"stages/{sid}"):
+                for t in rest(spark, f"stages/{sid}/{attempt['attemptId']}/taskList?length=100000"):
+                    if "taskMetrics" in t:
+                        start = _millis(t["launchTime"])
+                        tasks.append((start, start + t.get("duration", 0),
+                                      t["taskMetrics"]["peakExecutionMemory"]))
+        peaks[batch] = max((sum(p for s, e, p in tasks if s <= t0 < e or s == t0)
+                            for t0, _, _ in tasks), default=0)
+    return peaks
 
 
 def drain(spark: SparkSession, broker: kh.Broker, topic: str, **options: object) -> dict:
@@ -69,24 +100,26 @@ def drain(spark: SparkSession, broker: kh.Broker, topic: str, **options: object)
 
     def sink(df: DataFrame, _: int) -> None:
         # A consumer that holds its batch: shuffle and sort it (the sort buffers hold the batch).
+        # first() depends on the order, so the optimizer keeps the sort (a plain sum would drop it).
         r = (df.repartition(2).sortWithinPartitions("value")
-             .select(F.sum(F.length("key") + F.length("value")).alias("b"))).first()
+             .agg(F.sum(F.length("key") + F.length("value")).alias("b"), F.first("offset"))).first()
         batches.append(int(r.b or 0))
 
     reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
               .option("subscribe", topic).option("startingOffsets", "earliest"))
     for k, v in options.items():
         reader = reader.option(k, str(v))
-    baseline = heap_reset(spark)
     t0 = time.monotonic()
     q = (reader.load().writeStream.foreachBatch(sink)
          .option("checkpointLocation", tempfile.mkdtemp(prefix="sluice-bench-")).start())
     q.processAllAvailable()
     seconds = time.monotonic() - t0
     rows = sum(p["numInputRows"] for p in q.recentProgress)
+    run_id = str(q.runId)
     q.stop()
+    peaks = batch_memory_peaks(spark, run_id)
     return {"seconds": seconds, "bytes": sum(batches), "batches": len([b for b in batches if b]),
-            "rows": rows, "max_batch": max(batches), "heap_peak": heap_peak(spark) - baseline}
+            "rows": rows, "max_batch": max(batches), "mem_peak": max(peaks.values(), default=0)}
 
 
 def sluice_bytes(v: str) -> int:
@@ -95,12 +128,15 @@ def sluice_bytes(v: str) -> int:
 
 
 def main() -> None:
+    global PAGE_SIZE
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1500)
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--bound", default="8m")
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--page-size", default=PAGE_SIZE)
     args = ap.parse_args()
+    PAGE_SIZE = args.page_size
 
     jars = kh.connector_jars()
     broker = kh.Broker(Path(tempfile.mkdtemp(prefix="sluice-bench-kafka-"))).start()
@@ -109,38 +145,48 @@ def main() -> None:
         spark = session(jars, None)
         kh.create_topic(spark, broker.bootstrap, "backlog", args.partitions)
         kh.produce(spark, broker.bootstrap, "backlog", args.records, args.partitions)
-        kh.create_topic(spark, broker.bootstrap, "warmup", args.partitions)
-        kh.produce(spark, broker.bootstrap, "warmup", 60, args.partitions)
         # bound: the bound under test; idle bound: sluice with the default 512 MB bound, which this
         # backlog does not reach (the cost of the mechanism when it does not throttle).
         results: dict[str, list[dict]] = {"bound": [], "idle bound": [], "none": [], "maxOffsets": []}
         max_offsets = None
         for rep in range(args.reps):
-            spark = warmed(session(jars, args.bound), broker)
-            results["bound"].append(drain(spark, broker, "backlog"))
-            results["idle bound"].append(drain(spark, broker, "backlog", **{"sluice.maxBytesPerTrigger": "512m"}))
-            if max_offsets is None:  # the same average batch size, in records
-                r = results["bound"][0]
-                max_offsets = max(1, round(r["rows"] / r["batches"]))
-            spark = warmed(session(jars, None), broker)
-            results["none"].append(drain(spark, broker, "backlog"))
-            results["maxOffsets"].append(drain(spark, broker, "backlog", maxOffsetsPerTrigger=max_offsets))
+            # Each session first drains the backlog once unrecorded (a warm JVM, JIT and session),
+            # then runs its two variants, in alternating order between reps.
+            spark = session(jars, args.bound)
+            warm = drain(spark, broker, "backlog")
+            if max_offsets is None:  # the bound's average batch size, in records
+                max_offsets = max(1, round(warm["rows"] / warm["batches"]))
+            runs = [("bound", {}), ("idle bound", {"sluice.maxBytesPerTrigger": "512m"})]
+            for name, opts in (runs if rep % 2 == 0 else runs[::-1]):
+                results[name].append(drain(spark, broker, "backlog", **opts))
+            spark = session(jars, None)
+            drain(spark, broker, "backlog", maxOffsetsPerTrigger=max_offsets)
+            runs = [("none", {}), ("maxOffsets", {"maxOffsetsPerTrigger": max_offsets})]
+            for name, opts in (runs if rep % 2 == 0 else runs[::-1]):
+                results[name].append(drain(spark, broker, "backlog", **opts))
             print(f"rep {rep}: " + ", ".join(f"{k} {v[-1]['seconds']:.1f}s" for k, v in results.items()),
                   flush=True)
         best = {k: min(v, key=lambda r: r["seconds"]) for k, v in results.items()}
         print(f"\nbacklog: {args.records} records of 100 B-100 KB in {args.partitions} partitions, "
               f"{best['none']['bytes'] / 2**20:.1f} MiB; bound {args.bound}; "
-              f"maxOffsetsPerTrigger={max_offsets}; best of {args.reps}")
-        print(f"{'variant':<12}{'seconds':>9}{'MiB/s':>9}{'batches':>9}{'max batch MiB':>15}{'heap peak MiB':>15}")
+              f"maxOffsetsPerTrigger={max_offsets}; spark.buffer.pageSize={PAGE_SIZE}; best of {args.reps}")
+        bound = sluice_bytes(args.bound)
+        print(f"{'variant':<12}{'seconds':>9}{'MiB/s':>9}{'batches':>9}{'max batch MiB':>15}"
+              f"{'exec mem peak MiB':>19}{'peak / bound':>14}")
         for k, r in best.items():
             print(f"{k:<12}{r['seconds']:>9.1f}{r['bytes'] / 2**20 / r['seconds']:>9.2f}{r['batches']:>9}"
-                  f"{r['max_batch'] / 2**20:>15.2f}{r['heap_peak'] / 2**20:>15.0f}")
+                  f"{r['max_batch'] / 2**20:>15.2f}{r['mem_peak'] / 2**20:>19.2f}{r['mem_peak'] / bound:>14.2f}")
+        print("all runs (seconds; exec mem peak MiB): " + "; ".join(
+            f"{k} " + ", ".join(f"{r['seconds']:.1f}s/{r['mem_peak'] / 2**20:.1f}" for r in v)
+            for k, v in results.items()))
         tput = {k: r["bytes"] / r["seconds"] for k, r in best.items()}
         print(f"\nthroughput bound / maxOffsetsPerTrigger: {tput['bound'] / tput['maxOffsets']:.3f}")
         print(f"throughput bound / no bound:             {tput['bound'] / tput['none']:.3f}")
         print(f"throughput idle bound / no bound:        {tput['idle bound'] / tput['none']:.3f}")
-        print(f"peak heap bound / no bound:              {best['bound']['heap_peak'] / best['none']['heap_peak']:.3f}")
-        print(f"largest batch bound / bound:             {best['bound']['max_batch'] / sluice_bytes(args.bound):.3f}")
+        print(f"exec memory peak bound / bound:          {best['bound']['mem_peak'] / bound:.3f}")
+        print(f"exec memory peak bound / no bound:       {best['bound']['mem_peak'] / best['none']['mem_peak']:.3f}")
+        print(f"exec memory peak bound / maxOffsets:     {best['bound']['mem_peak'] / best['maxOffsets']['mem_peak']:.3f}")
+        print(f"largest batch bound / bound:             {best['bound']['max_batch'] / bound:.3f}")
     finally:
         stop_session()
         broker.stop()

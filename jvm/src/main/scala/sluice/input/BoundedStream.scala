@@ -24,6 +24,8 @@ private[input] sealed trait Lanes {
   def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory = inner
   /** Bytes of the batch that read from `start` to `end`, when known without measuring. */
   def knownBytes(start: Offset, end: Offset): Option[Long]
+  /** Called with the range each lane with data waiting would read, before it is planned. */
+  def prepare(ranges: Map[String, (Long, Long)]): Unit = ()
   /** Takes in what tasks measured since the last call; returns its bytes. */
   def absorb(): Long = 0L
 }
@@ -34,42 +36,69 @@ private[input] object KafkaLanes {
   val OwnSamples = 30
 }
 
-private[input] final class KafkaLanes(stream: MicroBatchStream, defaultRecordBytes: Long) extends Lanes {
+private[input] final class KafkaLanes(
+    stream: MicroBatchStream,
+    defaultRecordBytes: Long,
+    sampler: Option[KafkaSampler] = None,
+    sizeFile: Option[SizeFile] = None) extends Lanes {
   private val acc = new LaneSizeAccumulator
   SparkSession.active.sparkContext.register(acc, "sluice.input.kafkaRecordSizes")
   private var seen = Map.empty[String, SizeStats]
-  private var estimates = Map.empty[String, SizeStats]
+  private var estimates: Map[String, SizeStats] = sizeFile.map(_.read()).getOrElse(Map.empty)
+  private var samples = Map.empty[String, Sample]
+  private var sampleTried = Set.empty[String]
 
   override def positions(offset: Offset): Map[String, Long] = KafkaOffsets.positions(offset.json())
   override def withPositions(offset: Offset, positions: Map[String, Long]): Offset =
     stream.deserializeOffset(KafkaOffsets.withPositions(offset.json(), positions))
+
+  private def topicOf(lane: String): String = lane.substring(0, lane.lastIndexOf('/') + 1)
+  private def measured(lane: String): Map[String, SizeStats] =
+    estimates.filter(_._1.startsWith(topicOf(lane)))
+
+  /** Partitions whose topic has nothing measured (nor saved) are sampled once, before planning. */
+  override def prepare(ranges: Map[String, (Long, Long)]): Unit = sampler.foreach { s =>
+    val need = ranges.filter { case (lane, _) => !sampleTried(lane) && measured(lane).isEmpty }
+    if (need.nonEmpty) {
+      samples ++= s.sample(need)
+      sampleTried ++= need.keys
+    }
+  }
+
   /**
    * A partition with few records read is assumed to hold records like the rest of its topic (the
    * pooled statistics of all its partitions); with fewer than two records measured, the standard
-   * deviation is taken to be the mean; with nothing measured, records of `defaultRecordBytes`.
+   * deviation is taken to be the mean. A topic with nothing measured uses the partition's sample;
+   * without a sample, records of `defaultRecordBytes`.
    */
   override def estimate(lane: String): (Double, Double, Double) = {
     val own = estimates.getOrElse(lane, SizeStats.Zero)
     val stats = if (own.count >= KafkaLanes.OwnSamples) own else {
-      val prefix = lane.substring(0, lane.lastIndexOf('/') + 1)
-      estimates.filter(_._1.startsWith(prefix)).values.foldLeft(SizeStats.Zero)(_.decayedPlus(_, 1.0))
+      val topic = measured(lane).values.foldLeft(SizeStats.Zero)(_.decayedPlus(_, 1.0))
+      if (topic.count >= 1) topic else samples.get(lane).map(_.stats).getOrElse(SizeStats.Zero)
     }
     if (stats.count < 1) (defaultRecordBytes.toDouble, 0.0, Double.PositiveInfinity)
     else (stats.mean, if (stats.count < 2) stats.mean else stats.sd, stats.count)
   }
 
   /**
-   * Slow start: while its sizes rest on few records, a partition admits at most twice the records
-   * measured so far (its share of its topic's), so early estimates are tested on small batches;
-   * but never fewer than its share of the budget allows at `defaultRecordBytes` a record, which
-   * is what a start with nothing measured admits anyway.
+   * Slow start: a partition sized from a sample admits at most what fits its share of the budget
+   * if every record were as large as the largest sampled one. Once measured, while its sizes rest
+   * on few records, it admits at most twice the records measured so far (its share of its
+   * topic's), so early estimates are tested on small batches; but never fewer than fit its share
+   * at the worst size known (the largest sampled in its topic, else `defaultRecordBytes`).
    */
   override def cap(lane: String, share: Double): Long = {
     val own = estimates.getOrElse(lane, SizeStats.Zero).count
-    val prefix = lane.substring(0, lane.lastIndexOf('/') + 1)
-    val topic = estimates.filter(_._1.startsWith(prefix))
-    if (own >= KafkaLanes.OwnSamples || topic.isEmpty) Long.MaxValue
-    else math.max((2 * topic.values.map(_.count).sum / topic.size).toLong, (share / defaultRecordBytes).toLong)
+    val topic = measured(lane)
+    if (own >= KafkaLanes.OwnSamples) Long.MaxValue
+    else if (topic.isEmpty) samples.get(lane).filter(_.largest > 0)
+      .map(s => math.max(1L, (share / s.largest).toLong)).getOrElse(Long.MaxValue)
+    else {
+      val worst = samples.filter(_._1.startsWith(topicOf(lane))).values.map(_.largest)
+        .filter(_ > 0).maxOption.getOrElse(defaultRecordBytes)
+      math.max((2 * topic.values.map(_.count).sum / topic.size).toLong, (share / worst).toLong)
+    }
   }
 
   override def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory =
@@ -84,6 +113,7 @@ private[input] final class KafkaLanes(stream: MicroBatchStream, defaultRecordByt
     delta.foreach { case (k, d) =>
       estimates += k -> estimates.getOrElse(k, SizeStats.Zero).decayedPlus(d, keep = 0.8)
     }
+    if (delta.nonEmpty) sizeFile.foreach(_.write(estimates))
     delta.values.map(_.sum).sum.toLong
   }
 }
@@ -158,6 +188,7 @@ final class BoundedMicroBatchStream private[input] (
     val to = lanes.positions(proposed)
     // Lanes new since `start` are the source's to place (it knows where they begin).
     val moving = to.filter { case (lane, end) => from.get(lane).exists(_ < end) }
+    lanes.prepare(moving.map { case (lane, end) => lane -> (from(lane), end) })
     val share = budget.bytes.toDouble / math.max(1, moving.size)
     val waiting = moving.toSeq.map { case (lane, end) =>
       val (mean, sd, samples) = lanes.estimate(lane)

@@ -87,9 +87,9 @@ object InputBoundRule {
   val KafkaProvider = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
   val RateProvider = "org.apache.spark.sql.execution.streaming.sources.RateStreamProvider"
   /**
-   * The size assumed for a Kafka record before any was measured: the broker's default maximum
-   * batch size (message.max.bytes, about 1 MiB), so the first batch cannot overshoot on any topic
-   * with default limits.
+   * The size assumed for a Kafka record when none could be measured or sampled: the broker's
+   * default maximum batch size (message.max.bytes, about 1 MiB), so the first batch cannot
+   * overshoot on any topic with default limits.
    */
   val DefaultKafkaRecordBytes: Long = 1L << 20
 }
@@ -124,11 +124,12 @@ final class BoundedTable(val inner: Table with SupportsRead, kind: StreamKind, s
 
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
     val builder = inner.newScanBuilder(options)
-    () => new BoundedScan(builder.build(), kind, spec)
+    () => new BoundedScan(builder.build(), kind, spec, KafkaSampler.kafkaParams(options.asCaseSensitiveMap()))
   }
 }
 
-final class BoundedScan(inner: Scan, kind: StreamKind, spec: BudgetSpec) extends Scan {
+final class BoundedScan(inner: Scan, kind: StreamKind, spec: BudgetSpec,
+    kafkaParams: Map[String, String] = Map.empty) extends Scan {
   override def readSchema(): StructType = inner.readSchema()
   override def description(): String = inner.description()
   override def toBatch: Batch = inner.toBatch
@@ -141,7 +142,10 @@ final class BoundedScan(inner: Scan, kind: StreamKind, spec: BudgetSpec) extends
   override def toMicroBatchStream(checkpointLocation: String): MicroBatchStream = {
     val stream = inner.toMicroBatchStream(checkpointLocation)
     val lanes: Option[Lanes] = (kind, stream) match {
-      case (StreamKind.Kafka(default), s) => Some(new KafkaLanes(s, default))
+      case (StreamKind.Kafka(default), s) =>
+        val hadoopConf = SparkSession.active.sparkContext.hadoopConfiguration
+        Some(new KafkaLanes(s, default, Some(new KafkaSampler(kafkaParams)),
+          Some(new SizeFile(checkpointLocation, hadoopConf))))
       case (StreamKind.Rate(rps), _: RateStreamMicroBatchStream) => Some(new RateLanes(rps))
       case _ => None
     }

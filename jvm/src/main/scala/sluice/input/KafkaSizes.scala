@@ -1,0 +1,167 @@
+package sluice.input
+
+import java.{util => ju}
+import java.nio.charset.StandardCharsets
+import java.time.Duration
+
+import scala.collection.mutable
+import scala.jdk.CollectionConverters._
+import scala.util.control.NonFatal
+
+import com.fasterxml.jackson.databind.ObjectMapper
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.Path
+import org.apache.kafka.clients.consumer.{ConsumerConfig, KafkaConsumer}
+import org.apache.kafka.common.TopicPartition
+import org.apache.kafka.common.serialization.ByteArrayDeserializer
+import org.slf4j.LoggerFactory
+
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+
+/** Record sizes read from a partition before its first batch: their statistics and the largest. */
+final case class Sample(stats: SizeStats, largest: Long)
+
+/**
+ * Reads a few records of partitions that have no measured sizes yet, on the driver, so that their
+ * first batch is sized from real records instead of the 1 MiB worst case. `PerPoint` consecutive
+ * records are taken at each of `Points` positions spread over the range the batch would read (not
+ * only its start), with small fetches; the whole sampling is bounded by `timeoutMs`, and whatever
+ * it could not read
+ * (a failure, a timeout) leaves those partitions on the conservative default.
+ * The consumer is built from the source's `kafka.*` options (security, isolation level, ...)
+ * without its group id: it is assigned partitions and never commits.
+ */
+private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeoutMs: Long = 3000L) {
+  import KafkaSampler._
+
+  def sample(ranges: Map[String, (Long, Long)]): Map[String, Sample] = {
+    val live = ranges.filter { case (_, (start, end)) => start < end }
+    if (live.isEmpty) return Map.empty
+    val found = mutable.HashMap.empty[String, Sample]
+    val deadline = System.nanoTime() + timeoutMs * 1000000L
+    def left: Long = (deadline - System.nanoTime()) / 1000000L
+    var consumer: KafkaConsumer[Array[Byte], Array[Byte]] = null
+    try {
+      consumer = new KafkaConsumer[Array[Byte], Array[Byte]](props)
+      val tps = live.keys.map(lane => lane -> partitionOf(lane)).toMap
+      consumer.assign(tps.values.asJavaCollection)
+      for (point <- 0 until Points if left > 0) {
+        // Each point takes the next `PerPoint` records from its position, whatever their sizes:
+        // stopping at what the first (byte-limited) fetch returned would under-sample large records.
+        val from = live.map { case (lane, (s, e)) => lane -> (s + (e - s) * point / Points) }
+        val until = from.map { case (lane, at) => lane -> math.min(live(lane)._2, at + PerPoint) }
+        val pending = mutable.Set(from.keys.toSeq: _*)
+        consumer.resume(tps.values.asJavaCollection)
+        from.foreach { case (lane, at) => consumer.seek(tps(lane), at) }
+        while (pending.nonEmpty && left > 0) {
+          val records = consumer.poll(Duration.ofMillis(math.min(left, 200L)))
+          records.partitions().asScala.foreach { tp =>
+            val lane = KafkaOffsets.laneKey(tp.topic, tp.partition)
+            if (pending.contains(lane)) {
+              val batch = records.records(tp).asScala
+              batch.filter(r => r.offset >= from(lane) && r.offset < until(lane)).foreach { r =>
+                val bytes = Option(r.key).map(_.length.toLong).getOrElse(0L) +
+                  Option(r.value).map(_.length.toLong).getOrElse(0L)
+                val old = found.getOrElse(lane, Sample(SizeStats.Zero, 0L))
+                found(lane) = Sample(
+                  SizeStats(old.stats.count + 1, old.stats.sum + bytes, old.stats.sumSq + bytes.toDouble * bytes),
+                  math.max(old.largest, bytes))
+              }
+              if (batch.nonEmpty && batch.last.offset >= until(lane) - 1) {
+                pending.remove(lane)
+                consumer.pause(ju.List.of(tp))
+              }
+            }
+          }
+        }
+      }
+    } catch {
+      case NonFatal(e) =>
+        log.warn(s"Sampling Kafka record sizes failed; partitions without a sample assume " +
+          s"${InputBoundRule.DefaultKafkaRecordBytes} bytes a record in their first batch", e)
+    } finally {
+      if (consumer != null) {
+        try consumer.close(Duration.ofMillis(500)) catch { case NonFatal(_) => }
+      }
+    }
+    found.toMap
+  }
+
+  private def props: ju.Properties = {
+    val p = new ju.Properties()
+    kafkaParams.foreach { case (k, v) => p.put(k, v) }
+    p.remove(ConsumerConfig.GROUP_ID_CONFIG)
+    p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, classOf[ByteArrayDeserializer].getName)
+    p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, classOf[ByteArrayDeserializer].getName)
+    p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false")
+    // Positions come from the source's offsets; if one was deleted meanwhile, read from the log start.
+    p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest")
+    // Small fetches: the broker still returns at least one whole record batch per partition.
+    p.put(ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG, (64 << 10).toString)
+    p.put(ConsumerConfig.FETCH_MAX_BYTES_CONFIG, (4 << 20).toString)
+    p.put(ConsumerConfig.CLIENT_ID_CONFIG, "sluice-record-size-sample")
+    p
+  }
+}
+
+private[input] object KafkaSampler {
+  private val log = LoggerFactory.getLogger(classOf[KafkaSampler])
+  /** Positions sampled per partition, and records taken at each. */
+  val Points = 4
+  val PerPoint = 8
+
+  /** The `kafka.*` options of a Kafka source, without the prefix, as the connector passes them on. */
+  def kafkaParams(options: ju.Map[String, String]): Map[String, String] =
+    options.asScala.collect {
+      case (k, v) if k.toLowerCase(ju.Locale.ROOT).startsWith("kafka.") => k.substring("kafka.".length) -> v
+    }.toMap
+
+  def partitionOf(lane: String): TopicPartition = {
+    val i = lane.lastIndexOf('/')
+    new TopicPartition(lane.substring(0, i), lane.substring(i + 1).toInt)
+  }
+}
+
+/**
+ * The per-partition size statistics of a Kafka source, kept under its checkpoint directory so that
+ * a restarted query sizes its first batches from what it measured before. They only size batches:
+ * offsets and recovery never depend on them, so the file is written after each batch's
+ * measurements arrive and a missing or unreadable file just means starting without them.
+ */
+private[input] final class SizeFile(dir: String, hadoopConf: Configuration) {
+  private val path = new Path(dir, SizeFile.Name)
+  private lazy val fm = CheckpointFileManager.create(path.getParent, hadoopConf)
+
+  def read(): Map[String, SizeStats] = try {
+    if (!fm.exists(path)) Map.empty else {
+      val in = fm.open(path)
+      val root = try SizeFile.mapper.readTree(in) finally in.close()
+      root.properties().asScala.map { e =>
+        val a = e.getValue
+        e.getKey -> SizeStats(a.get(0).asDouble, a.get(1).asDouble, a.get(2).asDouble)
+      }.toMap
+    }
+  } catch {
+    case NonFatal(e) => SizeFile.log.warn(s"Ignoring unreadable record sizes in $path", e); Map.empty
+  }
+
+  def write(stats: Map[String, SizeStats]): Unit = try {
+    val root = SizeFile.mapper.createObjectNode()
+    stats.toSeq.sortBy(_._1).foreach { case (lane, s) =>
+      root.putArray(lane).add(s.count).add(s.sum).add(s.sumSq)
+    }
+    val out = fm.createAtomic(path, overwriteIfPossible = true)
+    try out.write(SizeFile.mapper.writeValueAsString(root).getBytes(StandardCharsets.UTF_8))
+    catch { case NonFatal(e) => out.cancel(); throw e }
+    out.close()
+  } catch {
+    case NonFatal(e) => SizeFile.log.warn(s"Could not save record sizes to $path", e)
+  }
+}
+
+private[input] object SizeFile {
+  /** Not a number, so the source's own offset log in the same directory ignores it. */
+  val Name = "sluice-record-sizes.json"
+  private val mapper = new ObjectMapper()
+  private val log = LoggerFactory.getLogger(classOf[SizeFile])
+}
