@@ -90,7 +90,8 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     logInfo(s"Initialized $this with $settings, window field ${WindowField.find(keySchema)}")
   }
 
-  private def newMap() = new SegmentedStateMap(keySchema, numColsPrefixKey, settings.retentionMicros)
+  private def newMap() =
+    new SegmentedStateMap(keySchema, valueSchema.length, numColsPrefixKey, settings.retentionMicros)
 
   override def stateStoreId: StateStoreId = _id
 
@@ -203,7 +204,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     try {
       val data = new DataOutputStream(new LZ4BlockOutputStream(out))
       data.writeInt(DeltaMagic)
-      map.commit().foreach { case (k, v) =>
+      map.commit { (k, v) =>
         writeRow(data, k)
         if (v == null) data.writeInt(-1) else writeRow(data, v)
       }
@@ -254,9 +255,10 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     }.sortBy(f => (f.version, f.snapshot))
   }
 
+  /** Rows point into the store's pages: written from there, without a copy. */
   private def writeRow(out: DataOutputStream, row: UnsafeRow): Unit = {
     out.writeInt(row.getSizeInBytes)
-    out.write(row.getBytes)
+    row.writeToStream(out, null)
   }
 
   private def writeSnapshot(version: Long): Unit = {

@@ -1,0 +1,284 @@
+package sluice.windowstore
+
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow
+import org.apache.spark.unsafe.Platform
+import org.apache.spark.unsafe.array.ByteArrayMethods
+
+/**
+ * A hash table of UnsafeRow keys to UnsafeRow values whose entries are records appended to byte
+ * pages, indexed by open addressing over one primitive array of (hash, location) pairs: a probe
+ * touches one cache line before it reads a record.
+ *
+ * Why not a java.util map: an in-heap store keeps every entry alive for many batches, and with a
+ * map each entry is four or five objects the garbage collector must copy and trace; here an entry
+ * is a few bytes in a page. A location is `page << 32 | offset`; a record is
+ * `[key size: int][value size: int][key bytes][value bytes]`, 8-byte aligned.
+ *
+ * Record bytes are never changed once written: an overwrite or a remove only repoints or clears
+ * the slot, leaving the old record as garbage until [[compacted]] copies the live records into
+ * new pages. Rows handed out therefore stay valid for as long as the caller holds them, and an
+ * open version can be undone from the locations it replaced.
+ *
+ * Single writer. An iterator taken before a rehash keeps reading the slots it started on and
+ * re-checks each entry against the current table, so removes during iteration (as Spark's
+ * operators do) are seen.
+ */
+private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
+  import RowTable._
+
+  /** slots(2i) is slot i's key hash, slots(2i + 1) its location. */
+  private var slots = emptySlots(InitialSlots)
+  /** Live entries, and slots not empty (live entries plus tombstones). */
+  private var live = 0
+  private var occupied = 0
+
+  private var pages = new Array[Array[Byte]](0)
+  private var page: Array[Byte] = null
+  private var pageUsed = 0
+  private var pageBytes = 0L
+  private var _liveBytes = 0L
+  private var _lastWritten = Absent
+
+  /** Location of the record the last put appended (the change log keeps it). */
+  def lastWritten: Long = _lastWritten
+
+  def size: Int = live
+  /** Bytes of the live records. */
+  def liveBytes: Long = _liveBytes
+  /** Heap held: pages (live records and garbage) and the slot arrays. */
+  def memoryBytes: Long = pageBytes + slots.length * 8L
+  def isEmpty: Boolean = live == 0
+
+  def get(key: UnsafeRow): UnsafeRow = {
+    val slot = find(key, key.hashCode())
+    if (slot < 0) null else valueAt(slots(slot + 1))
+  }
+
+  /** Appends the entry and points the key at it; returns the replaced location or [[Absent]]. */
+  def put(key: UnsafeRow, value: UnsafeRow): Long = {
+    val hash = key.hashCode()
+    val slot = find(key, hash)
+    val loc = append(key, value)
+    _lastWritten = loc
+    if (slot >= 0) {
+      val prev = slots(slot + 1)
+      slots(slot + 1) = loc
+      _liveBytes += recordBytes(loc) - recordBytes(prev)
+      prev
+    } else {
+      insert(-slot - 1, hash, loc)
+      Absent
+    }
+  }
+
+  /** Clears the key's slot; returns the removed location or [[Absent]]. */
+  def remove(key: UnsafeRow): Long = {
+    val slot = find(key, key.hashCode())
+    if (slot < 0) Absent
+    else {
+      val prev = slots(slot + 1)
+      slots(slot + 1) = Tombstone
+      live -= 1
+      _liveBytes -= recordBytes(prev)
+      prev
+    }
+  }
+
+  /** Points the key of the record at `keyLoc` back at `loc` (or removes it for [[Absent]]):
+   *  how a rollback undoes a put or a remove without copying anything. */
+  def restore(keyLoc: Long, loc: Long): Unit = {
+    val key = keyAt(keyLoc)
+    if (loc == Absent) remove(key)
+    else {
+      val hash = key.hashCode()
+      val slot = find(key, hash)
+      if (slot >= 0) {
+        _liveBytes += recordBytes(loc) - recordBytes(slots(slot + 1))
+        slots(slot + 1) = loc
+      } else insert(-slot - 1, hash, loc)
+    }
+  }
+
+  def keyAt(loc: Long): UnsafeRow = {
+    val p = pages(pageOf(loc))
+    val off = offsetOf(loc)
+    val row = new UnsafeRow(keyFields)
+    row.pointTo(p, Platform.BYTE_ARRAY_OFFSET + off + Header, Platform.getInt(p, addr(off)))
+    row
+  }
+
+  def valueAt(loc: Long): UnsafeRow = {
+    val p = pages(pageOf(loc))
+    val off = offsetOf(loc)
+    val keySize = Platform.getInt(p, addr(off))
+    val row = new UnsafeRow(valueFields)
+    row.pointTo(p, Platform.BYTE_ARRAY_OFFSET + off + Header + keySize, Platform.getInt(p, addr(off) + 4))
+    row
+  }
+
+  /** Live entries as (key, value) rows, weakly consistent (see the class doc). */
+  def entries(): Iterator[(UnsafeRow, UnsafeRow)] = new Iterator[(UnsafeRow, UnsafeRow)] {
+    // A table's pages only grow (compaction builds a new table), so current pages cover them.
+    private val start = slots
+    private var i = 0
+    private var nextKey: UnsafeRow = _
+    private var nextValue: UnsafeRow = _
+
+    private def advance(): Unit = {
+      nextKey = null
+      while (nextKey == null && i < start.length) {
+        val loc = start(i + 1)
+        i += 2
+        if (loc >= 0) {
+          if (start eq slots) {
+            nextKey = keyAt(loc)
+            nextValue = valueAt(loc)
+          } else {
+            // The table was rehashed since: its current state decides.
+            val key = keyAt(loc)
+            val value = get(key)
+            if (value != null) { nextKey = key; nextValue = value }
+          }
+        }
+      }
+    }
+    // Lazy, so that keys removed after next() returned are not handed out later.
+    override def hasNext: Boolean = { if (nextKey == null) advance(); nextKey != null }
+    override def next(): (UnsafeRow, UnsafeRow) = {
+      if (!hasNext) throw new NoSuchElementException
+      val r = (nextKey, nextValue)
+      nextKey = null
+      r
+    }
+  }
+
+  /** The table with only its live records, in fresh pages, once garbage outweighs them
+   *  (garbage comes from overwrites, removes and undone puts); otherwise this table. Callers
+   *  swap it in between versions, when no change log points into the old pages. */
+  def compacted(): RowTable = {
+    val garbage = pageBytes - _liveBytes
+    if (garbage < MinCompactBytes || garbage < _liveBytes) this
+    else {
+      val fresh = new RowTable(keyFields, valueFields)
+      entries().foreach { case (k, v) => fresh.put(k, v) }
+      fresh
+    }
+  }
+
+  // ---- slots ----
+
+  /** The index in `slots` of the key's pair, or -(index of the pair to insert at) - 1. */
+  private def find(key: UnsafeRow, hash: Int): Int = {
+    val mask = slots.length - 1
+    var i = (spread(hash) << 1) & mask
+    var firstFree = -1
+    while (true) {
+      val loc = slots(i + 1)
+      if (loc == Absent) return -(if (firstFree >= 0) firstFree else i) - 1
+      if (loc == Tombstone) {
+        if (firstFree < 0) firstFree = i
+      } else if (slots(i).toInt == hash && keyEquals(key, loc)) {
+        return i
+      }
+      i = (i + 2) & mask
+    }
+    throw new IllegalStateException("unreachable")
+  }
+
+  private def keyEquals(key: UnsafeRow, loc: Long): Boolean = {
+    val p = pages(pageOf(loc))
+    val off = offsetOf(loc)
+    Platform.getInt(p, addr(off)) == key.getSizeInBytes &&
+      ByteArrayMethods.arrayEquals(key.getBaseObject, key.getBaseOffset,
+        p, addr(off) + Header, key.getSizeInBytes)
+  }
+
+  private def insert(i: Int, hash: Int, loc: Long): Unit = {
+    if (slots(i + 1) == Absent) occupied += 1
+    slots(i) = hash
+    slots(i + 1) = loc
+    live += 1
+    _liveBytes += recordBytes(loc)
+    if (occupied > capacity * MaxLoad) rehash()
+  }
+
+  private def capacity: Int = slots.length / 2
+
+  /** A new array (twice the size unless tombstones made most of the load); old iterators keep
+   *  the old one. */
+  private def rehash(): Unit = {
+    val n = if (live > capacity * MaxLoad / 2) capacity * 2 else capacity
+    val old = slots
+    slots = emptySlots(n)
+    val mask = slots.length - 1
+    var j = 0
+    while (j < old.length) {
+      val loc = old(j + 1)
+      if (loc >= 0) {
+        val hash = old(j).toInt
+        var i = (spread(hash) << 1) & mask
+        while (slots(i + 1) != Absent) i = (i + 2) & mask
+        slots(i) = hash
+        slots(i + 1) = loc
+      }
+      j += 2
+    }
+    occupied = live
+  }
+
+  // ---- pages ----
+
+  private def append(key: UnsafeRow, value: UnsafeRow): Long = {
+    val k = key.getSizeInBytes
+    val v = value.getSizeInBytes
+    val size = align(Header + k + v)
+    if (page == null || pageUsed + size > page.length) newPage(size)
+    val off = pageUsed
+    Platform.putInt(page, addr(off), k)
+    Platform.putInt(page, addr(off) + 4, v)
+    Platform.copyMemory(key.getBaseObject, key.getBaseOffset, page, addr(off) + Header, k)
+    Platform.copyMemory(value.getBaseObject, value.getBaseOffset, page, addr(off) + Header + k, v)
+    pageUsed += size
+    (pages.length - 1).toLong << 32 | off
+  }
+
+  /** Pages double from MinPage to MaxPage, so small segments stay small; a record larger than a
+   *  page gets a page of its own size. */
+  private def newPage(minSize: Int): Unit = {
+    val size = math.max(minSize, math.min(MaxPage, math.max(MinPage, pageBytes)).toInt)
+    page = new Array[Byte](size)
+    pageUsed = 0
+    pageBytes += size
+    // Copy on append: iterators keep the array they started on.
+    val grown = java.util.Arrays.copyOf(pages, pages.length + 1)
+    grown(pages.length) = page
+    pages = grown
+  }
+
+  private def recordBytes(loc: Long): Long = {
+    val p = pages(pageOf(loc))
+    val off = offsetOf(loc)
+    align(Header + Platform.getInt(p, addr(off)) + Platform.getInt(p, addr(off) + 4))
+  }
+}
+
+private[windowstore] object RowTable {
+  /** Location of no entry; a cleared slot. Real locations are >= 0. */
+  val Absent: Long = -1L
+  private val Tombstone = -2L
+  private val Header = 8
+  private val InitialSlots = 16
+  private val MaxLoad = 0.6
+  private val MinPage = 4096
+  private val MaxPage = 1 << 20
+  private val MinCompactBytes = 64L * 1024
+
+  /** n (hash, location) pairs, all absent. */
+  private def emptySlots(n: Int): Array[Long] = { val a = new Array[Long](2 * n); java.util.Arrays.fill(a, Absent); a }
+  @inline private def pageOf(loc: Long): Int = (loc >>> 32).toInt
+  @inline private def offsetOf(loc: Long): Int = loc.toInt
+  @inline private def addr(off: Int): Long = Platform.BYTE_ARRAY_OFFSET + off
+  @inline private def align(n: Int): Int = (n + 7) & ~7
+  /** Murmur3's low bits are well mixed already; folding the high bits in costs nothing. */
+  @inline private def spread(h: Int): Int = h ^ (h >>> 16)
+}
