@@ -15,6 +15,8 @@ private[windowstore] final class Segment(val start: Long, keyFields: Int, valueF
   var table = new RowTable(keyFields, valueFields)
   /** False while the segment is out of the segment map (expired or pruned when empty). */
   var live: Boolean = true
+  /** The change log that last listed this segment as touched. */
+  var touchedBy: ChangeLog = null
 }
 
 /**
@@ -38,14 +40,14 @@ private[windowstore] final class ChangeLog {
     written(size) = newLoc
     replaced(size) = prevLoc
     size += 1
+    if (seg.touchedBy ne this) {
+      seg.touchedBy = this
+      touched += seg
+    }
   }
 
   /** The segments this version touched, each once. */
-  def touched: Iterable[Segment] = {
-    val seen = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap[Segment, java.lang.Boolean]())
-    (0 until size).foreach(i => seen.add(segments(i)))
-    seen.asScala
-  }
+  val touched = new scala.collection.mutable.ArrayBuffer[Segment]()
 }
 
 /**
@@ -361,5 +363,5 @@ private[windowstore] object SegmentedStateMap {
   /** The change-log location of a segment that expiry dropped. */
   val Dropped: Long = -3L
   val SegmentOverhead = 256L
-  private val RecentSlots = 64
+  private val RecentSlots = 1024
 }
