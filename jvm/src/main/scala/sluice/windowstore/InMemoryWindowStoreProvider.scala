@@ -123,17 +123,18 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
   override def supportedCustomMetrics: Seq[StateStoreCustomMetric] =
     Seq(SegmentsMetric, MemoryBytesMetric, ExpiredDropsMetric)
 
-  /** Writes a snapshot when due (only between batches: never while a version is open) and
-   *  deletes files no longer needed to load the last `minBatchesToRetain` versions. */
+  /** Writes a snapshot when due and deletes files no longer needed to load the last
+   *  `minBatchesToRetain` versions. The snapshot is of a frozen view taken between batches, and
+   *  written while the next batches run. */
   override def doMaintenance(): Unit = {
     try {
       val lastSnapshot = listFiles().filter(_.snapshot).map(_.version).foldLeft(0L)(math.max)
-      synchronized {
-        if (writer == null && liveVersion > 0 &&
-            liveVersion - lastSnapshot >= settings.snapshotInterval) {
-          writeSnapshot(liveVersion)
-        }
+      val due = synchronized {
+        if (writer == null && liveVersion > 0 && liveVersion - lastSnapshot >= settings.snapshotInterval) {
+          Some((liveVersion, map.freeze()))
+        } else None
       }
+      due.foreach { case (version, (entries, streamTime)) => writeSnapshot(version, entries, streamTime) }
       cleanup()
     } catch {
       case NonFatal(e) => logWarning(s"Maintenance of $this failed", e)
@@ -261,14 +262,14 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     row.writeToStream(out, null)
   }
 
-  private def writeSnapshot(version: Long): Unit = {
+  private def writeSnapshot(version: Long, entries: Iterator[(UnsafeRow, UnsafeRow)], streamTime: Long): Unit = {
     val out = fm.createAtomic(snapshotFile(version), overwriteIfPossible = true)
     try {
       val data = new DataOutputStream(new LZ4BlockOutputStream(out))
       data.writeInt(SnapshotMagic)
-      map.iterator().foreach { p => writeRow(data, p.key); writeRow(data, p.value) }
+      entries.foreach { case (k, v) => writeRow(data, k); writeRow(data, v) }
       data.writeInt(-1)
-      data.writeLong(map.streamTime)
+      data.writeLong(streamTime)
       data.close()
     } catch {
       case e: Throwable => out.cancel(); throw e

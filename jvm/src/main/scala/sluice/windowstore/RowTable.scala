@@ -38,6 +38,8 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   private var pageBytes = 0L
   private var _liveBytes = 0L
   private var _lastWritten = Absent
+  /** True while a frozen view reads `slots`: the next change copies them first. */
+  private var shared = false
 
   /** Location of the record the last put appended (the change log keeps it). */
   def lastWritten: Long = _lastWritten
@@ -56,6 +58,7 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
 
   /** Appends the entry and points the key at it; returns the replaced location or [[Absent]]. */
   def put(key: UnsafeRow, value: UnsafeRow): Long = {
+    own()
     val hash = key.hashCode()
     val slot = find(key, hash)
     val loc = append(key, value)
@@ -73,6 +76,7 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
 
   /** Clears the key's slot; returns the removed location or [[Absent]]. */
   def remove(key: UnsafeRow): Long = {
+    own()
     val slot = find(key, key.hashCode())
     if (slot < 0) Absent
     else {
@@ -87,6 +91,7 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   /** Points the key of the record at `keyLoc` back at `loc` (or removes it for [[Absent]]):
    *  how a rollback undoes a put or a remove without copying anything. */
   def restore(keyLoc: Long, loc: Long): Unit = {
+    own()
     val key = keyAt(keyLoc)
     if (loc == Absent) remove(key)
     else {
@@ -99,21 +104,37 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
     }
   }
 
-  def keyAt(loc: Long): UnsafeRow = {
+  def keyAt(loc: Long): UnsafeRow = rowAt(pages, loc, keyFields, 0)
+  def valueAt(loc: Long): UnsafeRow = rowAt(pages, loc, valueFields, 1)
+
+  /** The key (part 0) or value (part 1) of the record at `loc`, as a row over the page. */
+  private def rowAt(pages: Array[Array[Byte]], loc: Long, fields: Int, part: Int): UnsafeRow = {
     val p = pages(pageOf(loc))
-    val off = offsetOf(loc)
-    val row = new UnsafeRow(keyFields)
-    row.pointTo(p, Platform.BYTE_ARRAY_OFFSET + off + Header, Platform.getInt(p, addr(off)))
+    val off = addr(offsetOf(loc))
+    val keySize = Platform.getInt(p, off)
+    val row = new UnsafeRow(fields)
+    if (part == 0) row.pointTo(p, off + Header, keySize)
+    else row.pointTo(p, off + Header + keySize, Platform.getInt(p, off + 4))
     row
   }
 
-  def valueAt(loc: Long): UnsafeRow = {
-    val p = pages(pageOf(loc))
-    val off = offsetOf(loc)
-    val keySize = Platform.getInt(p, addr(off))
-    val row = new UnsafeRow(valueFields)
-    row.pointTo(p, Platform.BYTE_ARRAY_OFFSET + off + Header + keySize, Platform.getInt(p, addr(off) + 4))
-    row
+  /**
+   * The entries as of now, for a reader on another thread (a snapshot written by the maintenance
+   * thread) while the writer goes on: record bytes never change and pages only grow, so the view
+   * only needs the current slots, which the writer copies before its next change (copy on write,
+   * once per frozen table). The caller must hold off the writer during the call itself.
+   */
+  def freeze(): Iterator[(UnsafeRow, UnsafeRow)] = {
+    shared = true
+    val frozen = slots
+    val frozenPages = pages
+    Iterator.range(0, frozen.length, 2).map(i => frozen(i + 1)).filter(_ >= 0)
+      .map(loc => (rowAt(frozenPages, loc, keyFields, 0), rowAt(frozenPages, loc, valueFields, 1)))
+  }
+
+  private def own(): Unit = if (shared) {
+    slots = slots.clone()
+    shared = false
   }
 
   /** Live entries as (key, value) rows, weakly consistent (see the class doc). */

@@ -276,6 +276,13 @@ private[windowstore] final class SegmentedStateMap(
 
   def iterator(): Iterator[UnsafeRowPair] = pairs(allSegments)
 
+  /** All entries and the stream time as of now, readable on another thread while versions go
+   *  on (see [[RowTable.freeze]]); the caller holds off the writer during the call. */
+  def freeze(): (Iterator[(UnsafeRow, UnsafeRow)], Long) = {
+    val views = allSegments.map(_.table.freeze()).toList
+    (views.iterator.flatten, streamTime)
+  }
+
   /** Entries whose window starts in [from, to] (microseconds), segment by segment. */
   def rangeIterator(from: Long, to: Long): Iterator[UnsafeRowPair] =
     pairs(segments.subMap(from, true, to, true).values().iterator().asScala)

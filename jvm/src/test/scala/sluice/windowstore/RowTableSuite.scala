@@ -90,6 +90,18 @@ class RowTableSuite extends AnyFunSuite {
     assert(seen.distinct.size == seen.size)
   }
 
+  test("a frozen view keeps the entries as of freeze while the writer goes on") {
+    val t = newTable()
+    (0 until 1000).foreach(i => t.put(key(s"k$i"), value(i)))
+    val frozen = t.freeze()
+    (0 until 500).foreach(i => t.remove(key(s"k$i")))
+    (500 until 1000).foreach(i => t.put(key(s"k$i"), value(-i)))
+    (0 until 5000).foreach(i => t.put(key(s"n$i"), value(i))) // rehashes and new pages
+    val seen = frozen.map { case (k, v) => k.getUTF8String(0).toString -> v.getLong(0) }.toMap
+    assert(seen == (0 until 1000).map(i => s"k$i" -> i.toLong).toMap)
+    assert(t.size == 5500 && t.get(key("k600")).getLong(0) == -600 && t.get(key("k1")) == null)
+  }
+
   test("a record larger than a page gets its own page") {
     val t = newTable()
     val big = "x" * (3 << 20)
