@@ -173,17 +173,18 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
     }
   }
 
-  /** The table with only its live records, in fresh pages, once garbage outweighs them
-   *  (garbage comes from overwrites, removes and undone puts); otherwise this table. Callers
-   *  swap it in between versions, when no change log points into the old pages. */
-  def compacted(): RowTable = {
+  /** Garbage (from overwrites, removes and undone puts) outweighs the live records. */
+  def wantsCompaction: Boolean = {
     val garbage = pageBytes - _liveBytes
-    if (garbage < MinCompactBytes || garbage < _liveBytes) this
-    else {
-      val fresh = new RowTable(keyFields, valueFields)
-      entries().foreach { case (k, v) => fresh.put(k, v) }
-      fresh
-    }
+    garbage >= MinCompactBytes && garbage >= _liveBytes
+  }
+
+  /** The table with only its live records, in fresh pages. Callers swap it in between versions,
+   *  when no change log points into the old pages; rows handed out keep the old pages alive. */
+  def compacted(): RowTable = {
+    val fresh = new RowTable(keyFields, valueFields)
+    entries().foreach { case (k, v) => fresh.put(k, v) }
+    fresh
   }
 
   // ---- slots ----

@@ -29,6 +29,8 @@ private[windowstore] final class ChangeLog {
   var written = new Array[Long](1024)
   var replaced = new Array[Long](1024)
   var size = 0
+  /** Key and value bytes the version's puts wrote. */
+  var bytesWritten = 0L
 
   def add(seg: Segment, newLoc: Long, prevLoc: Long): Unit = {
     if (size == written.length) {
@@ -125,6 +127,8 @@ private[windowstore] final class SegmentedStateMap(
   private var log: ChangeLog = null
   private var streamTimeAtOpen = Long.MinValue
   private var _droppedPuts = 0L
+  /** Segments waiting for compaction, oldest first. */
+  private val compactionDue = scala.collection.mutable.LinkedHashSet[Segment]()
 
   private def allSegments: Iterator[Segment] = segments.values().iterator().asScala ++ Iterator.single(plain)
 
@@ -217,13 +221,24 @@ private[windowstore] final class SegmentedStateMap(
     }
   }
 
-  /** After a version: segments it emptied leave the map; those with more garbage than entries
-   *  are compacted. */
+  /** After a version: segments it emptied leave the map; segments with more garbage than
+   *  entries are compacted, copying at most twice what the version wrote (and at least
+   *  MinCompactionBudget), so that a batch costs what it changed while garbage, which grows no
+   *  faster than writes, is still reclaimed; the rest wait for the next versions. */
   private def tidy(ops: ChangeLog): Unit = {
     ops.touched.foreach { seg =>
       if (seg.live) {
         if (seg.table.isEmpty && seg.start != NoWindow) unlink(seg)
-        else seg.table = seg.table.compacted()
+        else if (seg.table.wantsCompaction) compactionDue += seg
+      }
+    }
+    var budget = math.max(MinCompactionBudget, 2 * ops.bytesWritten)
+    while (budget > 0 && compactionDue.nonEmpty) {
+      val seg = compactionDue.head
+      compactionDue -= seg
+      if (seg.live && seg.table.wantsCompaction) {
+        budget -= seg.table.liveBytes
+        seg.table = seg.table.compacted()
       }
     }
   }
@@ -248,7 +263,10 @@ private[windowstore] final class SegmentedStateMap(
     }
     val seg = segmentOf(start, create = true)
     val prev = seg.table.put(key, value)
-    if (log != null) log.add(seg, seg.table.lastWritten, prev)
+    if (log != null) {
+      log.add(seg, seg.table.lastWritten, prev)
+      log.bytesWritten += key.getSizeInBytes + value.getSizeInBytes
+    }
     if (prefixIndex != null && prev == Absent) indexAdd(seg.table.keyAt(seg.table.lastWritten))
   }
 
@@ -311,6 +329,7 @@ private[windowstore] final class SegmentedStateMap(
     plain.table = new RowTable(keyFields, valueFields)
     if (prefixIndex != null) prefixIndex.clear()
     java.util.Arrays.fill(recent.asInstanceOf[Array[AnyRef]], null)
+    compactionDue.clear()
     log = null
   }
 
@@ -371,4 +390,5 @@ private[windowstore] object SegmentedStateMap {
   val Dropped: Long = -3L
   val SegmentOverhead = 256L
   private val RecentSlots = 1024
+  private val MinCompactionBudget = 1L << 20
 }

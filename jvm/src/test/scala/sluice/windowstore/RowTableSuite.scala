@@ -43,8 +43,9 @@ class RowTableSuite extends AnyFunSuite {
     val held = t.get(key("k5"))
     (0 until 20).foreach(round => (0 until 2000).foreach(i => t.put(key(s"k$i"), value(round * 10000L + i))))
     t.remove(key("k5"))
+    assert(t.wantsCompaction, "garbage from 20 rounds of overwrites outweighs the live records")
     val compacted = t.compacted()
-    assert(compacted ne t, "garbage from 20 rounds of overwrites outweighs the live records")
+    assert(!compacted.wantsCompaction)
     assert(compacted.memoryBytes < t.memoryBytes)
     t = compacted
     assert(held.getLong(0) == 5, "a row read before is unchanged")
