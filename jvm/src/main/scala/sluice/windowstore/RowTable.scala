@@ -180,10 +180,29 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   }
 
   /** The table with only its live records, in fresh pages. Callers swap it in between versions,
-   *  when no change log points into the old pages; rows handed out keep the old pages alive. */
+   *  when no change log points into the old pages; rows handed out keep the old pages alive.
+   *  Records are copied whole and slots placed by their stored hash: no key is hashed or compared. */
   def compacted(): RowTable = {
     val fresh = new RowTable(keyFields, valueFields)
-    entries().foreach { case (k, v) => fresh.put(k, v) }
+    fresh.slots = emptySlots(capacity)
+    val mask = fresh.slots.length - 1
+    var j = 0
+    while (j < slots.length) {
+      val loc = slots(j + 1)
+      if (loc >= 0) {
+        val size = recordBytes(loc).toInt
+        val newLoc = fresh.appendRecord(pages(pageOf(loc)), addr(offsetOf(loc)), size)
+        val hash = slots(j).toInt
+        var i = (spread(hash) << 1) & mask
+        while (fresh.slots(i + 1) != Absent) i = (i + 2) & mask
+        fresh.slots(i) = hash
+        fresh.slots(i + 1) = newLoc
+        fresh.live += 1
+        fresh._liveBytes += size
+      }
+      j += 2
+    }
+    fresh.occupied = fresh.live
     fresh
   }
 
@@ -253,15 +272,27 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   private def append(key: UnsafeRow, value: UnsafeRow): Long = {
     val k = key.getSizeInBytes
     val v = value.getSizeInBytes
-    val size = align(Header + k + v)
-    if (page == null || pageUsed + size > page.length) newPage(size)
-    val off = pageUsed
+    val off = reserve(align(Header + k + v))
     Platform.putInt(page, addr(off), k)
     Platform.putInt(page, addr(off) + 4, v)
     Platform.copyMemory(key.getBaseObject, key.getBaseOffset, page, addr(off) + Header, k)
     Platform.copyMemory(value.getBaseObject, value.getBaseOffset, page, addr(off) + Header + k, v)
-    pageUsed += size
     (pages.length - 1).toLong << 32 | off
+  }
+
+  /** Appends a whole record (header included) copied from another table's page. */
+  private def appendRecord(src: Array[Byte], srcAddr: Long, size: Int): Long = {
+    val off = reserve(size)
+    Platform.copyMemory(src, srcAddr, page, addr(off), size)
+    (pages.length - 1).toLong << 32 | off
+  }
+
+  /** Room for `size` bytes in the current page (a new page if needed); returns its offset. */
+  private def reserve(size: Int): Int = {
+    if (page == null || pageUsed + size > page.length) newPage(size)
+    val off = pageUsed
+    pageUsed += size
+    off
   }
 
   /** Pages double from MinPage to MaxPage, so small segments stay small; a record larger than a

@@ -51,6 +51,9 @@ class RowTableSuite extends AnyFunSuite {
     assert(held.getLong(0) == 5, "a row read before is unchanged")
     assert(t.get(key("k5")) == null && t.size == 1999)
     assert(t.get(key("k7")).getLong(0) == 190007)
+    (0 until 3000).foreach(i => t.put(key(s"k$i"), value(-i)))
+    t.remove(key("k9"))
+    assert(contents(t) == (0 until 3000).filter(_ != 9).map(i => s"k$i" -> -i.toLong).toMap)
   }
 
   test("restore points a key back at the record it replaced, or removes it") {
