@@ -1,5 +1,7 @@
 package sluice.windowstore
 
+import java.io.{EOFException, InputStream, IOException, OutputStream}
+
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.unsafe.Platform
 import org.apache.spark.unsafe.array.ByteArrayMethods
@@ -124,12 +126,27 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
    * only needs the current slots, which the writer copies before its next change (copy on write,
    * once per frozen table). The caller must hold off the writer during the call itself.
    */
-  def freeze(): Iterator[(UnsafeRow, UnsafeRow)] = {
+  def freeze(): RowTable.Frozen = {
     shared = true
-    val frozen = slots
-    val frozenPages = pages
-    Iterator.range(0, frozen.length, 2).map(i => frozen(i + 1)).filter(_ >= 0)
-      .map(loc => (rowAt(frozenPages, loc, keyFields, 0), rowAt(frozenPages, loc, valueFields, 1)))
+    new RowTable.Frozen(slots, pages)
+  }
+
+  /** Writes the record at `loc` as stored (see [[RowTable.readRecord]] for the format). */
+  def writeRecord(out: OutputStream, loc: Long): Unit = {
+    val p = pages(pageOf(loc))
+    val off = offsetOf(loc)
+    out.write(p, off, Header + Platform.getInt(p, addr(off)) + Platform.getInt(p, addr(off) + 4))
+  }
+
+  /** Writes the removal of the key at `loc`: the record with value size -1 and no value. */
+  def writeRemoval(out: OutputStream, loc: Long, scratch: Array[Byte]): Unit = {
+    val p = pages(pageOf(loc))
+    val off = offsetOf(loc)
+    val keySize = Platform.getInt(p, addr(off))
+    Platform.putInt(scratch, Platform.BYTE_ARRAY_OFFSET, keySize)
+    Platform.putInt(scratch, Platform.BYTE_ARRAY_OFFSET + 4, -1)
+    out.write(scratch, 0, Header)
+    out.write(p, off + Header, keySize)
   }
 
   private def own(): Unit = if (shared) {
@@ -173,10 +190,11 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
     }
   }
 
-  /** Garbage (from overwrites, removes and undone puts) outweighs the live records. */
+  /** Garbage (from overwrites, removes and undone puts) is twice the live records: compaction
+   *  then copies half as many bytes as it frees, and memory stays within 3x the live records. */
   def wantsCompaction: Boolean = {
     val garbage = pageBytes - _liveBytes
-    garbage >= MinCompactBytes && garbage >= _liveBytes
+    garbage >= MinCompactBytes && garbage >= 2 * _liveBytes
   }
 
   /** The table with only its live records, in fresh pages. Callers swap it in between versions,
@@ -316,6 +334,65 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
 }
 
 private[windowstore] object RowTable {
+  /** A table's entries as of [[RowTable.freeze]]. */
+  final class Frozen private[RowTable] (slots: Array[Long], pages: Array[Array[Byte]]) {
+    def writeTo(out: OutputStream): Unit = {
+      var i = 0
+      while (i < slots.length) {
+        val loc = slots(i + 1)
+        if (loc >= 0) {
+          val p = pages(pageOf(loc))
+          val off = offsetOf(loc)
+          out.write(p, off, Header + Platform.getInt(p, addr(off)) + Platform.getInt(p, addr(off) + 4))
+        }
+        i += 2
+      }
+    }
+  }
+
+  /**
+   * Reads one record written by `writeRecord`, `writeRemoval` or `writeEnd`:
+   * `[key size][value size][key bytes][value bytes]`, sizes as 4-byte ints in the platform's byte
+   * order (as in UnsafeRow bytes), value size -1 for a removal (no value bytes), key size -1 for
+   * the end. Calls `put` or `remove` with rows over a fresh array; returns false at the end.
+   */
+  def readRecord(in: InputStream, scratch: Array[Byte], keyFields: Int, valueFields: Int,
+      put: (UnsafeRow, UnsafeRow) => Unit, remove: UnsafeRow => Unit): Boolean = {
+    readFully(in, scratch, Header)
+    val k = Platform.getInt(scratch, Platform.BYTE_ARRAY_OFFSET)
+    val v = Platform.getInt(scratch, Platform.BYTE_ARRAY_OFFSET + 4)
+    if (k == -1) false
+    else {
+      if (k < 0 || v < -1) throw new IOException(s"corrupt record header (key size $k, value size $v)")
+      val bytes = new Array[Byte](k + math.max(v, 0))
+      readFully(in, bytes, bytes.length)
+      val key = new UnsafeRow(keyFields)
+      key.pointTo(bytes, k)
+      if (v < 0) remove(key)
+      else {
+        val value = new UnsafeRow(valueFields)
+        value.pointTo(bytes, Platform.BYTE_ARRAY_OFFSET + k, v)
+        put(key, value)
+      }
+      true
+    }
+  }
+
+  def writeEnd(out: OutputStream, scratch: Array[Byte]): Unit = {
+    Platform.putInt(scratch, Platform.BYTE_ARRAY_OFFSET, -1)
+    Platform.putInt(scratch, Platform.BYTE_ARRAY_OFFSET + 4, -1)
+    out.write(scratch, 0, Header)
+  }
+
+  private def readFully(in: InputStream, buf: Array[Byte], n: Int): Unit = {
+    var read = 0
+    while (read < n) {
+      val r = in.read(buf, read, n - read)
+      if (r < 0) throw new EOFException(s"truncated record: $read of $n bytes")
+      read += r
+    }
+  }
+
   /** Location of no entry; a cleared slot. Real locations are >= 0. */
   val Absent: Long = -1L
   private val Tombstone = -2L
@@ -323,7 +400,9 @@ private[windowstore] object RowTable {
   private val InitialSlots = 16
   private val MaxLoad = 0.6
   private val MinPage = 4096
-  private val MaxPage = 1 << 20
+  /** Below half of G1's smallest region (1 MiB): larger arrays are humongous objects, each
+   *  taking whole regions of the old generation. */
+  private val MaxPage = 256 << 10
   private val MinCompactBytes = 64L * 1024
 
   /** n (hash, location) pairs, all absent. */

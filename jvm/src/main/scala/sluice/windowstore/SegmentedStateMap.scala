@@ -177,18 +177,19 @@ private[windowstore] final class SegmentedStateMap(
     _droppedPuts = 0L
   }
 
-  /** Passes the open version's changes in order to `write` as (key, new value or null for a
-   *  remove), then closes the version. Replaying them and then expiring by the final stream
-   *  time yields the committed state. */
-  def commit(write: (UnsafeRow, UnsafeRow) => Unit): Unit = {
+  /** Writes the open version's changes in order as records (see [[RowTable.readRecord]]), then
+   *  closes the version. Replaying them and then expiring by the final stream time yields the
+   *  committed state. */
+  def commit(out: java.io.OutputStream): Unit = {
     require(log != null, "no open version")
     val ops = log
+    val scratch = new Array[Byte](8)
     var i = 0
     while (i < ops.size) {
       val t = ops.segments(i).table
       val written = ops.written(i)
-      if (written >= 0) write(t.keyAt(written), t.valueAt(written))
-      else if (written == Absent) write(t.keyAt(ops.replaced(i)), null)
+      if (written >= 0) t.writeRecord(out, written)
+      else if (written == Absent) t.writeRemoval(out, ops.replaced(i), scratch)
       i += 1
     }
     log = null
@@ -296,10 +297,7 @@ private[windowstore] final class SegmentedStateMap(
 
   /** All entries and the stream time as of now, readable on another thread while versions go
    *  on (see [[RowTable.freeze]]); the caller holds off the writer during the call. */
-  def freeze(): (Iterator[(UnsafeRow, UnsafeRow)], Long) = {
-    val views = allSegments.map(_.table.freeze()).toList
-    (views.iterator.flatten, streamTime)
-  }
+  def freeze(): (Seq[RowTable.Frozen], Long) = (allSegments.map(_.table.freeze()).toList, streamTime)
 
   /** Entries whose window starts in [from, to] (microseconds), segment by segment. */
   def rangeIterator(from: Long, to: Long): Iterator[UnsafeRowPair] =

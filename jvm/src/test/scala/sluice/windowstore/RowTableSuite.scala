@@ -101,9 +101,38 @@ class RowTableSuite extends AnyFunSuite {
     (0 until 500).foreach(i => t.remove(key(s"k$i")))
     (500 until 1000).foreach(i => t.put(key(s"k$i"), value(-i)))
     (0 until 5000).foreach(i => t.put(key(s"n$i"), value(i))) // rehashes and new pages
-    val seen = frozen.map { case (k, v) => k.getUTF8String(0).toString -> v.getLong(0) }.toMap
+    val bytes = new java.io.ByteArrayOutputStream()
+    frozen.writeTo(bytes)
+    val seen = read(bytes.toByteArray)
     assert(seen == (0 until 1000).map(i => s"k$i" -> i.toLong).toMap)
     assert(t.size == 5500 && t.get(key("k600")).getLong(0) == -600 && t.get(key("k1")) == null)
+  }
+
+  /** Records as written by writeTo / writeRecord / writeRemoval, applied in order. */
+  private def read(bytes: Array[Byte]): Map[String, Long] = {
+    val in = new java.io.ByteArrayInputStream(bytes ++ endMarker)
+    val out = scala.collection.mutable.LinkedHashMap[String, Long]()
+    val scratch = new Array[Byte](8)
+    while (RowTable.readRecord(in, scratch, 1, 1,
+      (k, v) => out(k.getUTF8String(0).toString) = v.getLong(0),
+      k => out.remove(k.getUTF8String(0).toString))) {}
+    out.toMap
+  }
+  private def endMarker: Array[Byte] = {
+    val b = new java.io.ByteArrayOutputStream(); RowTable.writeEnd(b, new Array[Byte](8)); b.toByteArray
+  }
+
+  test("records and removals round-trip through the file format") {
+    val t = newTable()
+    t.put(key("a"), value(1)); val a = t.lastWritten
+    t.put(key("bb" * 50), value(2)); val b = t.lastWritten
+    val removed = t.remove(key("a"))
+    val bytes = new java.io.ByteArrayOutputStream()
+    t.writeRecord(bytes, a); t.writeRecord(bytes, b); t.writeRemoval(bytes, removed, new Array[Byte](8))
+    assert(read(bytes.toByteArray) == Map("bb" * 50 -> 2L))
+    val firstRecord = 8 + key("a").getSizeInBytes + value(1).getSizeInBytes
+    val truncated = new java.io.ByteArrayInputStream(bytes.toByteArray.take(firstRecord - 3))
+    intercept[java.io.EOFException](RowTable.readRecord(truncated, new Array[Byte](8), 1, 1, (_, _) => (), _ => ()))
   }
 
   test("a record larger than a page gets its own page") {
