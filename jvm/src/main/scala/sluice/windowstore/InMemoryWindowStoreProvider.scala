@@ -90,7 +90,8 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     logInfo(s"Initialized $this with $settings, window field ${WindowField.find(keySchema)}")
   }
 
-  private def newMap() = new SegmentedStateMap(keySchema, numColsPrefixKey, settings.retentionMicros)
+  private def newMap() =
+    new SegmentedStateMap(keySchema, valueSchema.length, numColsPrefixKey, settings.retentionMicros)
 
   override def stateStoreId: StateStoreId = _id
 
@@ -122,17 +123,18 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
   override def supportedCustomMetrics: Seq[StateStoreCustomMetric] =
     Seq(SegmentsMetric, MemoryBytesMetric, ExpiredDropsMetric)
 
-  /** Writes a snapshot when due (only between batches: never while a version is open) and
-   *  deletes files no longer needed to load the last `minBatchesToRetain` versions. */
+  /** Writes a snapshot when due and deletes files no longer needed to load the last
+   *  `minBatchesToRetain` versions. The snapshot is of a frozen view taken between batches, and
+   *  written while the next batches run. */
   override def doMaintenance(): Unit = {
     try {
       val lastSnapshot = listFiles().filter(_.snapshot).map(_.version).foldLeft(0L)(math.max)
-      synchronized {
-        if (writer == null && liveVersion > 0 &&
-            liveVersion - lastSnapshot >= settings.snapshotInterval) {
-          writeSnapshot(liveVersion)
-        }
+      val due = synchronized {
+        if (writer == null && liveVersion > 0 && liveVersion - lastSnapshot >= settings.snapshotInterval) {
+          Some((liveVersion, map.freeze()))
+        } else None
       }
+      due.foreach { case (version, (entries, streamTime)) => writeSnapshot(version, entries, streamTime) }
       cleanup()
     } catch {
       case NonFatal(e) => logWarning(s"Maintenance of $this failed", e)
@@ -201,13 +203,10 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     val newVersion = store.version + 1
     val out = fm.createAtomic(deltaFile(newVersion), overwriteIfPossible = true)
     try {
-      val data = new DataOutputStream(new LZ4BlockOutputStream(out))
+      val data = new DataOutputStream(new LZ4BlockOutputStream(out, BlockSize))
       data.writeInt(DeltaMagic)
-      map.commit().foreach { case (k, v) =>
-        writeRow(data, k)
-        if (v == null) data.writeInt(-1) else writeRow(data, v)
-      }
-      data.writeInt(-1)
+      map.commit(data)
+      RowTable.writeEnd(data, new Array[Byte](8))
       data.writeLong(map.streamTime)
       data.close()
     } catch {
@@ -254,19 +253,14 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     }.sortBy(f => (f.version, f.snapshot))
   }
 
-  private def writeRow(out: DataOutputStream, row: UnsafeRow): Unit = {
-    out.writeInt(row.getSizeInBytes)
-    out.write(row.getBytes)
-  }
-
-  private def writeSnapshot(version: Long): Unit = {
+  private def writeSnapshot(version: Long, tables: Seq[RowTable.Frozen], streamTime: Long): Unit = {
     val out = fm.createAtomic(snapshotFile(version), overwriteIfPossible = true)
     try {
-      val data = new DataOutputStream(new LZ4BlockOutputStream(out))
+      val data = new DataOutputStream(new LZ4BlockOutputStream(out, BlockSize))
       data.writeInt(SnapshotMagic)
-      map.iterator().foreach { p => writeRow(data, p.key); writeRow(data, p.value) }
-      data.writeInt(-1)
-      data.writeLong(map.streamTime)
+      tables.foreach(_.writeTo(data))
+      RowTable.writeEnd(data, new Array[Byte](8))
+      data.writeLong(streamTime)
       data.close()
     } catch {
       case e: Throwable => out.cancel(); throw e
@@ -286,32 +280,18 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
       if (magic != (if (isSnapshot) SnapshotMagic else DeltaMagic)) {
         throw new IOException(s"$path is not a $ProviderName file (bad header)")
       }
-      var keySize = in.readInt()
-      while (keySize != -1) {
-        if (keySize < 0) throw new IOException(s"$path is corrupt (key size $keySize)")
-        val key = readRow(in, keySize, keySchema.length)
-        val valueSize = in.readInt()
-        if (valueSize < 0) {
-          if (isSnapshot) throw new IOException(s"$path is corrupt (remove in snapshot)")
-          map.rawRemove(key)
-        } else {
-          map.rawPut(key, readRow(in, valueSize, valueSchema.length))
-        }
-        keySize = in.readInt()
-      }
+      val scratch = new Array[Byte](8)
+      val remove: UnsafeRow => Unit =
+        if (isSnapshot) _ => throw new IOException(s"$path is corrupt (remove in snapshot)")
+        else map.rawRemove
+      while (RowTable.readRecord(in, scratch, keySchema.length, valueSchema.length, map.rawPut, remove)) {}
       map.streamTime = math.max(map.streamTime, in.readLong())
       map.expire()
+    } catch {
+      case e: IOException => throw new IOException(s"$path: ${e.getMessage}", e)
     } finally {
       in.close()
     }
-  }
-
-  private def readRow(in: DataInputStream, size: Int, numFields: Int): UnsafeRow = {
-    val bytes = new Array[Byte](size)
-    in.readFully(bytes)
-    val row = new UnsafeRow(numFields)
-    row.pointTo(bytes, size)
-    row
   }
 
   /** Deletes files older than the snapshot needed to load the oldest retained version. */
@@ -433,8 +413,11 @@ object InMemoryWindowStoreProvider {
   val ProviderName = "InMemoryWindowStoreProvider"
   private val DeltaSuffix = "wdelta"
   private val SnapshotSuffix = "wsnapshot"
-  private val DeltaMagic = 0x534c5744 // "SLWD"
-  private val SnapshotMagic = 0x534c5753 // "SLWS"
+  // Format 2 (records as stored in pages); format 1 files are not read.
+  private val DeltaMagic = 0x534c5732 // "SLW2"
+  private val SnapshotMagic = 0x534c5332 // "SLS2"
+  /** LZ4 block: larger than the 64 KiB default, for fewer native calls per file. */
+  private val BlockSize = 256 * 1024
   private val WriterWaitMs = 60000L
 
   val SegmentsMetric: StateStoreCustomMetric =

@@ -2,7 +2,6 @@ package sluice.windowstore
 
 import java.util.concurrent.{ConcurrentHashMap, ConcurrentSkipListMap}
 
-import scala.collection.mutable.ArrayBuffer
 import scala.jdk.CollectionConverters._
 
 import org.apache.spark.sql.catalyst.expressions.{BoundReference, UnsafeProjection, UnsafeRow}
@@ -10,18 +9,48 @@ import org.apache.spark.sql.execution.streaming.state.UnsafeRowPair
 import org.apache.spark.sql.types.{StructType, TimestampNTZType, TimestampType}
 import org.apache.spark.unsafe.Platform
 
-/** One window start's entries (or all window-less entries), with their estimated size. */
-private[windowstore] final class Segment(val start: Long) {
-  val map = new ConcurrentHashMap[UnsafeRow, UnsafeRow]()
-  var bytes: Long = 0L
-  /** False while the segment is out of the segment map (emptied or expired). */
+/** One window start's entries (or all window-less entries). */
+private[windowstore] final class Segment(val start: Long, keyFields: Int, valueFields: Int) {
+  /** Replaced only between versions, by compaction. */
+  var table = new RowTable(keyFields, valueFields)
+  /** False while the segment is out of the segment map (expired or pruned when empty). */
   var live: Boolean = true
+  /** The change log that last listed this segment as touched. */
+  var touchedBy: ChangeLog = null
 }
 
-/** One change of the open version: a key's previous and new value (null: absent), or a segment
- *  that expiry dropped (key null). */
-private[windowstore] final class Op(val key: UnsafeRow, val prev: UnsafeRow, val value: UnsafeRow,
-    val dropped: Segment)
+/**
+ * The open version's changes, in order, as three parallel arrays (no object per change): the
+ * segment, the location the change wrote (Absent for a remove, Dropped for a segment that expiry
+ * dropped) and the location it replaced (Absent for a new key).
+ */
+private[windowstore] final class ChangeLog {
+  var segments = new Array[Segment](1024)
+  var written = new Array[Long](1024)
+  var replaced = new Array[Long](1024)
+  var size = 0
+  /** Key and value bytes the version's puts wrote. */
+  var bytesWritten = 0L
+
+  def add(seg: Segment, newLoc: Long, prevLoc: Long): Unit = {
+    if (size == written.length) {
+      segments = java.util.Arrays.copyOf(segments, size * 2)
+      written = java.util.Arrays.copyOf(written, size * 2)
+      replaced = java.util.Arrays.copyOf(replaced, size * 2)
+    }
+    segments(size) = seg
+    written(size) = newLoc
+    replaced(size) = prevLoc
+    size += 1
+    if (seg.touchedBy ne this) {
+      seg.touchedBy = this
+      touched += seg
+    }
+  }
+
+  /** The segments this version touched, each once. */
+  val touched = new scala.collection.mutable.ArrayBuffer[Segment]()
+}
 
 /**
  * Where a key row carries its window: the ordinal of the first top-level struct field that has
@@ -52,22 +81,24 @@ private[windowstore] object WindowField {
 /**
  * The live state of one store: window-less keys in one segment, windowed keys in a sorted map of
  * segments by window start, so that expiry drops whole segments and never scans other state.
+ * Each segment is a [[RowTable]]: entries are bytes in pages, not objects.
  *
- * There is one copy of the state. An open version appends each change to a log (key, previous
- * value, new value; or a segment expiry dropped): `rollback` undoes the log backwards, `commit`
- * hands its (key, new value) records to the delta file in order. No lookups beyond the change
- * itself, and nothing proportional to the state.
+ * There is one copy of the state. An open version records each change in a [[ChangeLog]] as
+ * locations only, since record bytes never change: `rollback` points keys back at the records
+ * they replaced, `commit` hands the records the version wrote to the delta file, in order.
+ * Nothing is proportional to the state.
  *
- * Single writer: the provider hands out at most one open version at a time. Readers may iterate
- * while the writer mutates (concurrent maps, weakly consistent iterators), as Spark's operators
- * remove keys while iterating.
+ * Single writer: the provider hands out at most one open version at a time. Spark's operators
+ * remove keys while iterating; iterators are weakly consistent and see those removes.
  */
 private[windowstore] final class SegmentedStateMap(
     keySchema: StructType,
+    valueFields: Int,
     numColsPrefixKey: Int,
     retentionMicros: Long) {
   import SegmentedStateMap._
 
+  private val keyFields = keySchema.length
   private val window: Option[WindowField] = WindowField.find(keySchema)
   private val windowOrdinal = window.map(_.ordinal).getOrElse(-1)
   private val windowBitsetBytes = window.map(w => ((w.structFields + 63) / 64) * 8).getOrElse(0)
@@ -77,7 +108,10 @@ private[windowstore] final class SegmentedStateMap(
   val hasWindow: Boolean = window.isDefined
 
   private val segments = new ConcurrentSkipListMap[java.lang.Long, Segment]()
-  private val plain = new Segment(NoWindow)
+  private val plain = newSegment(NoWindow)
+  /** Recently used segments by a hash of their start: rows of one batch cycle through a few
+   *  windows, and the skip list costs a dozen boxed comparisons per lookup. */
+  private val recent = new Array[Segment](RecentSlots)
 
   private val prefixIndex: ConcurrentHashMap[UnsafeRow, java.util.Set[UnsafeRow]] =
     if (numColsPrefixKey > 0) new ConcurrentHashMap() else null
@@ -86,22 +120,21 @@ private[windowstore] final class SegmentedStateMap(
       BoundReference(i, f.dataType, f.nullable)
     }.toSeq)
 
-  // Written by the single writer only; read for metrics.
-  private var _numKeys = 0L
-  private var _bytes = 0L
-  /** The segment of the last access: consecutive rows usually share a window. */
-  private var lastSegment: Segment = null
   /** Largest window start put so far, in microseconds (Kafka's observed stream time). */
   @volatile var streamTime: Long = Long.MinValue
 
   // The open version's changes; null when no version is open.
-  private var log: ArrayBuffer[Op] = null
+  private var log: ChangeLog = null
   private var streamTimeAtOpen = Long.MinValue
   private var _droppedPuts = 0L
+  /** Segments waiting for compaction, oldest first. */
+  private val compactionDue = scala.collection.mutable.LinkedHashSet[Segment]()
 
-  def numKeys: Long = _numKeys
-  def memoryBytes: Long = _bytes + segments.size() * SegmentOverhead
-  def numSegments: Int = segments.size() + (if (plain.map.isEmpty) 0 else 1)
+  private def allSegments: Iterator[Segment] = segments.values().iterator().asScala ++ Iterator.single(plain)
+
+  def numKeys: Long = allSegments.map(_.table.size.toLong).sum
+  def memoryBytes: Long = allSegments.map(_.table.memoryBytes + SegmentOverhead).sum
+  def numSegments: Int = segments.size() + (if (plain.table.isEmpty) 0 else 1)
   /** Puts the open (or last) version dropped because their window had expired. */
   def droppedPuts: Long = _droppedPuts
   def isOpen: Boolean = log != null
@@ -130,10 +163,8 @@ private[windowstore] final class SegmentedStateMap(
       var first = segments.firstEntry()
       while (first != null && first.getKey.longValue() <= threshold) {
         val seg = first.getValue
-        segments.remove(first.getKey)
-        seg.live = false
-        detach(seg)
-        if (log != null) log += new Op(null, null, null, seg)
+        unlink(seg)
+        if (log != null) log.add(seg, Dropped, Absent)
         first = segments.firstEntry()
       }
     }
@@ -141,40 +172,81 @@ private[windowstore] final class SegmentedStateMap(
 
   def begin(): Unit = {
     require(log == null, "a version is already open")
-    log = new ArrayBuffer[Op](1024)
+    log = new ChangeLog
     streamTimeAtOpen = streamTime
     _droppedPuts = 0L
   }
 
-  /** The open version's changes in order as (key, new value or null for a remove); closes it.
-   *  Replaying them and then expiring by the final stream time yields the committed state. */
-  def commit(): Iterator[(UnsafeRow, UnsafeRow)] = {
+  /** Writes the open version's changes in order as records (see [[RowTable.readRecord]]), then
+   *  closes the version. Replaying them and then expiring by the final stream time yields the
+   *  committed state. */
+  def commit(out: java.io.OutputStream): Unit = {
     require(log != null, "no open version")
     val ops = log
+    val scratch = new Array[Byte](8)
+    var i = 0
+    while (i < ops.size) {
+      val t = ops.segments(i).table
+      val written = ops.written(i)
+      if (written >= 0) t.writeRecord(out, written)
+      else if (written == Absent) t.writeRemoval(out, ops.replaced(i), scratch)
+      i += 1
+    }
     log = null
-    ops.iterator.filter(_.key != null).map(op => (op.key, op.value))
+    tidy(ops)
   }
 
   def rollback(): Unit = {
     if (log != null) {
       val ops = log
       log = null
-      ops.reverseIterator.foreach { op =>
-        if (op.key == null) {
-          segments.put(op.dropped.start, op.dropped)
-          op.dropped.live = true
-          attach(op.dropped)
-        } else if (op.prev == null) rawRemove(op.key)
-        else rawPut(op.key, op.prev)
+      var i = ops.size - 1
+      while (i >= 0) {
+        val seg = ops.segments(i)
+        val written = ops.written(i)
+        val replaced = ops.replaced(i)
+        if (written == Dropped) link(seg)
+        else {
+          val keyLoc = if (written >= 0) written else replaced
+          seg.table.restore(keyLoc, replaced)
+          if (prefixIndex != null) {
+            if (replaced == Absent) indexRemove(seg.table.keyAt(keyLoc))
+            else if (written == Absent) indexAdd(seg.table.keyAt(keyLoc))
+          }
+        }
+        i -= 1
       }
       streamTime = streamTimeAtOpen
       _droppedPuts = 0L
+      tidy(ops)
+    }
+  }
+
+  /** After a version: segments it emptied leave the map; segments with more garbage than
+   *  entries are compacted, copying at most twice what the version wrote (and at least
+   *  MinCompactionBudget), so that a batch costs what it changed while garbage, which grows no
+   *  faster than writes, is still reclaimed; the rest wait for the next versions. */
+  private def tidy(ops: ChangeLog): Unit = {
+    ops.touched.foreach { seg =>
+      if (seg.live) {
+        if (seg.table.isEmpty && seg.start != NoWindow) unlink(seg)
+        else if (seg.table.wantsCompaction) compactionDue += seg
+      }
+    }
+    var budget = math.max(MinCompactionBudget, 2 * ops.bytesWritten)
+    while (budget > 0 && compactionDue.nonEmpty) {
+      val seg = compactionDue.head
+      compactionDue -= seg
+      if (seg.live && seg.table.wantsCompaction) {
+        budget -= seg.table.liveBytes
+        seg.table = seg.table.compacted()
+      }
     }
   }
 
   def get(key: UnsafeRow): UnsafeRow = {
     val seg = segmentOf(windowStartOf(key), create = false)
-    if (seg == null) null else seg.map.get(key)
+    if (seg == null) null else seg.table.get(key)
   }
 
   /** Kafka's put: advances stream time, expires segments, drops (and counts) an expired put. */
@@ -190,42 +262,50 @@ private[windowstore] final class SegmentedStateMap(
         return
       }
     }
-    val k = key.copy()
-    val v = value.copy()
-    val prev = putIn(segmentOf(start, create = true), k, v)
-    if (log != null) log += new Op(k, prev, v, null)
+    val seg = segmentOf(start, create = true)
+    val prev = seg.table.put(key, value)
+    if (log != null) {
+      log.add(seg, seg.table.lastWritten, prev)
+      log.bytesWritten += key.getSizeInBytes + value.getSizeInBytes
+    }
+    if (prefixIndex != null && prev == Absent) indexAdd(seg.table.keyAt(seg.table.lastWritten))
   }
 
   def remove(key: UnsafeRow): Unit = {
     val seg = segmentOf(windowStartOf(key), create = false)
     if (seg != null) {
-      val prev = removeFrom(seg, key)
-      if (prev != null && log != null) log += new Op(key.copy(), prev, null, null)
+      val prev = seg.table.remove(key)
+      if (prev != Absent) {
+        if (log != null) log.add(seg, Absent, prev)
+        if (prefixIndex != null) indexRemove(key)
+        if (log == null && seg.table.isEmpty && seg.start != NoWindow) unlink(seg)
+      }
     }
   }
 
-  /** Applies a recovered record (no copy, no undo, no expiry). */
-  def rawPut(key: UnsafeRow, value: UnsafeRow): Unit =
-    putIn(segmentOf(windowStartOf(key), create = true), key, value)
-
-  def rawRemove(key: UnsafeRow): Unit = {
-    val seg = segmentOf(windowStartOf(key), create = false)
-    if (seg != null) removeFrom(seg, key)
-  }
-
-  def iterator(): Iterator[UnsafeRowPair] = {
-    val pair = new UnsafeRowPair()
-    (segments.values().iterator().asScala ++ Iterator.single(plain)).flatMap { seg =>
-      seg.map.entrySet().iterator().asScala.map(e => pair.withRows(e.getKey, e.getValue))
+  /** Applies a recovered record (no undo, no expiry). */
+  def rawPut(key: UnsafeRow, value: UnsafeRow): Unit = {
+    val seg = segmentOf(windowStartOf(key), create = true)
+    if (seg.table.put(key, value) == Absent && prefixIndex != null) {
+      indexAdd(seg.table.keyAt(seg.table.lastWritten))
     }
   }
+
+  def rawRemove(key: UnsafeRow): Unit = remove(key)
+
+  def iterator(): Iterator[UnsafeRowPair] = pairs(allSegments)
+
+  /** All entries and the stream time as of now, readable on another thread while versions go
+   *  on (see [[RowTable.freeze]]); the caller holds off the writer during the call. */
+  def freeze(): (Seq[RowTable.Frozen], Long) = (allSegments.map(_.table.freeze()).toList, streamTime)
 
   /** Entries whose window starts in [from, to] (microseconds), segment by segment. */
-  def rangeIterator(from: Long, to: Long): Iterator[UnsafeRowPair] = {
+  def rangeIterator(from: Long, to: Long): Iterator[UnsafeRowPair] =
+    pairs(segments.subMap(from, true, to, true).values().iterator().asScala)
+
+  private def pairs(segs: Iterator[Segment]): Iterator[UnsafeRowPair] = {
     val pair = new UnsafeRowPair()
-    segments.subMap(from, true, to, true).values().iterator().asScala.flatMap { seg =>
-      seg.map.entrySet().iterator().asScala.map(e => pair.withRows(e.getKey, e.getValue))
-    }
+    segs.flatMap(_.table.entries()).map { case (k, v) => pair.withRows(k, v) }
   }
 
   def prefixScan(prefixKey: UnsafeRow): Iterator[UnsafeRowPair] = {
@@ -244,73 +324,46 @@ private[windowstore] final class SegmentedStateMap(
 
   def clear(): Unit = {
     segments.clear()
-    plain.map.clear()
-    plain.bytes = 0
+    plain.table = new RowTable(keyFields, valueFields)
     if (prefixIndex != null) prefixIndex.clear()
-    _numKeys = 0
-    _bytes = 0
+    java.util.Arrays.fill(recent.asInstanceOf[Array[AnyRef]], null)
+    compactionDue.clear()
     log = null
-    lastSegment = null
   }
+
+  private def newSegment(start: Long) = new Segment(start, keyFields, valueFields)
 
   private def segmentOf(start: Long, create: Boolean): Segment = {
     if (start == NoWindow) plain
     else {
-      val last = lastSegment
-      if (last != null && last.start == start && last.live) last
+      val slot = (java.lang.Long.hashCode(start * 0x9E3779B97F4A7C15L) >>> 16) & (RecentSlots - 1)
+      val cached = recent(slot)
+      if (cached != null && cached.start == start && cached.live) cached
       else {
         val boxed = java.lang.Long.valueOf(start)
         var seg = segments.get(boxed)
         if (seg == null && create) {
-          seg = new Segment(start)
+          seg = newSegment(start)
           segments.put(boxed, seg)
         }
-        if (seg != null) lastSegment = seg
+        if (seg != null) recent(slot) = seg
         seg
       }
     }
   }
 
-  private def putIn(seg: Segment, k: UnsafeRow, v: UnsafeRow): UnsafeRow = {
-    val prev = seg.map.put(k, v)
-    val delta = if (prev == null) {
-      _numKeys += 1
-      if (prefixIndex != null) indexAdd(k)
-      entryBytes(k, v)
-    } else {
-      v.getSizeInBytes.toLong - prev.getSizeInBytes
-    }
-    seg.bytes += delta
-    _bytes += delta
-    prev
+  /** Takes a segment out of the map (expired, or emptied) with its keys' prefix entries. */
+  private def unlink(seg: Segment): Unit = {
+    segments.remove(seg.start, seg)
+    seg.live = false
+    if (prefixIndex != null) seg.table.entries().foreach { case (k, _) => indexRemove(k) }
   }
 
-  private def removeFrom(seg: Segment, key: UnsafeRow): UnsafeRow = {
-    val prev = seg.map.remove(key)
-    if (prev != null) {
-      _numKeys -= 1
-      val delta = entryBytes(key, prev)
-      seg.bytes -= delta
-      _bytes -= delta
-      if (prefixIndex != null) indexRemove(key)
-      if (seg.start != NoWindow && seg.map.isEmpty) {
-        segments.remove(seg.start, seg)
-        seg.live = false
-      }
-    }
-    prev
-  }
-
-  private def detach(seg: Segment): Unit = {
-    _numKeys -= seg.map.size()
-    _bytes -= seg.bytes
-    if (prefixIndex != null) seg.map.keySet().forEach(k => indexRemove(k))
-  }
-
-  private def attach(seg: Segment): Unit = {
-    _numKeys += seg.map.size()
-    _bytes += seg.bytes
-    if (prefixIndex != null) seg.map.keySet().forEach(k => indexAdd(k))
+  /** Puts an unlinked segment back (a rollback of its expiry). */
+  private def link(seg: Segment): Unit = {
+    segments.put(seg.start, seg)
+    seg.live = true
+    if (prefixIndex != null) seg.table.entries().foreach { case (k, _) => indexAdd(k) }
   }
 
   private def indexAdd(key: UnsafeRow): Unit = {
@@ -330,11 +383,10 @@ private[windowstore] final class SegmentedStateMap(
 private[windowstore] object SegmentedStateMap {
   /** Segment id of keys without a window. */
   val NoWindow: Long = Long.MinValue
-  /** Estimated JVM bytes per entry beyond the row bytes: two UnsafeRow objects, two byte arrays
-   *  and a ConcurrentHashMap node plus its table slot. */
-  val EntryOverhead = 136L
+  val Absent: Long = RowTable.Absent
+  /** The change-log location of a segment that expiry dropped. */
+  val Dropped: Long = -3L
   val SegmentOverhead = 256L
-
-  def entryBytes(k: UnsafeRow, v: UnsafeRow): Long =
-    k.getSizeInBytes.toLong + v.getSizeInBytes + EntryOverhead
+  private val RecentSlots = 1024
+  private val MinCompactionBudget = 1L << 20
 }

@@ -27,10 +27,13 @@ import org.apache.spark.sql.types._
  * Args: stateRows batchRows smallKeys largeKeys e2eBatchRows
  */
 object WindowStoreBenchmark {
-  private val Providers = Seq(
+  private val AllProviders = Seq(
     "windowstore" -> classOf[InMemoryWindowStoreProvider].getName,
     "hdfs" -> "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
     "rocksdb" -> "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+  /** WSBENCH_PROVIDERS=windowstore (comma-separated) runs a subset, e.g. under a profiler. */
+  private val Providers = sys.env.get("WSBENCH_PROVIDERS").map(_.split(",").toSet)
+    .map(only => AllProviders.filter(p => only(p._1))).getOrElse(AllProviders)
 
   private val windowType = StructType(Seq(StructField("start", TimestampType), StructField("end", TimestampType)))
   private val keySchema = StructType(Seq(StructField("window", windowType), StructField("key", LongType)))
@@ -135,7 +138,8 @@ object WindowStoreBenchmark {
     val rows = results.head._2.keys.toSeq.sortBy(k => (!k.startsWith("put"), k.length, k))
     println(f"${"operation (ns/row)"}%-42s${"windowstore"}%14s${"hdfs"}%14s${"rocksdb"}%14s${"hdfs/ws"}%10s${"rocksdb/ws"}%12s")
     for (op <- rows) {
-      val ws = results("windowstore")(op); val h = results("hdfs")(op); val rk = results("rocksdb")(op)
+      def of(name: String) = results.get(name).map(_(op)).getOrElse(Double.NaN)
+      val ws = of("windowstore"); val h = of("hdfs"); val rk = of("rocksdb")
       println(f"$op%-42s$ws%14.1f$h%14.1f$rk%14.1f${h / ws}%10.2f${rk / ws}%12.2f")
     }
   }

@@ -1,0 +1,145 @@
+package sluice.windowstore
+
+import scala.util.Random
+
+import org.scalatest.funsuite.AnyFunSuite
+
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.{UnsafeProjection, UnsafeRow}
+import org.apache.spark.sql.types._
+import org.apache.spark.unsafe.types.UTF8String
+
+class RowTableSuite extends AnyFunSuite {
+  private val keyProj = UnsafeProjection.create(StructType(Seq(StructField("k", StringType))))
+  private val valueProj = UnsafeProjection.create(StructType(Seq(StructField("v", LongType))))
+  private def key(s: String): UnsafeRow = keyProj(InternalRow(UTF8String.fromString(s))).copy()
+  private def value(v: Long): UnsafeRow = valueProj(InternalRow(v)).copy()
+  private def newTable() = new RowTable(1, 1)
+  private def contents(t: RowTable): Map[String, Long] =
+    t.entries().map { case (k, v) => k.getUTF8String(0).toString -> v.getLong(0) }.toMap
+
+  test("matches a HashMap under random puts, overwrites and removes, through rehashes") {
+    val t = newTable()
+    val expected = scala.collection.mutable.HashMap[String, Long]()
+    val rnd = new Random(7)
+    for (i <- 0 until 50000) {
+      // Keys of varying length exercise record sizes and the page boundaries.
+      val k = "k" * (1 + rnd.nextInt(20)) + rnd.nextInt(3000)
+      if (rnd.nextInt(4) == 0) {
+        t.remove(key(k)); expected.remove(k)
+      } else {
+        t.put(key(k), value(i)); expected(k) = i
+      }
+    }
+    assert(t.size == expected.size)
+    assert(contents(t) == expected.toMap)
+    expected.keys.take(100).foreach(k => assert(t.get(key(k)).getLong(0) == expected(k)))
+    assert(t.get(key("absent")) == null)
+  }
+
+  test("rows handed out stay valid after overwrites, removes and compaction") {
+    var t = newTable()
+    (0 until 2000).foreach(i => t.put(key(s"k$i"), value(i)))
+    val held = t.get(key("k5"))
+    (0 until 20).foreach(round => (0 until 2000).foreach(i => t.put(key(s"k$i"), value(round * 10000L + i))))
+    t.remove(key("k5"))
+    assert(t.wantsCompaction, "garbage from 20 rounds of overwrites outweighs the live records")
+    val compacted = t.compacted()
+    assert(!compacted.wantsCompaction)
+    assert(compacted.memoryBytes < t.memoryBytes)
+    t = compacted
+    assert(held.getLong(0) == 5, "a row read before is unchanged")
+    assert(t.get(key("k5")) == null && t.size == 1999)
+    assert(t.get(key("k7")).getLong(0) == 190007)
+    (0 until 3000).foreach(i => t.put(key(s"k$i"), value(-i)))
+    t.remove(key("k9"))
+    assert(contents(t) == (0 until 3000).filter(_ != 9).map(i => s"k$i" -> -i.toLong).toMap)
+  }
+
+  test("restore points a key back at the record it replaced, or removes it") {
+    val t = newTable()
+    t.put(key("a"), value(1))
+    val first = t.lastWritten
+    assert(t.put(key("a"), value(2)) == first)
+    val second = t.lastWritten
+    t.put(key("b"), value(3))
+    val b = t.lastWritten
+    t.restore(second, first)
+    t.restore(b, RowTable.Absent)
+    assert(contents(t) == Map("a" -> 1L))
+    val removed = t.remove(key("a"))
+    t.restore(removed, removed)
+    assert(contents(t) == Map("a" -> 1L))
+  }
+
+  test("iteration sees removes made while iterating, also across a rehash") {
+    val t = newTable()
+    (0 until 100).foreach(i => t.put(key(s"k$i"), value(i)))
+    val seen = scala.collection.mutable.ArrayBuffer[String]()
+    val it = t.entries()
+    var grown = false
+    while (it.hasNext) {
+      val (k, _) = it.next()
+      val name = k.getUTF8String(0).toString
+      seen += name
+      if (!grown) {
+        // Remove the upper half, then force a rehash: the iterator must not return them.
+        (50 until 100).foreach(i => if (s"k$i" != name) t.remove(key(s"k$i")))
+        (1000 until 3000).foreach(i => t.put(key(s"n$i"), value(i)))
+        grown = true
+      }
+    }
+    assert(seen.count(_.startsWith("k")) <= 51)
+    assert(seen.filter(_.startsWith("k")).forall(n => n.drop(1).toInt < 50 || n == seen.head))
+    assert(seen.distinct.size == seen.size)
+  }
+
+  test("a frozen view keeps the entries as of freeze while the writer goes on") {
+    val t = newTable()
+    (0 until 1000).foreach(i => t.put(key(s"k$i"), value(i)))
+    val frozen = t.freeze()
+    (0 until 500).foreach(i => t.remove(key(s"k$i")))
+    (500 until 1000).foreach(i => t.put(key(s"k$i"), value(-i)))
+    (0 until 5000).foreach(i => t.put(key(s"n$i"), value(i))) // rehashes and new pages
+    val bytes = new java.io.ByteArrayOutputStream()
+    frozen.writeTo(bytes)
+    val seen = read(bytes.toByteArray)
+    assert(seen == (0 until 1000).map(i => s"k$i" -> i.toLong).toMap)
+    assert(t.size == 5500 && t.get(key("k600")).getLong(0) == -600 && t.get(key("k1")) == null)
+  }
+
+  /** Records as written by writeTo / writeRecord / writeRemoval, applied in order. */
+  private def read(bytes: Array[Byte]): Map[String, Long] = {
+    val in = new java.io.ByteArrayInputStream(bytes ++ endMarker)
+    val out = scala.collection.mutable.LinkedHashMap[String, Long]()
+    val scratch = new Array[Byte](8)
+    while (RowTable.readRecord(in, scratch, 1, 1,
+      (k, v) => out(k.getUTF8String(0).toString) = v.getLong(0),
+      k => out.remove(k.getUTF8String(0).toString))) {}
+    out.toMap
+  }
+  private def endMarker: Array[Byte] = {
+    val b = new java.io.ByteArrayOutputStream(); RowTable.writeEnd(b, new Array[Byte](8)); b.toByteArray
+  }
+
+  test("records and removals round-trip through the file format") {
+    val t = newTable()
+    t.put(key("a"), value(1)); val a = t.lastWritten
+    t.put(key("bb" * 50), value(2)); val b = t.lastWritten
+    val removed = t.remove(key("a"))
+    val bytes = new java.io.ByteArrayOutputStream()
+    t.writeRecord(bytes, a); t.writeRecord(bytes, b); t.writeRemoval(bytes, removed, new Array[Byte](8))
+    assert(read(bytes.toByteArray) == Map("bb" * 50 -> 2L))
+    val firstRecord = 8 + key("a").getSizeInBytes + value(1).getSizeInBytes
+    val truncated = new java.io.ByteArrayInputStream(bytes.toByteArray.take(firstRecord - 3))
+    intercept[java.io.EOFException](RowTable.readRecord(truncated, new Array[Byte](8), 1, 1, (_, _) => (), _ => ()))
+  }
+
+  test("a record larger than a page gets its own page") {
+    val t = newTable()
+    val big = "x" * (3 << 20)
+    t.put(key(big), value(1))
+    t.put(key("small"), value(2))
+    assert(t.get(key(big)).getLong(0) == 1 && t.get(key("small")).getLong(0) == 2)
+  }
+}
