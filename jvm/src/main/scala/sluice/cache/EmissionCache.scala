@@ -4,7 +4,8 @@ import java.util.{HashMap => JHashMap, TreeMap => JTreeMap}
 
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{BoundReference, GenericInternalRow, JoinedRow, UnsafeProjection, UnsafeRow}
-import org.apache.spark.sql.types.{LongType, StructField, StructType}
+import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter
+import org.apache.spark.sql.types.{BinaryType, LongType, StructField, StructType}
 
 /** The rows the emission cache keeps durably: one per key (get/put/remove/scan of one partition). */
 trait EmitStore {
@@ -18,6 +19,11 @@ trait EmitStore {
  * output row, the batch time its key entered the cache, and an update sequence number (its LRU order).
  */
 final class EmitLayout(val keySchema: StructType, rowSchema: StructType) extends Serializable {
+  /**
+   * The store's key: the grouping key's UnsafeRow bytes in one binary column. The bytes are the
+   * same equality as the key itself, and no store sees a window column it could act on.
+   */
+  val storeKeySchema: StructType = StructType(Seq(StructField("__sluice_emit_key", BinaryType, nullable = false)))
   val valueSchema: StructType = StructType(rowSchema.fields ++ Seq(
     StructField("__sluice_emit_insert_ms", LongType, nullable = false),
     StructField("__sluice_emit_seq", LongType, nullable = false)))
@@ -30,6 +36,18 @@ final class EmitLayout(val keySchema: StructType, rowSchema: StructType) extends
   def encode(row: InternalRow, insertMs: Long, seq: Long): UnsafeRow =
     encodeProj(new JoinedRow(row, new GenericInternalRow(Array[Any](insertMs, seq)))).copy()
   def decode(value: UnsafeRow): UnsafeRow = decodeProj(value).copy()
+  def storeKey(key: UnsafeRow): UnsafeRow = {
+    val w = new UnsafeRowWriter(1, key.getSizeInBytes)
+    w.resetRowWriter()
+    w.write(0, key.getBytes)
+    w.getRow
+  }
+  def groupingKey(storeKey: UnsafeRow): UnsafeRow = {
+    val bytes = storeKey.getBinary(0)
+    val k = new UnsafeRow(keySchema.length)
+    k.pointTo(bytes, bytes.length)
+    k
+  }
   def insertMs(value: UnsafeRow): Long = value.getLong(width)
   def seq(value: UnsafeRow): Long = value.getLong(width + 1)
 }
