@@ -102,6 +102,12 @@ final class EmissionCache(layout: EmitLayout, store: EmitStore, maxBytes: Long, 
 
   /** Forwards everything when due, writes what stays, and reports the batch. */
   def finish(out: InternalRow => Unit): EmitStats = {
+    // Rows kept from earlier batches may exceed this batch's share (the slot's other partitions
+    // grew): forward the least recently updated first, as an update over the share would.
+    while (bytes > maxBytes && !bySeq.isEmpty) {
+      evicted += 1
+      forward(bySeq.firstEntry().getValue, out)
+    }
     val oldest = if (entries.isEmpty) Long.MaxValue else {
       var m = Long.MaxValue
       entries.values().forEach(e => m = math.min(m, layout.insertMs(e.value)))

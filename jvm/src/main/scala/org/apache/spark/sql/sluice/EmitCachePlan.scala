@@ -21,7 +21,7 @@ import org.apache.spark.sql.streaming.OutputMode
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.util.SerializableConfiguration
 
-import sluice.cache.{CachingStateStoreProvider, EmissionCache, EmitLayout, EmitStore}
+import sluice.cache.{CachingStateStoreProvider, EmissionCache, EmitLayout, EmitStore, SlotCaches}
 import sluice.conf.SluiceConf
 import sluice.plugin.MemoryBudget
 import sluice.windowstore.InMemoryWindowStoreProvider
@@ -149,8 +149,13 @@ case class EmitCacheExec(
         info.storeVersion, None, None, useColumnFamilies = false, storeConf, hadoopConf.value)
       TaskContext.get().addTaskCompletionListener[Unit](_ => if (!store.hasCommitted) store.abort())
       val keyProj = UnsafeProjection.create(keyExprs, output)
-      // This task slot's share (C/T) of the one budget.
-      val share = CachingStateStoreProvider.sharedSlotBytes(MemoryBudget.cacheBytesPerSlot, withRecordCache)
+      // This task slot's share (C/T) of the one budget, less what other partitions homed in the
+      // same slot hold between their batches (one cache per slot, as one per Kafka stream thread).
+      val slotShare = CachingStateStoreProvider.sharedSlotBytes(MemoryBudget.cacheBytesPerSlot, withRecordCache)
+      val share = SlotCaches.emitShare(id, slotShare, {
+        case other: StateStoreProviderId => StateStore.isLoaded(other)
+        case _ => false
+      })
       val cache = new EmissionCache(lay, new UnsafeStoreAdapter(store, lay), share, interval, batchMs, batchId)
       val out = new ArrayBuffer[InternalRow]
       val emit: InternalRow => Unit = r => out += r
@@ -168,6 +173,7 @@ case class EmitCacheExec(
       longMetric("emitCacheBytes") += s.bytes
       longMetric("emitCacheEvictTotal") += s.evicted
       if (s.nextDueMs != Long.MaxValue) due.add(s.nextDueMs)
+      SlotCaches.emitHeld(id, s.bytes)
       out.iterator
     }
   }
