@@ -101,10 +101,12 @@ final class RecordCache(val pooled: Boolean = false) {
       if (dirty) writeThrough(key, value, writer)
       0
     } else {
+      // Room first, then the entry: the cache never holds more than `capacity`, not even briefly.
+      val evicted = evictDownTo(capacity - size, writer)
       val entry = new CacheEntry(value, dirty, size)
       map.put(key, entry)
       account(key, entry, +1)
-      evictDownTo(capacity, writer)
+      evicted
     }
   }
 
