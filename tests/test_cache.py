@@ -243,6 +243,33 @@ def test_many_partitions_share_the_slot_caches_within_the_executor_budget(
     assert {k: (r[1], r[2]) for k, r in _latest_per_key(run.rows).items()} == expected
 
 
+def test_changing_the_delegate_on_a_checkpoint_fails_naming_both(spark: SparkSession, tmp_path: Path) -> None:
+    from pyspark.errors import StreamingQueryException
+    batches = _batches(6, 3, rows=200, keys=50)
+    run = Run(spark, tmp_path / "q", "delegate_change", CACHING, "hdfs", _agg, "update")
+    run.start()
+    run.feed(batches[0])
+    run.stop()
+    run.delegate = "rocksdb"  # a RocksDB store would not see the HDFS-backed store's files
+    run.start()
+    with pytest.raises(StreamingQueryException) as info:
+        run.feed(batches[1])
+    message = str(info.value)
+    assert "spark.sluice.statestore.cache.delegate is 'rocksdb'" in message
+    assert "written with spark.sluice.statestore.cache.delegate='hdfs'" in message
+    run.query.stop()
+    run.delegate = "hdfs"  # back to the recorded delegate: the state is intact
+    run.start()
+    run.feed(batches[2])
+    run.stop()
+    expected: dict[str, tuple] = {}
+    for rows in batches:
+        for r in rows:
+            n, s = expected.get(r["k"], (0, 0))
+            expected[r["k"]] = (n + 1, s + r["v"])
+    assert {k: (r[1], r[2]) for k, r in _latest_per_key(run.rows).items()} == expected
+
+
 def test_configure_selects_the_caching_provider() -> None:
     from pyspark.sql import SparkSession as S
     b = sluice.configure(S.builder, state_store_cache=True, statestore_cache_delegate="HDFS")

@@ -38,6 +38,8 @@ class CachingStateStoreProvider extends StateStoreProvider {
   import CachingStateStoreProvider._
 
   private var delegate: StateStoreProvider = _
+  private var delegateName: String = _
+  private var marker: DelegateMarker = _
   // The slot cache holding this store's rows (null before the first store opens).
   private var home: RecordCache = _
   // The version (and its checkpoint id) the cache's rows belong to; -1 when empty/unknown.
@@ -58,7 +60,11 @@ class CachingStateStoreProvider extends StateStoreProvider {
       hadoopConf: Configuration,
       useMultipleValuesPerKey: Boolean,
       stateSchemaProvider: Option[StateSchemaProvider]): Unit = {
-    delegate = StateStoreProvider.create(delegateClassName(currentDelegate()))
+    val name = currentDelegate()
+    marker = new DelegateMarker(stateStoreId.storeCheckpointLocation(), hadoopConf)
+    marker.check(name) // before the delegate reads anything another kind of store wrote
+    delegateName = name
+    delegate = StateStoreProvider.create(delegateClassName(name))
     delegate.init(stateStoreId, keySchema, valueSchema, keyStateEncoderSpec, useColumnFamilies,
       storeConfs, hadoopConf, useMultipleValuesPerKey, stateSchemaProvider)
     if (!useMultipleValuesPerKey) singleValueFamilies.add(StateStore.DEFAULT_COL_FAMILY_NAME)
@@ -264,6 +270,7 @@ class CachingStateStoreProvider extends StateStoreProvider {
         flush()
         val newVersion = inner.commit()
         committed(newVersion, inner.getStateStoreCheckpointInfo().stateStoreCkptId)
+        marker.commitDone(delegateName)
         cache.detach(owner)
         counters.sizeBytes = cache.ownerBytes(owner)
         newVersion
