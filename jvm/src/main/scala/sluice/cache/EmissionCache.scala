@@ -33,8 +33,15 @@ final class EmitLayout(val keySchema: StructType, rowSchema: StructType) extends
   @transient private lazy val decodeProj = UnsafeProjection.create(
     rowSchema.fields.zipWithIndex.map { case (f, i) => BoundReference(i, f.dataType, f.nullable) }.toSeq)
 
-  def encode(row: InternalRow, insertMs: Long, seq: Long): UnsafeRow =
-    encodeProj(new JoinedRow(row, new GenericInternalRow(Array[Any](insertMs, seq)))).copy()
+  // Reused per row: each task deserializes its own layout, and encode copies its result.
+  @transient private lazy val tail = new GenericInternalRow(2)
+  @transient private lazy val joined = new JoinedRow()
+
+  def encode(row: InternalRow, insertMs: Long, seq: Long): UnsafeRow = {
+    tail.setLong(0, insertMs)
+    tail.setLong(1, seq)
+    encodeProj(joined(row, tail)).copy()
+  }
   def decode(value: UnsafeRow): UnsafeRow = decodeProj(value).copy()
   def storeKey(key: UnsafeRow): UnsafeRow = {
     val w = new UnsafeRowWriter(1, key.getSizeInBytes)

@@ -153,7 +153,8 @@ case class EmitCacheExec(
       // same slot hold between their batches (one cache per slot, as one per Kafka stream thread).
       val slotShare = CachingStateStoreProvider.sharedSlotBytes(MemoryBudget.cacheBytesPerSlot, withRecordCache)
       val share = SlotCaches.emitShare(id, slotShare, {
-        case other: StateStoreProviderId => StateStore.isLoaded(other)
+        // partitions of this query run are live; only others' need the (locked) provider lookup
+        case other: StateStoreProviderId => other.queryRunId == id.queryRunId || StateStore.isLoaded(other)
         case _ => false
       })
       val cache = new EmissionCache(lay, new UnsafeStoreAdapter(store, lay), share, interval, batchMs, batchId)
