@@ -209,6 +209,67 @@ def test_byte_bound_respected_with_dirty_evictions(spark: SparkSession, tmp_path
     assert all(w >= len({r["k"] for r in b}) for w, b in zip(cached.metric("delegateWrites"), batches))
 
 
+def _slot_caches(spark: SparkSession):
+    # local[2]: the executor's slot caches live in this JVM (sluice.cache.SlotCaches)
+    return spark.sparkContext._jvm.sluice.cache.SlotCaches
+
+
+def test_many_partitions_share_the_slot_caches_within_the_executor_budget(
+        spark: SparkSession, tmp_path: Path) -> None:
+    # 8 state partitions on 2 task slots, ~8x more state than the executor budget C. One cache per
+    # partition bounded by C/T (the old design) would hold 8 x C/2; slot caches hold at most C.
+    batches = _batches(5, 3, rows=6000, keys=6000)
+    slots = _slot_caches(spark)
+    slots.resetPeak()
+    run = Run(spark, tmp_path / "cached", "slots", CACHING, "rocksdb", _agg, "update", partitions=8)
+    run.start()
+    for i, rows in enumerate(batches):
+        if i == 2:
+            run.stop()
+            run.start()
+        run.feed(rows)
+        assert slots.executorBytes() <= CACHE_BYTES
+    run.stop()
+    peak = slots.peakBytes()
+    assert 0.75 * CACHE_BYTES < peak <= CACHE_BYTES  # the caches were full, and never over C
+    # every partition's store reported only what it holds in its slot's cache
+    assert all(0 < s <= CACHE_BYTES // 2 * 8 for s in run.metric("cacheSizeBytes"))  # summed over 8
+    assert all(e > 0 for e in run.metric("cacheEvictions"))
+    expected: dict[str, tuple] = {}
+    for rows in batches:
+        for r in rows:
+            n, s = expected.get(r["k"], (0, 0))
+            expected[r["k"]] = (n + 1, s + r["v"])
+    assert {k: (r[1], r[2]) for k, r in _latest_per_key(run.rows).items()} == expected
+
+
+def test_changing_the_delegate_on_a_checkpoint_fails_naming_both(spark: SparkSession, tmp_path: Path) -> None:
+    from pyspark.errors import StreamingQueryException
+    batches = _batches(6, 3, rows=200, keys=50)
+    run = Run(spark, tmp_path / "q", "delegate_change", CACHING, "hdfs", _agg, "update")
+    run.start()
+    run.feed(batches[0])
+    run.stop()
+    run.delegate = "rocksdb"  # a RocksDB store would not see the HDFS-backed store's files
+    run.start()
+    with pytest.raises(StreamingQueryException) as info:
+        run.feed(batches[1])
+    message = str(info.value)
+    assert "spark.sluice.statestore.cache.delegate is 'rocksdb'" in message
+    assert "written with spark.sluice.statestore.cache.delegate='hdfs'" in message
+    run.query.stop()
+    run.delegate = "hdfs"  # back to the recorded delegate: the state is intact
+    run.start()
+    run.feed(batches[2])
+    run.stop()
+    expected: dict[str, tuple] = {}
+    for rows in batches:
+        for r in rows:
+            n, s = expected.get(r["k"], (0, 0))
+            expected[r["k"]] = (n + 1, s + r["v"])
+    assert {k: (r[1], r[2]) for k, r in _latest_per_key(run.rows).items()} == expected
+
+
 def test_configure_selects_the_caching_provider() -> None:
     from pyspark.sql import SparkSession as S
     b = sluice.configure(S.builder, state_store_cache=True, statestore_cache_delegate="HDFS")

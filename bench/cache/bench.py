@@ -100,6 +100,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--keys", type=int, default=1000)
     ap.add_argument("--zipf", type=float, default=1.1)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run without/with this many times, alternating, on the shared machine")
     args = ap.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="sluice-bench-cache-"))
@@ -120,15 +122,17 @@ def main() -> None:
         zipf_files(warm, 8, args.rows, args.keys, args.zipf, seed=8)
         for provider, interval in ((ROCKSDB, "0"), (CACHING, "30s")):
             run(spark, "warm-up", warm, root / f"ckpt-warm-{interval}", provider, interval, 8 * args.rows)
-        results = [
-            run(spark, "without", inputs, root / "ckpt-without", ROCKSDB, "0", total),
-            run(spark, "with", inputs, root / "ckpt-with", CACHING, "30s", total),
-        ]
+        pairs = []
+        for i in range(args.repeat):
+            pairs.append((
+                run(spark, "without", inputs, root / f"ckpt-without-{i}", ROCKSDB, "0", total),
+                run(spark, "with", inputs, root / f"ckpt-with-{i}", CACHING, "30s", total)))
         spark.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-    wo, wi = results
+    wo, wi = pairs[0]
+    results = [r for p in pairs for r in p]
     print(f"Zipf({args.zipf}) over {args.keys} keys, {args.batches} x {args.rows} rows, 1 s micro-batches, "
           f"local[2], 2 state partitions, cache 10m, commit interval 30 s")
     keys = list(wo)[1:]
@@ -150,6 +154,12 @@ def main() -> None:
     print(f"throughput (input rows per busy second): with/without = {ratio(wi['rows_per_s'], wo['rows_per_s'])} "
           f"[target >= 1.0]; median batch time without/with = "
           f"{ratio(wo['median_batch_ms'], wi['median_batch_ms'])}")
+    if len(pairs) > 1:
+        tp = [w["rows_per_s"] / o["rows_per_s"] for o, w in pairs]
+        med = [o["median_batch_ms"] / w["median_batch_ms"] for o, w in pairs]
+        print(f"repeated runs (without, with alternating): throughput with/without = "
+              f"{', '.join(f'{r:.2f}' for r in tp)} (median {statistics.median(tp):.2f}); "
+              f"median batch time without/with = {', '.join(f'{r:.2f}' for r in med)}")
     print(json.dumps(results), file=sys.stderr)
 
 

@@ -1,9 +1,7 @@
 package sluice.cache
 
 import java.util.Collections
-import java.util.WeakHashMap
 
-import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
 
 import org.apache.hadoop.conf.Configuration
@@ -21,24 +19,29 @@ import sluice.plugin.MemoryBudget
  * provider, chosen by `spark.sluice.statestore.cache.delegate`.
  *
  * Design (why it is correct):
- *  - Point operations (get/put/remove) on single-value column families go through a byte-bounded
- *    LRU [[RecordCache]] owned by this provider instance. Writes are dirty entries, coalesced per
- *    key, written to the delegate when evicted or just before the delegate's commit.
+ *  - Point operations (get/put/remove) on single-value column families go through the byte-bounded
+ *    LRU [[RecordCache]] of the task's slot ([[SlotCaches]]), shared with the other stores the
+ *    slot's tasks use. Writes are dirty entries, coalesced per key, written to the delegate when
+ *    evicted or just before the delegate's commit; an abort drops them. So between tasks a slot
+ *    cache holds only clean, committed rows, which the next task's stores evict LRU as they need room.
  *  - Scans (iterator, prefixScan, range scans through prefixScan/iterator on range encoders) first
  *    flush every dirty entry into the delegate and then read the delegate alone, so they see exactly
  *    what the delegate would without the cache. Flushing keeps the design simple; it costs coalescing
  *    only for operators that scan in the same batch they write (e.g. watermark eviction).
  *  - Multi-value column families (list state: merge/valuesIterator) are passed through uncached.
  *  - Cached rows describe one version: they stay valid only while this instance continues from the
- *    version (and checkpoint id) it committed itself. Loading any other version, aborting, or a
- *    failed commit clears the cache, so a reload, a replayed batch or a restart never reads a stale
- *    row.
+ *    version (and checkpoint id) it committed itself, in the same slot cache. Loading any other
+ *    version, aborting, a failed commit, or opening in another slot drops this store's rows, so a
+ *    reload, a replayed batch or a restart never reads a stale row.
  */
 class CachingStateStoreProvider extends StateStoreProvider {
   import CachingStateStoreProvider._
 
   private var delegate: StateStoreProvider = _
-  private[cache] val cache = new RecordCache
+  private var delegateName: String = _
+  private var marker: DelegateMarker = _
+  // The slot cache holding this store's rows (null before the first store opens).
+  private var home: RecordCache = _
   // The version (and its checkpoint id) the cache's rows belong to; -1 when empty/unknown.
   private var cachedVersion = -1L
   private var cachedCkptId: Option[String] = None
@@ -57,39 +60,41 @@ class CachingStateStoreProvider extends StateStoreProvider {
       hadoopConf: Configuration,
       useMultipleValuesPerKey: Boolean,
       stateSchemaProvider: Option[StateSchemaProvider]): Unit = {
-    delegate = StateStoreProvider.create(delegateClassName(currentDelegate()))
+    val name = currentDelegate()
+    marker = new DelegateMarker(stateStoreId.storeCheckpointLocation(), hadoopConf)
+    marker.check(name) // before the delegate reads anything another kind of store wrote
+    delegateName = name
+    delegate = StateStoreProvider.create(delegateClassName(name))
     delegate.init(stateStoreId, keySchema, valueSchema, keyStateEncoderSpec, useColumnFamilies,
       storeConfs, hadoopConf, useMultipleValuesPerKey, stateSchemaProvider)
     if (!useMultipleValuesPerKey) singleValueFamilies.add(StateStore.DEFAULT_COL_FAMILY_NAME)
-    RecordCaches.register(this)
   }
 
   override def stateStoreId: StateStoreId = delegate.stateStoreId
 
   override def close(): Unit = {
-    RecordCaches.unregister(this)
-    cache.clear()
+    invalidate()
     delegate.close()
   }
 
   override def getStore(version: Long, stateStoreCkptId: Option[String]): StateStore = {
-    prepare(version, stateStoreCkptId)
-    new CachingStateStore(delegate.getStore(version, stateStoreCkptId), new Counters(cache))
+    val slot = prepare(version, stateStoreCkptId)
+    new CachingStateStore(delegate.getStore(version, stateStoreCkptId), slot, new Counters)
   }
 
   override def getReadStore(version: Long, uniqueId: Option[String]): ReadStateStore = {
-    prepare(version, uniqueId)
-    new CachingReadStore(delegate.getReadStore(version, uniqueId))
+    val slot = prepare(version, uniqueId)
+    new CachingReadStore(delegate.getReadStore(version, uniqueId), slot)
   }
 
   override def upgradeReadStoreToWriteStore(
       readStore: ReadStateStore, version: Long, uniqueId: Option[String]): StateStore = {
     val (inner, counters) = readStore match {
       case r: CachingStateStoreProvider#CachingReadStore => (r.inner, r.counters)
-      case other => (other, new Counters(cache))
+      case other => (other, new Counters)
     }
-    prepare(version, uniqueId)
-    new CachingStateStore(delegate.upgradeReadStoreToWriteStore(inner, version, uniqueId), counters)
+    val slot = prepare(version, uniqueId)
+    new CachingStateStore(delegate.upgradeReadStoreToWriteStore(inner, version, uniqueId), slot, counters)
   }
 
   override def doMaintenance(): Unit = delegate.doMaintenance()
@@ -109,19 +114,28 @@ class CachingStateStoreProvider extends StateStoreProvider {
   // Capacity of the store being opened (read once per store: it depends on the task's conf).
   @volatile private var storeCapacity = 0L
 
-  /** Keeps the cache only when the requested version is the one this instance committed last. */
-  private def prepare(version: Long, ckptId: Option[String]): Unit = synchronized {
-    storeCapacity = capacity()
-    val sameCkpt = ckptId.isEmpty || cachedCkptId.isEmpty || ckptId == cachedCkptId
-    if (version != cachedVersion || !sameCkpt) {
-      cache.clear()
-      cachedVersion = version
-      cachedCkptId = ckptId
+  /**
+   * Takes the task's slot cache and keeps this store's rows in it only when they are still valid:
+   * the requested version is the one this instance committed last, in that same slot cache.
+   */
+  private def prepare(version: Long, ckptId: Option[String]): RecordCache = {
+    val slot = SlotCaches.forTask(synchronized(home))
+    synchronized {
+      storeCapacity = if (slot.pooled) capacity() else 0L
+      if (home != null && (home ne slot)) home.dropOwner(this)
+      home = slot
+      val sameCkpt = ckptId.isEmpty || cachedCkptId.isEmpty || ckptId == cachedCkptId
+      if (version != cachedVersion || !sameCkpt) {
+        slot.dropOwner(this)
+        cachedVersion = version
+        cachedCkptId = ckptId
+      }
+      slot
     }
   }
 
   private def invalidate(): Unit = synchronized {
-    cache.clear()
+    if (home != null) home.dropOwner(this)
     cachedVersion = -1L
     cachedCkptId = None
   }
@@ -133,30 +147,33 @@ class CachingStateStoreProvider extends StateStoreProvider {
 
   private def isCached(colFamily: String): Boolean = singleValueFamilies.contains(colFamily)
 
-  /** Reads through the cache; shared by the read-only and the writable store. */
-  private def cachedGet(inner: ReadStateStore, key: UnsafeRow, colFamily: String,
-      writer: DirtyWriter): UnsafeRow = {
+  /** Reads through the slot cache; shared by the read-only and the writable store. */
+  private def cachedGet(inner: ReadStateStore, cache: RecordCache, counters: Counters, key: UnsafeRow,
+      colFamily: String, writer: DirtyWriter): UnsafeRow = {
     if (!isCached(colFamily)) {
-      cache.delegateReads += 1
+      counters.delegateReads += 1
       return inner.get(key, colFamily)
     }
-    val ck = CacheKey(colFamily, key)
-    cache.get(ck) match {
-      case Some(entry) => entry.value
+    cache.get(CacheKey(colFamily, key, this)) match {
+      case Some(entry) =>
+        counters.hits += 1
+        entry.value
       case None =>
-        cache.delegateReads += 1
+        counters.misses += 1
+        counters.delegateReads += 1
         val value = inner.get(key, colFamily)
         // Only rows that exist are cached (as Kafka does); the delegate may reuse its row.
         if (value != null) {
           val copy = value.copy()
-          cache.putClean(CacheKey(colFamily, key.copy()), copy, storeCapacity, writer)
+          counters.evictions += cache.putClean(CacheKey(colFamily, key.copy(), this), copy, storeCapacity, writer)
+          SlotCaches.observe(cache)
           copy
         } else null
     }
   }
 
-  private final class CachingReadStore(val inner: ReadStateStore) extends ReadStateStore {
-    val counters = new Counters(cache) // carried into the write store when upgraded
+  private final class CachingReadStore(val inner: ReadStateStore, cache: RecordCache) extends ReadStateStore {
+    val counters = new Counters // carried into the write store when upgraded
     // Clean entries only: a read store never holds a dirty entry, so nothing is ever written.
     private val noWrites: DirtyWriter = (k, _) =>
       throw new IllegalStateException(s"read-only store asked to write $k")
@@ -164,7 +181,7 @@ class CachingStateStoreProvider extends StateStoreProvider {
     override def id: StateStoreId = inner.id
     override def version: Long = inner.version
     override def get(key: UnsafeRow, colFamilyName: String): UnsafeRow =
-      cachedGet(inner, key, colFamilyName, noWrites)
+      cachedGet(inner, cache, counters, key, colFamilyName, noWrites)
     override def valuesIterator(key: UnsafeRow, colFamilyName: String): Iterator[UnsafeRow] =
       inner.valuesIterator(key, colFamilyName)
     override def prefixScan(prefixKey: UnsafeRow, colFamilyName: String)
@@ -175,27 +192,38 @@ class CachingStateStoreProvider extends StateStoreProvider {
     override def release(): Unit = inner.release()
   }
 
-  private final class CachingStateStore(inner: StateStore, counters: Counters)
+  private final class CachingStateStore(inner: StateStore, cache: RecordCache, counters: Counters)
       extends StateStore with DirtyWriter {
+    private val owner = CachingStateStoreProvider.this
+    cache.attach(owner, this) // takes this store's dirty rows if another store's insert evicts them
 
-    override def write(key: CacheKey, value: UnsafeRow): Unit =
+    override def write(key: CacheKey, value: UnsafeRow): Unit = {
+      counters.delegateWrites += 1
       if (value == null) inner.remove(key.key, key.colFamily) else inner.put(key.key, value, key.colFamily)
+    }
+
+    // The task ended with this store still open: Spark aborts it; its rows must not outlive it.
+    override def discarded(): Unit = invalidate()
 
     override def id: StateStoreId = inner.id
     override def version: Long = inner.version
 
     override def get(key: UnsafeRow, colFamilyName: String): UnsafeRow =
-      cachedGet(inner, key, colFamilyName, this)
+      cachedGet(inner, cache, counters, key, colFamilyName, this)
+
+    private def putDirty(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit = {
+      counters.evictions +=
+        cache.putDirty(CacheKey(colFamilyName, key.copy(), owner), value, storeCapacity, this)
+      SlotCaches.observe(cache)
+    }
 
     override def put(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit =
-      if (isCached(colFamilyName)) {
-        cache.putDirty(CacheKey(colFamilyName, key.copy()), value.copy(), storeCapacity, this)
-      } else inner.put(key, value, colFamilyName)
+      if (isCached(colFamilyName)) putDirty(key, value.copy(), colFamilyName)
+      else inner.put(key, value, colFamilyName)
 
     override def remove(key: UnsafeRow, colFamilyName: String): Unit =
-      if (isCached(colFamilyName)) {
-        cache.putDirty(CacheKey(colFamilyName, key.copy()), null, storeCapacity, this)
-      } else inner.remove(key, colFamilyName)
+      if (isCached(colFamilyName)) putDirty(key, null, colFamilyName)
+      else inner.remove(key, colFamilyName)
 
     override def valuesIterator(key: UnsafeRow, colFamilyName: String): Iterator[UnsafeRow] =
       inner.valuesIterator(key, colFamilyName)
@@ -209,12 +237,12 @@ class CachingStateStoreProvider extends StateStoreProvider {
     // Scans see the delegate alone, so every pending write goes there first.
     override def prefixScan(prefixKey: UnsafeRow, colFamilyName: String)
         : StateStoreIterator[UnsafeRowPair] = {
-      cache.flush(this)
+      flush()
       inner.prefixScan(prefixKey, colFamilyName)
     }
 
     override def iterator(colFamilyName: String): StateStoreIterator[UnsafeRowPair] = {
-      cache.flush(this)
+      flush()
       inner.iterator(colFamilyName)
     }
 
@@ -224,30 +252,35 @@ class CachingStateStoreProvider extends StateStoreProvider {
       inner.createColFamilyIfAbsent(colFamilyName, keySchema, valueSchema, keyStateEncoderSpec,
         useMultipleValuesPerKey, isInternal)
       if (useMultipleValuesPerKey) {
-        cache.dropColumnFamily(colFamilyName)
+        cache.dropColumnFamily(colFamilyName, owner)
         singleValueFamilies.remove(colFamilyName)
       } else singleValueFamilies.add(colFamilyName)
     }
 
     override def removeColFamilyIfExists(colFamilyName: String): Boolean = {
-      cache.dropColumnFamily(colFamilyName)
+      cache.dropColumnFamily(colFamilyName, owner)
       singleValueFamilies.remove(colFamilyName)
       inner.removeColFamilyIfExists(colFamilyName)
     }
 
+    private def flush(): Unit = if (cache.flush(this, owner)) counters.flushes += 1
+
     override def commit(): Long = {
       try {
-        cache.flush(this)
+        flush()
         val newVersion = inner.commit()
         committed(newVersion, inner.getStateStoreCheckpointInfo().stateStoreCkptId)
-        RecordCaches.trim(CachingStateStoreProvider.this)
+        marker.commitDone(delegateName)
+        cache.detach(owner)
+        counters.sizeBytes = cache.ownerBytes(owner)
         newVersion
       } catch {
-        case NonFatal(e) => invalidate(); throw e
+        case NonFatal(e) => cache.detach(owner); invalidate(); throw e
       }
     }
 
     override def abort(): Unit = {
+      cache.detach(owner)
       invalidate()
       inner.abort()
     }
@@ -320,58 +353,22 @@ object CachingStateStoreProvider {
   }
 }
 
-/** Counters at store open; a store reports what happened since (one batch of one partition). */
-private[cache] final class Counters(cache: RecordCache) {
+/** What one store (one batch of one partition) did with the cache, reported as its metrics. */
+private[cache] final class Counters {
   import CachingStateStoreProvider._
-  private val h0 = cache.hits
-  private val m0 = cache.misses
-  private val e0 = cache.evictions
-  private val f0 = cache.flushes
-  private val w0 = cache.delegateWrites
-  private val r0 = cache.delegateReads
+  var hits, misses, evictions, flushes, delegateWrites, delegateReads = 0L
+  var sizeBytes = 0L // this store's rows in its slot cache, at commit
 
   def metrics: Map[StateStoreCustomMetric, Long] = {
-    val hits = cache.hits - h0
-    val misses = cache.misses - m0
     val ratio: Map[StateStoreCustomMetric, Long] =
       if (hits + misses == 0) Map.empty else Map(CacheHitRatio -> hits * 100 / (hits + misses))
     ratio ++ Map(
       CacheHits -> hits,
       CacheMisses -> misses,
-      CacheSizeBytes -> cache.sizeBytes,
-      CacheEvictions -> (cache.evictions - e0),
-      CacheFlushes -> (cache.flushes - f0),
-      DelegateWrites -> (cache.delegateWrites - w0),
-      DelegateReads -> (cache.delegateReads - r0))
-  }
-}
-
-/**
- * All record caches of this executor. Each cache is bounded by its slot's share while its store
- * is open; between batches a cache holds only clean rows, and those of idle providers are dropped
- * (least recently committed first) whenever the executor's caches together exceed the executor's
- * budget C, so the total stays bounded by C plus the dirty rows of stores open right now.
- */
-private[cache] object RecordCaches {
-  // provider -> last commit time, weakly held so unloaded providers disappear
-  private val providers = new WeakHashMap[CachingStateStoreProvider, java.lang.Long]()
-
-  def register(p: CachingStateStoreProvider): Unit = synchronized { providers.put(p, System.nanoTime()) }
-  def unregister(p: CachingStateStoreProvider): Unit = synchronized { providers.remove(p) }
-
-  def trim(justCommitted: CachingStateStoreProvider): Unit = {
-    val byAge = synchronized {
-      providers.put(justCommitted, System.nanoTime())
-      providers.asScala.toSeq.sortBy(_._2.longValue()).map(_._1)
-    }
-    val budget = MemoryBudget.current.cacheMaxBytes
-    var total = byAge.map(_.cache.sizeBytes).sum
-    val it = byAge.iterator
-    while (total > budget && it.hasNext) {
-      val c = it.next().cache
-      val before = c.sizeBytes
-      c.dropClean(math.max(0L, before - (total - budget)))
-      total -= before - c.sizeBytes
-    }
+      CacheSizeBytes -> sizeBytes,
+      CacheEvictions -> evictions,
+      CacheFlushes -> flushes,
+      DelegateWrites -> delegateWrites,
+      DelegateReads -> delegateReads)
   }
 }

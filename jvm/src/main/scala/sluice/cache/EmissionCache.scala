@@ -4,7 +4,8 @@ import java.util.{HashMap => JHashMap, TreeMap => JTreeMap}
 
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{BoundReference, GenericInternalRow, JoinedRow, UnsafeProjection, UnsafeRow}
-import org.apache.spark.sql.types.{LongType, StructField, StructType}
+import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter
+import org.apache.spark.sql.types.{BinaryType, LongType, StructField, StructType}
 
 /** The rows the emission cache keeps durably: one per key (get/put/remove/scan of one partition). */
 trait EmitStore {
@@ -18,6 +19,11 @@ trait EmitStore {
  * output row, the batch time its key entered the cache, and an update sequence number (its LRU order).
  */
 final class EmitLayout(val keySchema: StructType, rowSchema: StructType) extends Serializable {
+  /**
+   * The store's key: the grouping key's UnsafeRow bytes in one binary column. The bytes are the
+   * same equality as the key itself, and no store sees a window column it could act on.
+   */
+  val storeKeySchema: StructType = StructType(Seq(StructField("__sluice_emit_key", BinaryType, nullable = false)))
   val valueSchema: StructType = StructType(rowSchema.fields ++ Seq(
     StructField("__sluice_emit_insert_ms", LongType, nullable = false),
     StructField("__sluice_emit_seq", LongType, nullable = false)))
@@ -27,9 +33,28 @@ final class EmitLayout(val keySchema: StructType, rowSchema: StructType) extends
   @transient private lazy val decodeProj = UnsafeProjection.create(
     rowSchema.fields.zipWithIndex.map { case (f, i) => BoundReference(i, f.dataType, f.nullable) }.toSeq)
 
-  def encode(row: InternalRow, insertMs: Long, seq: Long): UnsafeRow =
-    encodeProj(new JoinedRow(row, new GenericInternalRow(Array[Any](insertMs, seq)))).copy()
+  // Reused per row: each task deserializes its own layout, and encode copies its result.
+  @transient private lazy val tail = new GenericInternalRow(2)
+  @transient private lazy val joined = new JoinedRow()
+
+  def encode(row: InternalRow, insertMs: Long, seq: Long): UnsafeRow = {
+    tail.setLong(0, insertMs)
+    tail.setLong(1, seq)
+    encodeProj(joined(row, tail)).copy()
+  }
   def decode(value: UnsafeRow): UnsafeRow = decodeProj(value).copy()
+  def storeKey(key: UnsafeRow): UnsafeRow = {
+    val w = new UnsafeRowWriter(1, key.getSizeInBytes)
+    w.resetRowWriter()
+    w.write(0, key.getBytes)
+    w.getRow
+  }
+  def groupingKey(storeKey: UnsafeRow): UnsafeRow = {
+    val bytes = storeKey.getBinary(0)
+    val k = new UnsafeRow(keySchema.length)
+    k.pointTo(bytes, bytes.length)
+    k
+  }
   def insertMs(value: UnsafeRow): Long = value.getLong(width)
   def seq(value: UnsafeRow): Long = value.getLong(width + 1)
 }
@@ -84,6 +109,12 @@ final class EmissionCache(layout: EmitLayout, store: EmitStore, maxBytes: Long, 
 
   /** Forwards everything when due, writes what stays, and reports the batch. */
   def finish(out: InternalRow => Unit): EmitStats = {
+    // Rows kept from earlier batches may exceed this batch's share (the slot's other partitions
+    // grew): forward the least recently updated first, as an update over the share would.
+    while (bytes > maxBytes && !bySeq.isEmpty) {
+      evicted += 1
+      forward(bySeq.firstEntry().getValue, out)
+    }
     val oldest = if (entries.isEmpty) Long.MaxValue else {
       var m = Long.MaxValue
       entries.values().forEach(e => m = math.min(m, layout.insertMs(e.value)))

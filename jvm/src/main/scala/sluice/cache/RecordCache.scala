@@ -4,8 +4,16 @@ import java.util.{LinkedHashMap => JLinkedHashMap}
 
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 
-/** A cached state row of one column family. Keys compare by their bytes (UnsafeRow equality). */
-final case class CacheKey(colFamily: String, key: UnsafeRow)
+/**
+ * A cached state row of one column family of one store (`owner`: the caching provider; entries of
+ * all stores a task uses share its slot's cache). Keys compare by their bytes (UnsafeRow equality).
+ */
+final case class CacheKey(colFamily: String, key: UnsafeRow, owner: AnyRef = CacheKey.NoOwner)
+
+object CacheKey {
+  /** Owner of entries not tied to a store (unit tests of the cache alone). */
+  val NoOwner: AnyRef = "none"
+}
 
 /**
  * The value side of a cache entry: `value == null` is a tombstone (the key is known to be absent or
@@ -16,23 +24,30 @@ final class CacheEntry(val value: UnsafeRow, var dirty: Boolean, val sizeBytes: 
 /** Where dirty entries go: the delegate store. `value == null` means remove. */
 trait DirtyWriter {
   def write(key: CacheKey, value: UnsafeRow): Unit
+  /** The store ended without commit or abort (its task finished): its cached rows are gone. */
+  def discarded(): Unit = ()
 }
 
 /**
- * A byte-bounded LRU cache of state rows (Kafka Streams' NamedCache, KIP-63), owned by one state
- * store provider. Every operation is synchronized: the owning task is the only writer, but a
- * cache-wide trim (see [[RecordCaches]]) may drop clean entries from another thread.
+ * A byte-bounded LRU cache of state rows (Kafka Streams' ThreadCache, KIP-63): one per task slot,
+ * shared by every store the slot's task opens ([[SlotCaches]]). Every operation is synchronized:
+ * only the slot's task writes, but another task may drop a store's clean entries when that store
+ * moved to its slot.
  *
  * Writes are coalesced: a key written many times holds one dirty entry; only [[flush]] (before the
- * delegate's commit) or evicting it (write-through, then drop) sends it to the delegate.
+ * store's commit) or evicting it (write-through to its own store, then drop) sends it to the delegate.
+ * Eviction is least recently used first across all stores of the slot.
  */
-final class RecordCache {
+final class RecordCache(val pooled: Boolean = false) {
   // access-ordered: iteration starts at the least recently used entry
   private val map = new JLinkedHashMap[CacheKey, CacheEntry](64, 0.75f, true)
-  private var bytes = 0L
+  @volatile private var bytes = 0L
   private var dirtyCount = 0
+  // per store: bytes and dirty entries held, and the open store that takes its evicted dirty rows
+  private final class Owned { var bytes = 0L; var dirty = 0; var writer: DirtyWriter = null }
+  private val owners = new java.util.HashMap[AnyRef, Owned]()
 
-  // Cumulative counters; stores report the difference over their lifetime.
+  // Cumulative counters of the whole cache.
   @volatile var hits = 0L
   @volatile var misses = 0L
   @volatile var evictions = 0L
@@ -40,9 +55,27 @@ final class RecordCache {
   @volatile var delegateWrites = 0L
   @volatile var delegateReads = 0L // point reads the owner passed on to the delegate
 
-  def sizeBytes: Long = synchronized(bytes)
+  def sizeBytes: Long = bytes
   def numEntries: Int = synchronized(map.size)
   def numDirty: Int = synchronized(dirtyCount)
+  def ownerBytes(owner: AnyRef): Long = synchronized(Option(owners.get(owner)).map(_.bytes).getOrElse(0L))
+
+  /** `writer` (an open store of `owner`) takes the owner's dirty rows when they are evicted. */
+  def attach(owner: AnyRef, writer: DirtyWriter): Unit = synchronized { owned(owner).writer = writer }
+  def detach(owner: AnyRef): Unit = synchronized { Option(owners.get(owner)).foreach(_.writer = null) }
+
+  /** Detaches every store still open (the slot's task ended) and returns them. */
+  def detachAll(): Seq[DirtyWriter] = synchronized {
+    val b = Seq.newBuilder[DirtyWriter]
+    owners.values().forEach { o => if (o.writer != null) { b += o.writer; o.writer = null } }
+    b.result()
+  }
+
+  private def owned(owner: AnyRef): Owned = {
+    var o = owners.get(owner)
+    if (o == null) { o = new Owned; owners.put(owner, o) }
+    o
+  }
 
   /** The entry for `key` (a hit, refreshing its recency) or None (a miss). */
   def get(key: CacheKey): Option[CacheEntry] = synchronized {
@@ -50,96 +83,106 @@ final class RecordCache {
     if (e == null) { misses += 1; None } else { hits += 1; Some(e) }
   }
 
-  /** Caches a value read from the delegate (clean). Rows must already be copies the cache owns. */
-  def putClean(key: CacheKey, value: UnsafeRow, capacity: Long, writer: DirtyWriter): Unit =
+  /** Caches a value read from the delegate (clean); returns the entries evicted to make room. */
+  def putClean(key: CacheKey, value: UnsafeRow, capacity: Long, writer: DirtyWriter): Int =
     synchronized { insert(key, value, dirty = false, capacity, writer) }
 
-  /** Records a write (`value == null`: a remove) to reach the delegate later. Rows must be copies. */
-  def putDirty(key: CacheKey, value: UnsafeRow, capacity: Long, writer: DirtyWriter): Unit =
+  /** Records a write (`value == null`: a remove) to reach the delegate later; returns evictions. */
+  def putDirty(key: CacheKey, value: UnsafeRow, capacity: Long, writer: DirtyWriter): Int =
     synchronized { insert(key, value, dirty = true, capacity, writer) }
 
   private def insert(key: CacheKey, value: UnsafeRow, dirty: Boolean, capacity: Long,
-      writer: DirtyWriter): Unit = {
+      writer: DirtyWriter): Int = {
     val size = RecordCache.entrySize(key, value)
     val old = map.remove(key)
-    if (old != null) {
-      bytes -= old.sizeBytes
-      if (old.dirty) dirtyCount -= 1
-    }
+    if (old != null) account(key, old, -1)
     if (size > capacity) {
       // Cannot be held at all: a write goes straight through, a read is simply not cached.
       if (dirty) writeThrough(key, value, writer)
+      0
     } else {
-      map.put(key, new CacheEntry(value, dirty, size))
-      bytes += size
-      if (dirty) dirtyCount += 1
-      evictDownTo(capacity, writer)
+      // Room first, then the entry: the cache never holds more than `capacity`, not even briefly.
+      val evicted = evictDownTo(capacity - size, writer)
+      val entry = new CacheEntry(value, dirty, size)
+      map.put(key, entry)
+      account(key, entry, +1)
+      evicted
     }
   }
 
-  /** Evicts least recently used entries until the cache holds at most `capacity` bytes. */
-  def evictDownTo(capacity: Long, writer: DirtyWriter): Unit = synchronized {
+  private def account(key: CacheKey, e: CacheEntry, sign: Int): Unit = {
+    bytes += sign * e.sizeBytes
+    val o = owned(key.owner)
+    o.bytes += sign * e.sizeBytes
+    if (e.dirty) { dirtyCount += sign; o.dirty += sign }
+  }
+
+  /** Evicts least recently used entries until at most `capacity` bytes remain; returns how many. */
+  def evictDownTo(capacity: Long, writer: DirtyWriter): Int = synchronized {
+    var n = 0
     val it = map.entrySet().iterator()
     while (bytes > capacity && it.hasNext) {
       val e = it.next()
       val entry = e.getValue
       if (entry.dirty) {
-        // Kafka's rule: a dirty entry is written to the store before it leaves the cache.
-        writeThrough(e.getKey, entry.value, writer)
-        dirtyCount -= 1
+        // Kafka's rule: a dirty entry is written to its store before it leaves the cache.
+        val own = Option(owners.get(e.getKey.owner)).map(_.writer).orNull
+        writeThrough(e.getKey, entry.value, if (own != null) own else writer)
       }
       it.remove()
-      bytes -= entry.sizeBytes
+      account(e.getKey, entry, -1)
       evictions += 1
+      n += 1
     }
+    n
   }
 
-  /** Writes every dirty entry to the delegate, least recently used first, and marks them clean. */
-  def flush(writer: DirtyWriter): Unit = synchronized {
-    if (dirtyCount > 0) {
+  /** Writes every dirty entry of `owner` to `writer`, least recently used first, and marks them clean. */
+  def flush(writer: DirtyWriter, owner: AnyRef = CacheKey.NoOwner): Boolean = synchronized {
+    val o = owners.get(owner)
+    if (o == null || o.dirty == 0) false else {
       val it = map.entrySet().iterator()
-      while (it.hasNext) {
+      while (it.hasNext && o.dirty > 0) {
         val e = it.next()
         val entry = e.getValue
-        if (entry.dirty) {
+        if (entry.dirty && (e.getKey.owner eq owner)) {
           writeThrough(e.getKey, entry.value, writer)
           entry.dirty = false
+          dirtyCount -= 1
+          o.dirty -= 1
         }
       }
-      dirtyCount = 0
       flushes += 1
+      true
     }
   }
 
-  /** Drops every entry of one column family, dirty ones included (the family is being removed). */
-  def dropColumnFamily(colFamily: String): Unit = synchronized {
+  /** Drops every entry of one column family of `owner`, dirty ones included (the family is removed). */
+  def dropColumnFamily(colFamily: String, owner: AnyRef = CacheKey.NoOwner): Unit =
+    dropWhere(k => k.colFamily == colFamily && (k.owner eq owner))
+
+  /** Drops every entry of `owner`, dirty ones included (its version was aborted or is stale). */
+  def dropOwner(owner: AnyRef): Unit = synchronized {
+    val o = owners.get(owner)
+    if (o != null && o.bytes > 0) dropWhere(_.owner eq owner)
+    if (o != null && o.writer == null) owners.remove(owner)
+  }
+
+  private def dropWhere(p: CacheKey => Boolean): Unit = synchronized {
     val it = map.entrySet().iterator()
     while (it.hasNext) {
       val e = it.next()
-      if (e.getKey.colFamily == colFamily) {
-        bytes -= e.getValue.sizeBytes
-        if (e.getValue.dirty) dirtyCount -= 1
+      if (p(e.getKey)) {
+        account(e.getKey, e.getValue, -1)
         it.remove()
       }
     }
   }
 
-  /** Drops least recently used clean entries until `target` bytes remain; dirty ones stay. */
-  def dropClean(target: Long): Unit = synchronized {
-    val it = map.entrySet().iterator()
-    while (bytes > target && it.hasNext) {
-      val entry = it.next().getValue
-      if (!entry.dirty) {
-        it.remove()
-        bytes -= entry.sizeBytes
-        evictions += 1
-      }
-    }
-  }
-
-  /** Forgets everything, dirty entries included (their writes are being aborted). */
+  /** Forgets everything, dirty entries included. */
   def clear(): Unit = synchronized {
     map.clear()
+    owners.clear()
     bytes = 0
     dirtyCount = 0
   }

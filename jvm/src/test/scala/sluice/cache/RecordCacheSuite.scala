@@ -73,13 +73,40 @@ class RecordCacheSuite extends AnyFunSuite {
     assert(tiny.numEntries == 0 && log.writes.last == ((1L, Some(1L))))
   }
 
-  test("clear drops dirty entries (abort) and dropClean keeps them") {
+  test("stores share a slot cache: LRU across stores, flush and drop touch only one store") {
+    val c = new RecordCache
+    val a = new Log
+    val b = new Log
+    val (ownerA, ownerB) = (new Object, new Object)
+    def ka(x: Long) = CacheKey("default", row(x), ownerA)
+    def kb(x: Long) = CacheKey("default", row(x), ownerB)
+    val cap = 4 * entry
+    c.attach(ownerA, a)
+    c.attach(ownerB, b)
+    c.putDirty(ka(1), row(1), cap, a)
+    c.putDirty(kb(1), row(10), cap, b) // same key bytes, another store: a separate entry
+    c.putClean(ka(2), row(2), cap, a)
+    assert(c.get(ka(1)).map(_.value.getLong(0)).contains(1L) && c.get(kb(1)).map(_.value.getLong(0)).contains(10L))
+    assert(c.ownerBytes(ownerA) == 2 * entry && c.ownerBytes(ownerB) == entry)
+    c.flush(a, ownerA) // only A's dirty row
+    assert(a.writes == Seq((1L, Some(1L))) && b.writes.isEmpty && c.numDirty == 1)
+    c.putDirty(kb(2), row(20), cap, b)
+    c.putDirty(kb(3), row(30), cap, b) // over capacity: evicts ka(2), the least recently used (clean)
+    assert(c.keysInLruOrder == Seq(ka(1), kb(1), kb(2), kb(3)))
+    c.putDirty(kb(4), row(40), cap, b) // evicts ka(1): clean now, nothing written
+    c.putClean(ka(5), row(5), cap, a) // evicts kb(1): dirty, written to B's store, not A's
+    assert(a.writes.size == 1 && b.writes == Seq((1L, Some(10L))))
+    c.dropOwner(ownerB) // B aborted: its dirty rows are gone, A's stay
+    assert(c.keysInLruOrder == Seq(ka(5)) && c.numDirty == 0 && c.sizeBytes == entry)
+    c.flush(b, ownerB)
+    assert(b.writes.size == 1)
+  }
+
+  test("clear drops dirty entries") {
     val c = new RecordCache
     val log = new Log
     c.putClean(key(1), row(1), 10 * entry, log)
     c.putDirty(key(2), row(2), 10 * entry, log)
-    c.dropClean(0)
-    assert(c.keysInLruOrder.map(_.key.getLong(0)) == Seq(2L))
     c.clear()
     assert(c.numEntries == 0 && c.sizeBytes == 0 && c.numDirty == 0)
     c.flush(log)

@@ -21,9 +21,10 @@ import org.apache.spark.sql.streaming.OutputMode
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.util.SerializableConfiguration
 
-import sluice.cache.{CachingStateStoreProvider, EmissionCache, EmitLayout, EmitStore}
+import sluice.cache.{CachingStateStoreProvider, EmissionCache, EmitLayout, EmitStore, SlotCaches}
 import sluice.conf.SluiceConf
 import sluice.plugin.MemoryBudget
+import sluice.windowstore.InMemoryWindowStoreProvider
 
 /** The emission cache above one update-mode streaming aggregation; `keys` are its grouping columns. */
 case class EmitCacheNode(keys: Seq[Attribute], intervalMs: Long, child: LogicalPlan) extends SluiceStatefulNode {
@@ -86,11 +87,12 @@ case class EmitCacheStrategy(session: SparkSession) extends SparkStrategy {
   }
 }
 
-private[sluice] final class UnsafeStoreAdapter(store: StateStore)
-    extends EmitStore {
-  override def put(key: UnsafeRow, value: UnsafeRow): Unit = store.put(key, value)
-  override def remove(key: UnsafeRow): Unit = store.remove(key)
-  override def iterator(): Iterator[(UnsafeRow, UnsafeRow)] = store.iterator().map(p => (p.key, p.value))
+/** The emission cache's rows in a state store, keys wrapped as one binary column (see [[EmitLayout]]). */
+private[sluice] final class UnsafeStoreAdapter(store: StateStore, layout: EmitLayout) extends EmitStore {
+  override def put(key: UnsafeRow, value: UnsafeRow): Unit = store.put(layout.storeKey(key), value)
+  override def remove(key: UnsafeRow): Unit = store.remove(layout.storeKey(key))
+  override def iterator(): Iterator[(UnsafeRow, UnsafeRow)] =
+    store.iterator().map(p => (layout.groupingKey(p.key), p.value))
 }
 
 case class EmitCacheExec(
@@ -101,7 +103,7 @@ case class EmitCacheExec(
 
   private val layout = new EmitLayout(DataTypeUtils.fromAttributes(keys), DataTypeUtils.fromAttributes(child.output))
   override def keyAttributes: Seq[Attribute] = keys
-  override def stateKeySchema: StructType = layout.keySchema
+  override def stateKeySchema: StructType = layout.storeKeySchema
   override def stateValueSchema: StructType = layout.valueSchema
   override def shortName: String = "emitCache"
 
@@ -143,21 +145,28 @@ case class EmitCacheExec(
       // StatefulOperatorSupport.mapPartitionsWithStore); its own store is already open by now.
       StateStoreThreadLocalTracker.clearStore()
       val id = StateStoreProviderId(StateStoreId(info.checkpointLocation, info.operatorId, partition), info.queryRunId)
-      val store = StateStore.get(id, lay.keySchema, lay.valueSchema, NoPrefixKeyStateEncoderSpec(lay.keySchema),
+      val store = StateStore.get(id, lay.storeKeySchema, lay.valueSchema, NoPrefixKeyStateEncoderSpec(lay.storeKeySchema),
         info.storeVersion, None, None, useColumnFamilies = false, storeConf, hadoopConf.value)
       TaskContext.get().addTaskCompletionListener[Unit](_ => if (!store.hasCommitted) store.abort())
       val keyProj = UnsafeProjection.create(keyExprs, output)
-      // This task slot's share (C/T) of the one budget.
-      val share = CachingStateStoreProvider.sharedSlotBytes(MemoryBudget.cacheBytesPerSlot, withRecordCache)
-      val cache = new EmissionCache(lay, new UnsafeStoreAdapter(store), share, interval, batchMs, batchId)
+      // This task slot's share (C/T) of the one budget, less what other partitions homed in the
+      // same slot hold between their batches (one cache per slot, as one per Kafka stream thread).
+      val slotShare = CachingStateStoreProvider.sharedSlotBytes(MemoryBudget.cacheBytesPerSlot, withRecordCache)
+      val share = SlotCaches.emitShare(id, slotShare, {
+        // partitions of this query run are live; only others' need the (locked) provider lookup
+        case other: StateStoreProviderId => other.queryRunId == id.queryRunId || StateStore.isLoaded(other)
+        case _ => false
+      })
+      val cache = new EmissionCache(lay, new UnsafeStoreAdapter(store, lay), share, interval, batchMs, batchId)
       val out = new ArrayBuffer[InternalRow]
       val emit: InternalRow => Unit = r => out += r
       iter.foreach(row => cache.update(keyProj(row).copy(), row, emit))
       val s = cache.finish(emit)
       longMetric("commitTimeMs") += timeTakenMs { store.commit() }
       // The store's provider differs from the query's: report only the provider-independent metrics.
-      longMetric("numTotalStateRows") += store.metrics.numKeys
-      longMetric("stateMemory") += store.metrics.memoryUsedBytes
+      val storeMetrics = store.metrics
+      longMetric("numTotalStateRows") += storeMetrics.numKeys
+      longMetric("stateMemory") += storeMetrics.memoryUsedBytes
       longMetric("numOutputRows") += out.size
       longMetric("numUpdatedStateRows") += s.entries
       longMetric("emitCacheForwardedTotal") += s.forwarded
@@ -165,6 +174,7 @@ case class EmitCacheExec(
       longMetric("emitCacheBytes") += s.bytes
       longMetric("emitCacheEvictTotal") += s.evicted
       if (s.nextDueMs != Long.MaxValue) due.add(s.nextDueMs)
+      SlotCaches.emitHeld(id, s.bytes)
       out.iterator
     }
   }
@@ -174,13 +184,20 @@ case class EmitCacheExec(
 
 object EmitCacheExec {
   /**
-   * The emission cache keeps its rows in an HDFS-backed store whatever the query's provider: its
-   * state is bounded by the slot's cache share, so holding it in memory is right, and a small delta
-   * file per batch costs far less than a second RocksDB commit.
+   * The emission cache keeps its rows in sluice's in-memory store whatever the query's provider:
+   * its state is bounded by the cache's byte share, so memory is the right place, and that store
+   * updates its one live map in place and writes only the batch's changes (one small delta file per
+   * version). Spark's HDFS-backed store copies its map every version and, in 4.1, writes each
+   * delta through a checksum file manager that hands the bytes to another thread pool; that commit
+   * cost more than everything else the emission cache does (bench/cache/README.md). The store keys
+   * are one binary column (see [[EmitLayout]]), so the window store never treats a windowed
+   * grouping key as a window to expire.
    */
   def storeConf(session: SparkSession): StateStoreConf = {
     val conf = session.sessionState.conf.clone()
-    conf.setConfString(SQLConf.STATE_STORE_PROVIDER_CLASS.key, classOf[HDFSBackedStateStoreProvider].getName)
+    conf.setConfString(SQLConf.STATE_STORE_PROVIDER_CLASS.key, classOf[InMemoryWindowStoreProvider].getName)
+    // The store versions are plain batch ids (no checkpoint ids), whatever the query's format.
+    conf.setConfString(SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key, "1")
     new StateStoreConf(conf)
   }
 }

@@ -1,0 +1,57 @@
+package sluice.cache
+
+import java.io.FileNotFoundException
+import java.nio.charset.StandardCharsets
+
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.Path
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+
+import sluice.conf.{SluiceConf, SluiceConfException}
+
+/**
+ * Which delegate wrote a store's files: a store's checkpoint can only be read by the provider that
+ * wrote it, and `spark.sluice.statestore.cache.delegate` is a session conf that Spark does not pin
+ * in the checkpoint (it pins only the provider class, here always the caching provider). The name is
+ * recorded in `_sluice_cache_delegate` in the store's checkpoint directory on its first commit (a
+ * name without a version, so no provider mistakes it for one of its files) and checked whenever the
+ * store is opened.
+ */
+private[cache] final class DelegateMarker(dir: Path, hadoopConf: Configuration) {
+  private val path = new Path(dir, DelegateMarker.FileName)
+  private lazy val fm = CheckpointFileManager.create(dir, hadoopConf)
+  @volatile private var recorded = false
+
+  /** Fails with a conf error when the store was written with another delegate than `configured`. */
+  def check(configured: String): Unit = {
+    read().foreach { was =>
+      if (was != configured) {
+        val key = SluiceConf.StateStoreCacheDelegate.key
+        throw new SluiceConfException(s"$key is '$configured' but the state in $dir was written with " +
+          s"$key='$was'; a state store can only read the files its own kind of store wrote: set $key " +
+          s"back to '$was' for this checkpoint (or start the query on a new checkpoint)")
+      }
+      recorded = true
+    }
+  }
+
+  /** Records `name` after the store's first successful commit (once per provider instance). */
+  def commitDone(name: String): Unit = if (!recorded) {
+    if (read().isEmpty) {
+      val out = fm.createAtomic(path, overwriteIfPossible = true)
+      try out.write(name.getBytes(StandardCharsets.UTF_8)) catch { case e: Throwable => out.cancel(); throw e }
+      out.close()
+    }
+    recorded = true
+  }
+
+  private def read(): Option[String] =
+    try {
+      val in = fm.open(path)
+      try Some(new String(in.readAllBytes(), StandardCharsets.UTF_8).trim) finally in.close()
+    } catch { case _: FileNotFoundException => None }
+}
+
+private[cache] object DelegateMarker {
+  val FileName = "_sluice_cache_delegate"
+}
