@@ -5,7 +5,7 @@ import scala.util.Try
 
 import org.apache.hadoop.fs.Path
 
-import org.apache.spark.TaskContext
+import org.apache.spark.{SparkEnv, TaskContext}
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
@@ -154,7 +154,7 @@ case class EmitCacheExec(
       val slotShare = CachingStateStoreProvider.sharedSlotBytes(MemoryBudget.cacheBytesPerSlot, withRecordCache)
       val share = SlotCaches.emitShare(id, slotShare, {
         // partitions of this query run are live; only others' need the (locked) provider lookup
-        case other: StateStoreProviderId => other.queryRunId == id.queryRunId || StateStore.isLoaded(other)
+        case other: StateStoreProviderId => other.queryRunId == id.queryRunId || EmitCacheExec.isActive(other)
         case _ => false
       })
       val cache = new EmissionCache(lay, new UnsafeStoreAdapter(store, lay), share, interval, batchMs, batchId)
@@ -183,6 +183,29 @@ case class EmitCacheExec(
 }
 
 object EmitCacheExec {
+  private val activeChecks = new java.util.concurrent.ConcurrentHashMap[StateStoreProviderId, (Boolean, Long)]()
+  private val ActiveCheckTtlMs = 5000L
+
+  /**
+   * Whether another query's emission-cache partition still runs on this executor, so that its held
+   * rows count against the slot. A stopped query's providers stay loaded until maintenance unloads
+   * them, so being loaded is not enough: the coordinator knows the instances of stopped runs are
+   * no longer active (it is asked at most every few seconds per partition).
+   */
+  private[sluice] def isActive(other: StateStoreProviderId): Boolean = {
+    val now = System.currentTimeMillis()
+    val cached = activeChecks.get(other)
+    if (cached != null && now - cached._2 < ActiveCheckTtlMs) cached._1
+    else {
+      val env = SparkEnv.get
+      val active = env != null && StateStore.isLoaded(other) && Try(
+        StateStoreCoordinatorRef.forExecutor(env)
+          .verifyIfInstanceActive(other, env.blockManager.blockManagerId.executorId)).getOrElse(true)
+      if (active) activeChecks.put(other, (true, now)) else activeChecks.remove(other)
+      active
+    }
+  }
+
   /**
    * The emission cache keeps its rows in sluice's in-memory store whatever the query's provider:
    * its state is bounded by the cache's byte share, so memory is the right place, and that store
