@@ -28,6 +28,8 @@ private[input] sealed trait Lanes {
   def prepare(ranges: Map[String, (Long, Long)]): Unit = ()
   /** Takes in what tasks measured since the last call; returns its bytes. */
   def absorb(): Long = 0L
+  /** The stream stops. */
+  def close(): Unit = ()
 }
 
 /** Kafka: a lane is a topic-partition, a unit a record; sizes are measured while reading. */
@@ -113,9 +115,11 @@ private[input] final class KafkaLanes(
     delta.foreach { case (k, d) =>
       estimates += k -> estimates.getOrElse(k, SizeStats.Zero).decayedPlus(d, keep = 0.8)
     }
-    if (delta.nonEmpty) sizeFile.foreach(_.write(estimates))
+    if (delta.nonEmpty) sizeFile.foreach(_.save(estimates))
     delta.values.map(_.sum).sum.toLong
   }
+
+  override def close(): Unit = sizeFile.foreach(_.flush())
 }
 
 /**
@@ -161,7 +165,7 @@ final class BoundedMicroBatchStream private[input] (
   override def initialOffset(): Offset = inner.initialOffset()
   override def deserializeOffset(json: String): Offset = inner.deserializeOffset(json)
   override def commit(end: Offset): Unit = inner.commit(end)
-  override def stop(): Unit = { budget.release(); inner.stop() }
+  override def stop(): Unit = { lanes.close(); budget.release(); inner.stop() }
   override def toString: String = inner.toString
 
   override def getDefaultReadLimit: ReadLimit = inner match {

@@ -126,7 +126,9 @@ private[input] object KafkaSampler {
  * The per-partition size statistics of a Kafka source, kept under its checkpoint directory so that
  * a restarted query sizes its first batches from what it measured before. They only size batches:
  * offsets and recovery never depend on them, so the file is written after each batch's
- * measurements arrive and a missing or unreadable file just means starting without them.
+ * measurements arrive and a missing or unreadable file just means starting without them. Writes
+ * happen on a background thread, the latest statistics replacing any not yet written: a file
+ * create and rename can cost tens of milliseconds, which must not be added to every batch.
  */
 private[input] final class SizeFile(dir: String, hadoopConf: Configuration) {
   private val path = new Path(dir, SizeFile.Name)
@@ -145,7 +147,23 @@ private[input] final class SizeFile(dir: String, hadoopConf: Configuration) {
     case NonFatal(e) => SizeFile.log.warn(s"Ignoring unreadable record sizes in $path", e); Map.empty
   }
 
-  def write(stats: Map[String, SizeStats]): Unit = try {
+  private val pending = new java.util.concurrent.atomic.AtomicReference[Map[String, SizeStats]]()
+
+  /** Saves `stats` soon, in the background. */
+  def save(stats: Map[String, SizeStats]): Unit = {
+    if (pending.getAndSet(stats) == null) {
+      SizeFile.writer.execute(() => Option(pending.getAndSet(null)).foreach(write))
+    }
+  }
+
+  /** Waits (briefly) for saves already requested, e.g. before the query stops. */
+  def flush(): Unit = try {
+    SizeFile.writer.submit(new Runnable { def run(): Unit = () }).get(10, java.util.concurrent.TimeUnit.SECONDS)
+  } catch {
+    case NonFatal(e) => SizeFile.log.warn(s"Record sizes may not be saved to $path", e)
+  }
+
+  private[input] def write(stats: Map[String, SizeStats]): Unit = try {
     val root = SizeFile.mapper.createObjectNode()
     stats.toSeq.sortBy(_._1).foreach { case (lane, s) =>
       root.putArray(lane).add(s.count).add(s.sum).add(s.sumSq)
@@ -164,4 +182,10 @@ private[input] object SizeFile {
   val Name = "sluice-record-sizes.json"
   private val mapper = new ObjectMapper()
   private val log = LoggerFactory.getLogger(classOf[SizeFile])
+  /** One daemon thread per JVM writes every source's size file, in order. */
+  private lazy val writer = java.util.concurrent.Executors.newSingleThreadExecutor { r =>
+    val t = new Thread(r, "sluice-record-sizes-writer")
+    t.setDaemon(true)
+    t
+  }
 }

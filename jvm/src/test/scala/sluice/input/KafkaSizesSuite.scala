@@ -17,6 +17,14 @@ class KafkaSizesSuite extends AnyFunSuite {
     assert(file.read() == Map("t/0" -> SizeStats(1, 2, 4)))
   }
 
+  test("saves happen in the background, the latest statistics win, and flush waits for them") {
+    val dir = Files.createTempDirectory("sizes").toString
+    val file = new SizeFile(dir, new Configuration())
+    (1 to 50).foreach(i => file.save(Map("t/0" -> SizeStats(i, i * 10.0, i * 100.0))))
+    file.flush()
+    assert(new SizeFile(dir, new Configuration()).read() == Map("t/0" -> SizeStats(50, 500, 5000)))
+  }
+
   test("an unreadable file is ignored rather than failing the query") {
     val dir = Files.createTempDirectory("sizes")
     Files.writeString(dir.resolve(SizeFile.Name), "{not json")
