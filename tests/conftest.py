@@ -81,6 +81,16 @@ def provider(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[st
     spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
 
 
+def count_sum_by_key(batches: list[list[dict[str, Any]]]) -> dict[str, tuple[int, int]]:
+    """What `groupBy(k).agg(count, sum(v))` yields over all `batches` of {"k", "v"} rows."""
+    out: dict[str, tuple[int, int]] = {}
+    for b in batches:
+        for r in b:
+            n, s = out.get(r["k"], (0, 0))
+            out[r["k"]] = (n + 1, s + r["v"])
+    return out
+
+
 def batch_file_sink(out: str, to_json: Callable[[Any], Any]) -> Callable[[Any, int], None]:
     """A foreachBatch sink idempotent per batch id: each batch's rows, mapped by `to_json`, go to
     <out>/<batch id>.json, replaced atomically, so a replayed batch overwrites its own file."""
@@ -90,6 +100,22 @@ def batch_file_sink(out: str, to_json: Callable[[Any], Any]) -> Callable[[Any, i
             json.dump([to_json(r) for r in batch.collect()], f)
         os.replace(tmp, os.path.join(out, f"{batch_id:05d}.json"))
     return sink
+
+
+def drain_to_files(spark: SparkSession, df: Any, sink: Callable[[Any, int], None], checkpoint: Path,
+                   conf: dict[str, str]) -> None:
+    """Restarts an update-mode query on `checkpoint` in this process with the session `conf` set
+    (unset afterwards), writing through `sink` until all input is processed."""
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        q = (df.writeStream.outputMode("update").foreachBatch(sink)
+             .option("checkpointLocation", str(checkpoint)).start())
+        q.processAllAvailable()
+        q.stop()
+    finally:
+        for k in conf:
+            spark.conf.unset(k)
 
 
 def kill_after_batches(script: str, args: list[str], out: Path, batches: int, timeout: float = 180.0) -> None:

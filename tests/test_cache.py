@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 import sluice
 from sluice._jvm import executor_budgets
-from conftest import sluice_session
+from conftest import count_sum_by_key, sluice_session
 
 CACHE_BYTES = 256 * 1024  # executor total; local[2] gives each slot half
 PLAIN = {
@@ -134,12 +134,7 @@ def test_aggregation_identical_and_served_from_cache(spark: SparkSession, tmp_pa
     batches = _batches(1, 5, rows=300, keys=40)
     plain, cached = _run_both(spark, tmp_path, delegate, _agg, "update", batches, restart_after=3)
     assert sorted(cached.rows) == sorted(plain.rows)  # every emitted update, not just the final ones
-    expected = {}
-    for b in batches:
-        for r in b:
-            n, s = expected.get(r["k"], (0, 0))
-            expected[r["k"]] = (n + 1, s + r["v"])
-    assert {k: (r[1], r[2]) for k, r in _latest_per_key(cached.rows).items()} == expected
+    assert {k: (r[1], r[2]) for k, r in _latest_per_key(cached.rows).items()} == count_sum_by_key(batches)
     hits, misses = cached.metric("cacheHits"), cached.metric("cacheMisses")
     # batch 0 reads an empty store; batches 1-2 continue on the same provider and hit every key;
     # the restart (new query run, new providers) starts cold again in batch 3.
@@ -235,12 +230,7 @@ def test_many_partitions_share_the_slot_caches_within_the_executor_budget(
     # every partition's store reported only what it holds in its slot's cache
     assert all(0 < s <= CACHE_BYTES // 2 * 8 for s in run.metric("cacheSizeBytes"))  # summed over 8
     assert all(e > 0 for e in run.metric("cacheEvictions"))
-    expected: dict[str, tuple] = {}
-    for rows in batches:
-        for r in rows:
-            n, s = expected.get(r["k"], (0, 0))
-            expected[r["k"]] = (n + 1, s + r["v"])
-    assert {k: (r[1], r[2]) for k, r in _latest_per_key(run.rows).items()} == expected
+    assert {k: (r[1], r[2]) for k, r in _latest_per_key(run.rows).items()} == count_sum_by_key(batches)
 
 
 def test_changing_the_delegate_on_a_checkpoint_fails_naming_both(spark: SparkSession, tmp_path: Path) -> None:
@@ -262,12 +252,7 @@ def test_changing_the_delegate_on_a_checkpoint_fails_naming_both(spark: SparkSes
     run.start()
     run.feed(batches[2])
     run.stop()
-    expected: dict[str, tuple] = {}
-    for rows in batches:
-        for r in rows:
-            n, s = expected.get(r["k"], (0, 0))
-            expected[r["k"]] = (n + 1, s + r["v"])
-    assert {k: (r[1], r[2]) for k, r in _latest_per_key(run.rows).items()} == expected
+    assert {k: (r[1], r[2]) for k, r in _latest_per_key(run.rows).items()} == count_sum_by_key(batches)
 
 
 def test_configure_selects_the_caching_provider() -> None:

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sluice._jvm import executor_budgets
-from conftest import sluice_session
+from conftest import count_sum_by_key, sluice_session
 
 CACHE_BYTES = 256 * 1024  # same session as test_cache.py; each of the 2 slots gets half
 INTERVAL_KEY = "spark.sluice.commit.interval.ms"
@@ -79,15 +79,6 @@ def _rows(keys: list[str], rounds: int) -> list[dict[str, Any]]:
     return [{"k": k, "v": i} for i in range(rounds) for k in keys]
 
 
-def _totals(batches: list[list[dict[str, Any]]]) -> dict[str, tuple[int, int]]:
-    out: dict[str, tuple[int, int]] = {}
-    for b in batches:
-        for r in b:
-            n, s = out.get(r["k"], (0, 0))
-            out[r["k"]] = (n + 1, s + r["v"])
-    return out
-
-
 def test_holds_updates_for_the_interval_and_loses_nothing_across_a_restart(
         spark: SparkSession, tmp_path: Path, provider: str) -> None:
     keys = [f"k{i}" for i in range(6)]
@@ -109,7 +100,7 @@ def test_holds_updates_for_the_interval_and_loses_nothing_across_a_restart(
     q.stop()
     forwarded = q.rows
     assert sorted(r[0] for r in forwarded) == sorted(keys)  # each key exactly once
-    assert {r[0]: (r[1], r[2]) for r in forwarded} == _totals(batches + [last])  # with its latest value
+    assert {r[0]: (r[1], r[2]) for r in forwarded} == count_sum_by_key(batches + [last])  # with its latest value
     assert q.metric("emitCacheForwardedTotal") == len(keys)
 
 
@@ -157,7 +148,7 @@ def test_no_data_batch_flushes_due_rows(spark: SparkSession, tmp_path: Path) -> 
             p.batchId >= flush_batch for p in q.query.recentProgress):
         time.sleep(0.1)  # the batch's progress is reported just after its sink ran
     q.stop()
-    assert sorted(q.rows) == sorted((k, n, s) for k, (n, s) in _totals([rows]).items())
+    assert sorted(q.rows) == sorted((k, n, s) for k, (n, s) in count_sum_by_key([rows]).items())
     by_batch = {p["batchId"]: p for p in q.progress}
     assert by_batch[flush_batch]["numInputRows"] == 0  # the flush came from a no-data batch
     assert q.metric("emitCacheForwardedTotal") == len(keys)
@@ -170,7 +161,7 @@ def test_sigkill_and_restart_loses_no_held_row(spark: SparkSession, tmp_path: Pa
     import os
 
     from cache_kill_child import counts, file_sink
-    from conftest import kill_after_batches
+    from conftest import drain_to_files, kill_after_batches
 
     src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "out"
     src.mkdir()
@@ -186,22 +177,15 @@ def test_sigkill_and_restart_loses_no_held_row(spark: SparkSession, tmp_path: Pa
     assert len(before) < files  # killed mid-stream
     assert all(json.loads(p.read_text()) == [] for p in before)  # everything was being held
 
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", "sluice.cache.CachingStateStoreProvider")
-    spark.conf.set(INTERVAL_KEY, "1ms")
-    try:
-        q = (counts(spark, str(src)).writeStream.outputMode("update").foreachBatch(file_sink(str(out)))
-             .option("checkpointLocation", str(ckpt)).start())
-        q.processAllAvailable()
-        q.stop()
-    finally:
-        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
-        spark.conf.unset(INTERVAL_KEY)
+    drain_to_files(spark, counts(spark, str(src)), file_sink(str(out)), ckpt, {
+        "spark.sql.streaming.stateStore.providerClass": "sluice.cache.CachingStateStoreProvider",
+        INTERVAL_KEY: "1ms"})
 
     latest: dict[str, tuple[int, int]] = {}
     for path in sorted(out.glob("*.json")):
         for k, n, s in json.loads(path.read_text()):
             latest[k] = (n, s)
-    assert latest == _totals(batches)
+    assert latest == count_sum_by_key(batches)
 
 
 def test_both_caches_share_one_budget(spark: SparkSession, tmp_path: Path) -> None:
@@ -244,4 +228,4 @@ def test_partitions_sharing_a_slot_share_its_bytes(spark: SparkSession, tmp_path
     q.feed([])
     q.stop()
     latest = {r[0]: (r[1], r[2]) for r in q.rows}
-    assert latest == _totals(batches)
+    assert latest == count_sum_by_key(batches)

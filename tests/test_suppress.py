@@ -458,7 +458,7 @@ def test_kill_and_restart_emits_each_final_result_exactly_once(spark: SparkSessi
     checkpoint: with a sink idempotent per batch id, every final result arrives exactly once."""
     import os
 
-    from conftest import kill_after_batches
+    from conftest import drain_to_files, kill_after_batches
     from suppress_kill_child import file_sink, final_results
 
     provider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -476,14 +476,8 @@ def test_kill_and_restart_emits_each_final_result_exactly_once(spark: SparkSessi
     done_before_kill = len(list(out.glob("*.json")))
     assert done_before_kill < 2 * hours  # killed mid-stream, not after the end
 
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", provider)
-    try:
-        q = (final_results(spark, str(src)).writeStream.outputMode("update").foreachBatch(file_sink(str(out)))
-             .option("checkpointLocation", str(ckpt)).start())
-        q.processAllAvailable()
-        q.stop()
-    finally:
-        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    drain_to_files(spark, final_results(spark, str(src)), file_sink(str(out)), ckpt,
+                   {"spark.sql.streaming.stateStore.providerClass": provider})
 
     got = Counter()
     for path in sorted(out.glob("*.json")):
