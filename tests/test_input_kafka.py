@@ -93,6 +93,15 @@ def drain(df: DataFrame, sink: Recorder, checkpoint: Path) -> dict[int, dict[str
         q.stop()
 
 
+def stop_after_batches(df: DataFrame, sink: Recorder, checkpoint: Path, batches: int) -> None:
+    """Runs a query until `sink` has seen `batches` batches (mid-backlog), then stops it."""
+    q = start(df, sink, checkpoint)
+    deadline = time.monotonic() + 120
+    while len(sink.batches) < batches and q.isActive and time.monotonic() < deadline:
+        time.sleep(0.05)
+    q.stop()
+
+
 def test_mixed_size_backlog_is_consumed_in_batches_within_the_bound(
         kspark: SparkSession, broker: kh.Broker, tmp_path: Path) -> None:
     kh.create_topic(kspark, broker.bootstrap, "mixed", 3)
@@ -154,11 +163,7 @@ def test_restart_mid_backlog_loses_and_repeats_nothing(
     kh.produce(kspark, broker.bootstrap, "restart", 300, 3, seed=3)
     sink = Recorder()
     checkpoint = tmp_path / "cp"
-    q = start(kafka_stream(kspark, broker, "restart"), sink, checkpoint)
-    deadline = time.monotonic() + 120
-    while len(sink.batches) < 3 and q.isActive and time.monotonic() < deadline:
-        time.sleep(0.05)
-    q.stop()
+    stop_after_batches(kafka_stream(kspark, broker, "restart"), sink, checkpoint, 3)
     before = len(sink.batches)
     assert 3 <= before and sum(b[0] for x in sink.batches.values() for b in x.values()) < 300
     drain(kafka_stream(kspark, broker, "restart"), sink, checkpoint)
@@ -232,11 +237,7 @@ def test_restart_sizes_its_first_batch_from_the_sizes_measured_before(
                large_every=10, large_bytes=100_000)
     sink = Recorder()
     checkpoint = tmp_path / "cp"
-    q = start(kafka_stream(kspark, broker, "resize"), sink, checkpoint)
-    deadline = time.monotonic() + 120
-    while len(sink.batches) < 4 and q.isActive and time.monotonic() < deadline:
-        time.sleep(0.05)
-    q.stop()
+    stop_after_batches(kafka_stream(kspark, broker, "resize"), sink, checkpoint, 4)
     assert (checkpoint / "sources" / "0" / "sluice-record-sizes.json").is_file()
     done = len(sink.batches)
     resume = {p: max(b[p][3] for b in sink.batches.values() if p in b) + 1 for p in range(3)}
