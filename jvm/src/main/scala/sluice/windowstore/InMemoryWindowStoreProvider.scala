@@ -317,10 +317,12 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
   }
 
   // Not synchronized: a snapshot being written must not block the task reading its metrics.
+  // Both sums walk the segments: taken once.
   private def metricsNow(): StateStoreMetrics = {
-    StateStoreMetrics(map.numKeys, map.memoryBytes, Map(
+    val bytes = map.memoryBytes
+    StateStoreMetrics(map.numKeys, bytes, Map(
       SegmentsMetric -> map.numSegments.toLong,
-      MemoryBytesMetric -> map.memoryBytes,
+      MemoryBytesMetric -> bytes,
       ExpiredDropsMetric -> map.droppedPuts))
   }
 
