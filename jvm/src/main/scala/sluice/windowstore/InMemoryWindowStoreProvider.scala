@@ -1,18 +1,16 @@
 package sluice.windowstore
 
-import java.io.{DataInputStream, DataOutputStream, FileNotFoundException, IOException}
+import java.io.{DataInputStream, DataOutputStream, IOException}
 import java.util.Locale
 
 import scala.util.control.NonFatal
 
 import net.jpountz.lz4.{LZ4BlockInputStream, LZ4BlockOutputStream}
 import org.apache.hadoop.conf.Configuration
-import org.apache.hadoop.fs.Path
 
 import org.apache.spark.{SparkEnv, TaskContext}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
 import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.types.StructType
 
@@ -47,7 +45,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
   private var commitValidation = false
   private[windowstore] var settings: WindowStoreSettings = _
   private lazy val baseDir = _id.storeCheckpointLocation()
-  private lazy val fm = CheckpointFileManager.create(baseDir, hadoopConf)
+  private lazy val files = StoreFiles(baseDir, hadoopConf)
 
   // Guarded by this: the live map, its committed version and the open writer.
   private var map: SegmentedStateMap = _
@@ -86,7 +84,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     this.commitValidation = storeConfs.commitValidationEnabled
     this.settings = fixedSettings.getOrElse(WindowStoreSettings.current())
     this.map = newMap()
-    fm.mkdirs(baseDir)
+    files.mkdirs()
     logInfo(s"Initialized $this with $settings, window field ${WindowField.find(keySchema)}")
   }
 
@@ -177,7 +175,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     if (version == liveVersion) return
     try {
       if (liveVersion >= 0 && version > liveVersion &&
-          (liveVersion + 1 to version).forall(v => fm.exists(deltaFile(v)))) {
+          (liveVersion + 1 to version).forall(v => files.exists(deltaFile(v)))) {
         (liveVersion + 1 to version).foreach(v => readFile(deltaFile(v), isSnapshot = false))
       } else {
         map.clear()
@@ -201,17 +199,17 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
 
   private def commitVersion(store: WriteStore): Long = synchronized {
     val newVersion = store.version + 1
-    val out = fm.createAtomic(deltaFile(newVersion), overwriteIfPossible = true)
     try {
-      val data = new DataOutputStream(new LZ4BlockOutputStream(out, BlockSize))
-      data.writeInt(DeltaMagic)
-      map.commit(data)
-      RowTable.writeEnd(data, new Array[Byte](8))
-      data.writeLong(map.streamTime)
-      data.close()
+      files.write(deltaFile(newVersion)) { out =>
+        val data = new DataOutputStream(new LZ4BlockOutputStream(out, BlockSize))
+        data.writeInt(DeltaMagic)
+        map.commit(data)
+        RowTable.writeEnd(data, new Array[Byte](8))
+        data.writeLong(map.streamTime)
+        data.close()
+      }
     } catch {
       case e: Throwable =>
-        out.cancel()
         // The live map now holds a version that is not on disk: forget it.
         map.clear()
         liveVersion = -1
@@ -233,19 +231,18 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
 
   // ---- files ----
 
-  private case class StoreFile(version: Long, snapshot: Boolean, path: Path)
+  private case class StoreFile(version: Long, snapshot: Boolean, name: String)
 
-  private def deltaFile(v: Long) = new Path(baseDir, s"$v.$DeltaSuffix")
-  private def snapshotFile(v: Long) = new Path(baseDir, s"$v.$SnapshotSuffix")
+  private def deltaFile(v: Long) = s"$v.$DeltaSuffix"
+  private def snapshotFile(v: Long) = s"$v.$SnapshotSuffix"
 
   private def listFiles(): Seq[StoreFile] = {
-    val statuses = try fm.list(baseDir).toSeq catch { case _: FileNotFoundException => Seq.empty }
-    statuses.flatMap { s =>
-      s.getPath.getName.split('.') match {
+    files.list().flatMap { name =>
+      name.split('.') match {
         case Array(v, suffix) if v.forall(_.isDigit) && v.nonEmpty =>
           suffix.toLowerCase(Locale.ROOT) match {
-            case DeltaSuffix => Some(StoreFile(v.toLong, snapshot = false, s.getPath))
-            case SnapshotSuffix => Some(StoreFile(v.toLong, snapshot = true, s.getPath))
+            case DeltaSuffix => Some(StoreFile(v.toLong, snapshot = false, name))
+            case SnapshotSuffix => Some(StoreFile(v.toLong, snapshot = true, name))
             case _ => None
           }
         case _ => None
@@ -254,26 +251,20 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
   }
 
   private def writeSnapshot(version: Long, tables: Seq[RowTable.Frozen], streamTime: Long): Unit = {
-    val out = fm.createAtomic(snapshotFile(version), overwriteIfPossible = true)
-    try {
+    files.write(snapshotFile(version)) { out =>
       val data = new DataOutputStream(new LZ4BlockOutputStream(out, BlockSize))
       data.writeInt(SnapshotMagic)
       tables.foreach(_.writeTo(data))
       RowTable.writeEnd(data, new Array[Byte](8))
       data.writeLong(streamTime)
       data.close()
-    } catch {
-      case e: Throwable => out.cancel(); throw e
     }
     logInfo(s"Wrote snapshot of version $version of $this")
   }
 
   /** Applies a delta or snapshot file to the live map, then its stream time and expiry. */
-  private def readFile(path: Path, isSnapshot: Boolean): Unit = {
-    val raw = try fm.open(path) catch {
-      case e: FileNotFoundException =>
-        throw new IOException(s"$this: cannot load state, $path is missing", e)
-    }
+  private def readFile(path: String, isSnapshot: Boolean): Unit = {
+    val raw = StoreFiles.openExisting(files, path, this)
     val in = new DataInputStream(new LZ4BlockInputStream(raw))
     try {
       val magic = in.readInt()
@@ -296,15 +287,15 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
 
   /** Deletes files older than the snapshot needed to load the oldest retained version. */
   private def cleanup(): Unit = {
-    val files = listFiles()
-    if (files.isEmpty) return
-    val oldestToKeep = files.last.version - minVersionsToRetain
+    val stored = listFiles()
+    if (stored.isEmpty) return
+    val oldestToKeep = stored.last.version - minVersionsToRetain
     if (oldestToKeep <= 0) return
-    val base = files.filter(f => f.snapshot && f.version <= oldestToKeep).map(_.version)
+    val base = stored.filter(f => f.snapshot && f.version <= oldestToKeep).map(_.version)
       .foldLeft(0L)(math.max)
     if (base > 0) {
-      files.filter(f => f.version < base || (f.version == base && !f.snapshot))
-        .foreach(f => fm.delete(f.path))
+      stored.filter(f => f.version < base || (f.version == base && !f.snapshot))
+        .foreach(f => files.delete(f.name))
     }
   }
 

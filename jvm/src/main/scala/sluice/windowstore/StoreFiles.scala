@@ -1,0 +1,103 @@
+package sluice.windowstore
+
+import java.io.{File, FileInputStream, FileNotFoundException, FileOutputStream, InputStream, IOException, OutputStream}
+import java.nio.file.{Files, StandardCopyOption}
+import java.util.UUID
+
+import scala.util.control.NonFatal
+
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.{LocalFileSystem, Path}
+
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+
+/**
+ * The files of one store's checkpoint directory, by name. A written file appears whole or not at
+ * all (written under a temporary name, then renamed).
+ *
+ * On the local file system the files are written with java.nio: Hadoop's local file system,
+ * without its native library, starts a `chmod` or `stat` process for each file it creates or
+ * renames (~25 ms per file through Spark's FileContext manager here, against well under 1 ms),
+ * and a store commits one file per micro-batch. Durability is the same as Hadoop's local file
+ * system gives Spark's own checkpoint files: a rename on one file system, no fsync (a killed
+ * process loses nothing; a power cut may lose what the OS had not written, commit log included).
+ * Any other file system, or a checkpoint file manager chosen with
+ * `spark.sql.streaming.checkpointFileManagerClass`, goes through Spark's CheckpointFileManager.
+ */
+private[windowstore] sealed trait StoreFiles {
+  def mkdirs(): Unit
+  def exists(name: String): Boolean
+  def list(): Seq[String]
+  /** Throws FileNotFoundException when the file is missing. */
+  def open(name: String): InputStream
+  /** Writes the file with `body`; on failure nothing is left under `name`. */
+  def write(name: String)(body: OutputStream => Unit): Unit
+  def delete(name: String): Unit
+}
+
+private[windowstore] object StoreFiles {
+  private val ManagerClassKey = "spark.sql.streaming.checkpointFileManagerClass"
+
+  def apply(dir: Path, hadoopConf: Configuration): StoreFiles =
+    dir.getFileSystem(hadoopConf) match {
+      case local: LocalFileSystem if hadoopConf.get(ManagerClassKey) == null =>
+        new Local(local.pathToFile(local.makeQualified(dir)))
+      case _ => new ThroughSpark(dir, CheckpointFileManager.create(dir, hadoopConf))
+    }
+
+  private final class Local(dir: File) extends StoreFiles {
+    override def mkdirs(): Unit = Files.createDirectories(dir.toPath)
+    override def exists(name: String): Boolean = new File(dir, name).isFile
+    override def list(): Seq[String] = Option(dir.list()).map(_.toSeq).getOrElse(Nil)
+    override def open(name: String): InputStream = new FileInputStream(new File(dir, name))
+
+    override def write(name: String)(body: OutputStream => Unit): Unit = {
+      val tmp = new File(dir, s".$name.${UUID.randomUUID()}.tmp")
+      try {
+        val out = new FileOutputStream(tmp)
+        try body(out) finally out.close()
+        Files.move(tmp.toPath, new File(dir, name).toPath, StandardCopyOption.ATOMIC_MOVE)
+      } catch {
+        case e: Throwable =>
+          try Files.deleteIfExists(tmp.toPath) catch { case NonFatal(s) => e.addSuppressed(s) }
+          throw e
+      }
+    }
+
+    override def delete(name: String): Unit = {
+      Files.deleteIfExists(new File(dir, name).toPath)
+      // A checksum written beside it by Hadoop's local file system (an older sluice).
+      Files.deleteIfExists(new File(dir, s".$name.crc").toPath)
+    }
+
+    override def toString: String = s"local files in $dir"
+  }
+
+  private final class ThroughSpark(dir: Path, fm: CheckpointFileManager) extends StoreFiles {
+    override def mkdirs(): Unit = fm.mkdirs(dir)
+    override def exists(name: String): Boolean = fm.exists(new Path(dir, name))
+    override def list(): Seq[String] =
+      try fm.list(dir).toSeq.map(_.getPath.getName) catch { case _: FileNotFoundException => Nil }
+    override def open(name: String): InputStream = fm.open(new Path(dir, name))
+
+    override def write(name: String)(body: OutputStream => Unit): Unit = {
+      val out = fm.createAtomic(new Path(dir, name), overwriteIfPossible = true)
+      try body(out) catch {
+        case e: Throwable =>
+          try out.cancel() catch { case NonFatal(s) => e.addSuppressed(s) }
+          throw e
+      }
+      out.close()
+    }
+
+    override def delete(name: String): Unit = fm.delete(new Path(dir, name))
+    override def toString: String = s"$fm in $dir"
+  }
+
+  /** Fails with an IOException naming the file when `name` is missing. */
+  def openExisting(files: StoreFiles, name: String, owner: Any): InputStream =
+    try files.open(name) catch {
+      case e: FileNotFoundException =>
+        throw new IOException(s"$owner: cannot load state, $name is missing from $files", e)
+    }
+}
