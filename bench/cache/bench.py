@@ -3,8 +3,8 @@
 without: Spark's RocksDB state store, commit interval 0 (Spark's own update-mode output).
 with:    sluice.cache.CachingStateStoreProvider over RocksDB + spark.sluice.commit.interval.ms=30s.
 
-Prints rows reaching the sink, RocksDB reads/writes (the delegate's own rocksdbGetCount /
-rocksdbPutCount, summed over every stateful operator), processing throughput, and ratios.
+Prints rows reaching the sink, delegate reads (point reads the aggregation sent to RocksDB) and
+RocksDB's own get/put counters, processing throughput, and ratios.
 Usage: .venv/bin/python bench/cache/bench.py [--batches 75] [--rows 20000] [--keys 1000]
 """
 from __future__ import annotations
@@ -147,8 +147,15 @@ def main() -> None:
     print()
     print(f"rows to sink: {ratio(wo['rows_to_sink'], wi['rows_to_sink'])}x fewer "
           f"({ratio(wo['rows_to_sink'], sink_with_tail)}x counting the rows still held at the end) [target >= 20x]")
-    print(f"RocksDB reads (all operators): with/without = {ratio(wi['rocksdb_gets'], wo['rocksdb_gets'])} "
-          f"[target <= 0.5]; aggregation's store only: {ratio(wi['agg_rocksdb_gets'], wo['agg_rocksdb_gets'])}")
+    # Reads the operator sent to its store: RocksDB's get count less the one get it adds to every
+    # put to count rows (trackTotalNumberOfRows, on by default; this workload removes nothing).
+    wo_reads = wo["agg_rocksdb_gets"] - wo["agg_rocksdb_puts"]
+    wi_reads = wi["agg_rocksdb_gets"] - wi["agg_rocksdb_puts"]
+    print(f"delegate reads (point reads sent to the aggregation's RocksDB store): {wo_reads} -> {wi_reads}, "
+          f"with/without = {ratio(wi_reads, wo_reads)} [target <= 0.5] "
+          f"(with: the cache's own delegateReads count = {wi['delegate_reads']})")
+    print(f"RocksDB get calls incl. its get-before-put (all operators): with/without = "
+          f"{ratio(wi['rocksdb_gets'], wo['rocksdb_gets'])}")
     print(f"RocksDB writes (all operators): with/without = {ratio(wi['rocksdb_puts'], wo['rocksdb_puts'])}; "
           f"aggregation's store only: {ratio(wi['agg_rocksdb_puts'], wo['agg_rocksdb_puts'])}")
     print(f"throughput (input rows per busy second): with/without = {ratio(wi['rows_per_s'], wo['rows_per_s'])} "

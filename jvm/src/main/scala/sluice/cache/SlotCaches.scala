@@ -81,10 +81,13 @@ object SlotCaches {
     val prev = synchronized(Option(emitHome.get(id)).map(_._1).orNull)
     val slot = forTask(prev)
     if (!slot.pooled) return 0L
+    // `live` may ask the driver's coordinator: decided outside the lock other tasks take.
+    val known = synchronized(emitHome.keySet().toArray)
+    val stopped = known.filter(k => k != id && !live(k))
     synchronized {
       val held = Option(emitHome.get(id)).map(_._2).getOrElse(0L)
       emitHome.put(id, (slot, held))
-      emitHome.keySet().removeIf(k => k != id && !live(k))
+      stopped.foreach(emitHome.remove)
       var others = 0L
       emitHome.forEach((k, v) => if ((v._1 eq slot) && (k != id)) others += v._2)
       math.max(0L, slotShare - others)

@@ -7,7 +7,7 @@ import java.util.UUID
 import scala.util.control.NonFatal
 
 import org.apache.hadoop.conf.Configuration
-import org.apache.hadoop.fs.{LocalFileSystem, Path}
+import org.apache.hadoop.fs.{LocalFileSystem, Path, RawLocalFileSystem}
 
 import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
 
@@ -42,6 +42,8 @@ private[windowstore] object StoreFiles {
     dir.getFileSystem(hadoopConf) match {
       case local: LocalFileSystem if hadoopConf.get(ManagerClassKey) == null =>
         new Local(local.pathToFile(local.makeQualified(dir)))
+      case raw: RawLocalFileSystem if hadoopConf.get(ManagerClassKey) == null =>
+        new Local(raw.pathToFile(raw.makeQualified(dir)))
       case _ => new ThroughSpark(dir, CheckpointFileManager.create(dir, hadoopConf))
     }
 

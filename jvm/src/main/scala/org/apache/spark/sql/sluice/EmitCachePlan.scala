@@ -19,7 +19,6 @@ import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.streaming.OutputMode
 import org.apache.spark.sql.types.StructType
-import org.apache.spark.util.SerializableConfiguration
 
 import sluice.cache.{CachingStateStoreProvider, EmissionCache, EmitLayout, EmitStore, SlotCaches}
 import sluice.conf.SluiceConf
@@ -136,7 +135,7 @@ case class EmitCacheExec(
     val keyExprs = keys
     val info = ctx.stateInfo
     val storeConf = EmitCacheExec.storeConf(session)
-    val hadoopConf = new SerializableConfiguration(session.sessionState.newHadoopConf())
+    val hadoopConf = StatefulOperatorSupport.runHadoopConf(session, info.queryRunId)
     // One budget: with the record cache also in use, each cache gets half of the slot's share.
     val withRecordCache = conf.stateStoreProviderClass == classOf[CachingStateStoreProvider].getName
 
@@ -146,7 +145,7 @@ case class EmitCacheExec(
       StateStoreThreadLocalTracker.clearStore()
       val id = StateStoreProviderId(StateStoreId(info.checkpointLocation, info.operatorId, partition), info.queryRunId)
       val store = StateStore.get(id, lay.storeKeySchema, lay.valueSchema, NoPrefixKeyStateEncoderSpec(lay.storeKeySchema),
-        info.storeVersion, None, None, useColumnFamilies = false, storeConf, hadoopConf.value)
+        info.storeVersion, None, None, useColumnFamilies = false, storeConf, hadoopConf.value.value)
       TaskContext.get().addTaskCompletionListener[Unit](_ => if (!store.hasCommitted) store.abort())
       val keyProj = UnsafeProjection.create(keyExprs, output)
       // This task slot's share (C/T) of the one budget, less what other partitions homed in the

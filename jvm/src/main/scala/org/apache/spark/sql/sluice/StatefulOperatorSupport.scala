@@ -6,6 +6,7 @@ import scala.util.Try
 
 import org.apache.hadoop.conf.Configuration
 
+import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
@@ -19,6 +20,7 @@ import org.apache.spark.sql.execution.streaming.runtime.{IncrementalExecution, S
 import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.streaming.OutputMode
 import org.apache.spark.sql.types.StructType
+import org.apache.spark.util.SerializableConfiguration
 
 /**
  * A sluice stateful logical node (suppress, emission cache). Its state operator id is
@@ -72,6 +74,23 @@ object StatefulOperatorSupport {
   /** Id ranges of the node kinds. */
   val SuppressIdBase = 1000L
   val EmitCacheIdBase = 2000L
+
+  /**
+   * The Hadoop configuration tasks open sluice's own stores with, broadcast once per query run: a
+   * store reads it only when its provider is created, while building and shipping a session's
+   * configuration (~110 KB serialized) costs ~5 ms per batch on the driver alone. Weak keys: the
+   * run id instance lives as long as its query, and the broadcast is cleaned up after it.
+   */
+  private val runConfs = new java.util.WeakHashMap[UUID, Broadcast[SerializableConfiguration]]()
+
+  def runHadoopConf(session: SparkSession, runId: UUID): Broadcast[SerializableConfiguration] =
+    runConfs.synchronized {
+      Option(runConfs.get(runId)).getOrElse {
+        val conf = session.sparkContext.broadcast(new SerializableConfiguration(session.sessionState.newHadoopConf()))
+        runConfs.put(runId, conf)
+        conf
+      }
+    }
 
   /** The id of `node` within `root` (the plan being executed), or None if it is not found. */
   def operatorId(node: SluiceStatefulNode, root: LogicalPlan): Option[Long] = {

@@ -3,6 +3,7 @@ package org.apache.spark.sql.sluice
 import scala.collection.mutable.ArrayBuffer
 
 import org.apache.spark.TaskContext
+import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.{AnalysisException, DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
@@ -336,7 +337,7 @@ case class SuppressExec(
     conf.setConfString(SQLConf.STATE_STORE_PROVIDER_CLASS.key,
       "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
     SpillStore(ctx.stateInfo, new StateStoreConf(conf),
-      new SerializableConfiguration(session.sessionState.newHadoopConf()))
+      StatefulOperatorSupport.runHadoopConf(session, ctx.stateInfo.queryRunId))
   }
 
   override protected def withNewChildInternal(newChild: SparkPlan): SuppressExec = copy(child = newChild)
@@ -345,13 +346,13 @@ case class SuppressExec(
 private[sluice] case class SpillStore(
     info: org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorStateInfo,
     storeConf: StateStoreConf,
-    hadoopConf: SerializableConfiguration) {
+    hadoopConf: Broadcast[SerializableConfiguration]) {
   def open(partition: Int, layout: BufferLayout): StateStore = {
     val id = StateStoreProviderId(
       StateStoreId(info.checkpointLocation, info.operatorId, partition, SpillStore.Name), info.queryRunId)
     val store = StateStore.get(id, layout.keySchema, layout.valueSchema,
       NoPrefixKeyStateEncoderSpec(layout.keySchema), info.storeVersion, None, None,
-      useColumnFamilies = false, storeConf, hadoopConf.value)
+      useColumnFamilies = false, storeConf, hadoopConf.value.value)
     TaskContext.get().addTaskCompletionListener[Unit](_ => if (!store.hasCommitted) store.abort())
     store
   }
