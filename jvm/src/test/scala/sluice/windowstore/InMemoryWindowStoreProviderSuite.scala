@@ -29,16 +29,27 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
       keySchema: StructType = windowedKey,
       s: WindowStoreSettings = settings(),
       prefixCols: Int = 0,
-      minBatchesToRetain: Int = 100): InMemoryWindowStoreProvider = {
+      minBatchesToRetain: Int = 100,
+      hadoopConf: Configuration = new Configuration()): InMemoryWindowStoreProvider = {
     val p = new InMemoryWindowStoreProvider(Some(s))
     val sqlConf = new SQLConf
     sqlConf.setConfString(SQLConf.MIN_BATCHES_TO_RETAIN.key, minBatchesToRetain.toString)
     val spec = if (prefixCols > 0) PrefixKeyScanStateEncoderSpec(keySchema, prefixCols)
       else NoPrefixKeyStateEncoderSpec(keySchema)
     p.init(StateStoreId(dir, 0, 0), keySchema, valueSchema, spec, useColumnFamilies = false,
-      new StateStoreConf(sqlConf), new Configuration())
+      new StateStoreConf(sqlConf), hadoopConf)
     p
   }
+
+  /** Files written with java.nio (local file system) or through Spark's checkpoint file manager. */
+  private val fileKinds = Seq(
+    "local files" -> (() => new Configuration()),
+    "Spark's file manager" -> { () =>
+      val c = new Configuration()
+      c.set("spark.sql.streaming.checkpointFileManagerClass",
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager")
+      c
+    })
 
   private def tempDir(): String = Files.createTempDirectory("windowstore").toString
 
@@ -145,9 +156,9 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
     assert(contents(p.getReadStore(2)) == before + ("d@9" -> 6L))
   }
 
-  test("deltas and snapshots restore any retained version in a new provider") {
+  for ((files, conf) <- fileKinds) test(s"$files: deltas and snapshots restore any retained version in a new provider") {
     val dir = tempDir()
-    val p = newProvider(dir, s = settings(snapshotInterval = 2))
+    val p = newProvider(dir, s = settings(snapshotInterval = 2), hadoopConf = conf())
     val expected = scala.collection.mutable.Map[Long, Map[String, Long]]()
     for (v <- 0L until 6L) {
       commitVersion(p, v) { s =>
@@ -161,17 +172,21 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
     assert(p.storeFiles.contains((4L, true)))
     assert(p.storeFiles.count(!_._2) == 6, "one delta per version")
     for (v <- 1L to 6L) {
-      val fresh = newProvider(dir)
+      val fresh = newProvider(dir, hadoopConf = conf())
       assert(contents(fresh.getReadStore(v)) == expected(v), s"version $v")
     }
     // Without the deltas before the snapshot, versions after it still load.
-    val fresh = newProvider(dir)
-    assert(contents(fresh.getStore(5)) == expected(5))
+    (1 to 4).foreach(v => java.nio.file.Files.delete(java.nio.file.Paths.get(dir, "0", "0", s"$v.wdelta")))
+    val fresh = newProvider(dir, hadoopConf = conf())
+    val store5 = fresh.getStore(5)
+    assert(contents(store5) == expected(5))
+    store5.abort()
+    assert(contents(fresh.getReadStore(6)) == expected(6))
   }
 
-  test("maintenance deletes files not needed for minBatchesToRetain versions") {
+  for ((files, conf) <- fileKinds) test(s"$files: maintenance deletes files not needed for minBatchesToRetain versions") {
     val dir = tempDir()
-    val p = newProvider(dir, s = settings(snapshotInterval = 3), minBatchesToRetain = 2)
+    val p = newProvider(dir, s = settings(snapshotInterval = 3), minBatchesToRetain = 2, hadoopConf = conf())
     for (v <- 0L until 10L) {
       commitVersion(p, v)(s => s.put(wkey(s"k$v", v), value(v)))
       p.doMaintenance()
@@ -180,7 +195,7 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
     assert(files.filter(_._2).map(_._1).nonEmpty)
     assert(files.map(_._1).min > 1, s"old files deleted: $files")
     // The oldest retained version (10 - 2) still loads.
-    val fresh = newProvider(dir)
+    val fresh = newProvider(dir, hadoopConf = conf())
     assert(contents(fresh.getReadStore(8)).size == 8)
     assert(contents(fresh.getReadStore(10)).size == 10)
   }
