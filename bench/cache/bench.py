@@ -101,7 +101,7 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=1000)
     ap.add_argument("--zipf", type=float, default=1.1)
     ap.add_argument("--repeat", type=int, default=1,
-                    help="run without/with this many times, alternating, on the shared machine")
+                    help="run this many without/with pairs, which one goes first alternating")
     args = ap.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="sluice-bench-cache-"))
@@ -124,9 +124,12 @@ def main() -> None:
             run(spark, "warm-up", warm, root / f"ckpt-warm-{interval}", provider, interval, 8 * args.rows)
         pairs = []
         for i in range(args.repeat):
-            pairs.append((
-                run(spark, "without", inputs, root / f"ckpt-without-{i}", ROCKSDB, "0", total),
-                run(spark, "with", inputs, root / f"ckpt-with-{i}", CACHING, "30s", total)))
+            # Alternate which runs first (without, with / with, without, ...): a run's place in the
+            # JVM's life (JIT, caches, the previous query's leftovers) must not favour one side.
+            order = ["without", "with"] if i % 2 == 0 else ["with", "without"]
+            r = {n: run(spark, n, inputs, root / f"ckpt-{n}-{i}", *((ROCKSDB, "0") if n == "without" else (CACHING, "30s")),
+                        total) for n in order}
+            pairs.append((r["without"], r["with"]))
         spark.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -164,7 +167,7 @@ def main() -> None:
     if len(pairs) > 1:
         tp = [w["rows_per_s"] / o["rows_per_s"] for o, w in pairs]
         med = [o["median_batch_ms"] / w["median_batch_ms"] for o, w in pairs]
-        print(f"repeated runs (without, with alternating): throughput with/without = "
+        print(f"repeated pairs (order alternating): throughput with/without = "
               f"{', '.join(f'{r:.2f}' for r in tp)} (median {statistics.median(tp):.2f}); "
               f"median batch time without/with = {', '.join(f'{r:.2f}' for r in med)}")
     print(json.dumps(results), file=sys.stderr)

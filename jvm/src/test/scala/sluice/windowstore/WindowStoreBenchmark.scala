@@ -31,6 +31,12 @@ object WindowStoreBenchmark {
     "windowstore" -> classOf[InMemoryWindowStoreProvider].getName,
     "hdfs" -> "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
     "rocksdb" -> "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+  /** Part 1 also runs the window store with its files written through Spark's checkpoint file
+   *  manager, as the built-in providers write theirs, to show what its own file path is worth. */
+  private val ThroughSparkFiles = "ws-sparkfiles"
+  private val FileManagerKey = "spark.sql.streaming.checkpointFileManagerClass"
+  private val FileContextManager =
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
   /** WSBENCH_PROVIDERS=windowstore (comma-separated) runs a subset, e.g. under a profiler. */
   private val Providers = sys.env.get("WSBENCH_PROVIDERS").map(_.split(",").toSet)
     .map(only => AllProviders.filter(p => only(p._1))).getOrElse(AllProviders)
@@ -72,9 +78,10 @@ object WindowStoreBenchmark {
   }
   private def value(v: Long): UnsafeRow = valueProj(InternalRow(v)).copy()
 
-  private def newProvider(cls: String): StateStoreProvider = {
+  private def newProvider(cls: String, sparkFiles: Boolean = false): StateStoreProvider = {
     val p = StateStoreProvider.create(cls)
     val hadoopConf = new Configuration()
+    if (sparkFiles) hadoopConf.set(FileManagerKey, FileContextManager)
     hadoopConf.set(StreamExecution.RUN_ID_KEY, UUID.randomUUID().toString)
     val sqlConf = new SQLConf
     sqlConf.setConfString(SQLConf.STATE_STORE_PROVIDER_CLASS.key, cls)
@@ -92,8 +99,9 @@ object WindowStoreBenchmark {
     val cases = Seq(0, 10, 50, 90, 100)
     val results = scala.collection.mutable.LinkedHashMap[String, Map[String, Double]]()
     // The first round only warms up the JIT for all providers; the second is reported.
-    for (round <- 0 to 1; (name, cls) <- Providers) {
-      val p = newProvider(cls)
+    val part1 = Providers ++ Providers.filter(_._1 == "windowstore").map(p => ThroughSparkFiles -> p._2)
+    for (round <- 0 to 1; (name, cls) <- part1) {
+      val p = newProvider(cls, sparkFiles = name == ThroughSparkFiles)
       var version = 0L
       def batch(f: StateStore => Unit): Long = {
         val ns = timeNs {
@@ -139,12 +147,15 @@ object WindowStoreBenchmark {
       p.close()
     }
     val rows = results.head._2.keys.toSeq.sortBy(k => (!k.startsWith("put"), k.length, k))
-    println(f"${"operation (ns/row)"}%-42s${"windowstore"}%14s${"hdfs"}%14s${"rocksdb"}%14s${"hdfs/ws"}%10s${"rocksdb/ws"}%12s")
+    println(f"${"operation (ns/row)"}%-42s${"windowstore"}%14s${"hdfs"}%14s${"rocksdb"}%14s${"hdfs/ws"}%10s${"rocksdb/ws"}%12s" +
+      f"${ThroughSparkFiles}%16s${"hdfs/wsspf"}%11s${"rocksdb/wsspf"}%14s")
     for (op <- rows) {
       def of(name: String) = results.get(name).map(_(op)).getOrElse(Double.NaN)
-      val ws = of("windowstore"); val h = of("hdfs"); val rk = of("rocksdb")
-      println(f"$op%-42s$ws%14.1f$h%14.1f$rk%14.1f${h / ws}%10.2f${rk / ws}%12.2f")
+      val ws = of("windowstore"); val h = of("hdfs"); val rk = of("rocksdb"); val spf = of(ThroughSparkFiles)
+      println(f"$op%-42s$ws%14.1f$h%14.1f$rk%14.1f${h / ws}%10.2f${rk / ws}%12.2f$spf%16.1f${h / spf}%11.2f${rk / spf}%14.2f")
     }
+    println(s"($ThroughSparkFiles: the window store writing its files through Spark's $FileContextManager, " +
+      "as the built-in providers do, instead of java.nio on the local file system)")
   }
 
   // ---------------- Part 2 ----------------
