@@ -30,7 +30,8 @@ private[windowstore] sealed trait StoreFiles {
   def list(): Seq[String]
   /** Throws FileNotFoundException when the file is missing. */
   def open(name: String): InputStream
-  /** Writes the file with `body`; on failure nothing is left under `name`. */
+  /** Writes the file with `body` (which may close the stream); if anything fails, `name` is left
+   *  as it was and no temporary file stays behind. */
   def write(name: String)(body: OutputStream => Unit): Unit
   def delete(name: String): Unit
 }
