@@ -200,14 +200,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
   private def commitVersion(store: WriteStore): Long = synchronized {
     val newVersion = store.version + 1
     try {
-      files.write(deltaFile(newVersion)) { out =>
-        val data = new DataOutputStream(new LZ4BlockOutputStream(out, BlockSize))
-        data.writeInt(DeltaMagic)
-        map.commit(data)
-        RowTable.writeEnd(data, new Array[Byte](8))
-        data.writeLong(map.streamTime)
-        data.close()
-      }
+      writeFile(deltaFile(newVersion), DeltaMagic) { data => map.commit(data); map.streamTime }
     } catch {
       case e: Throwable =>
         // The live map now holds a version that is not on disk: forget it.
@@ -251,16 +244,21 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
   }
 
   private def writeSnapshot(version: Long, tables: Seq[RowTable.Frozen], streamTime: Long): Unit = {
-    files.write(snapshotFile(version)) { out =>
+    writeFile(snapshotFile(version), SnapshotMagic) { data => tables.foreach(_.writeTo(data)); streamTime }
+    logInfo(s"Wrote snapshot of version $version of $this")
+  }
+
+  /** A delta or snapshot file: magic, the records `records` writes, the end record, then the
+   *  stream time `records` returns (read back by [[readFile]]). */
+  private def writeFile(name: String, magic: Int)(records: DataOutputStream => Long): Unit =
+    files.write(name) { out =>
       val data = new DataOutputStream(new LZ4BlockOutputStream(out, BlockSize))
-      data.writeInt(SnapshotMagic)
-      tables.foreach(_.writeTo(data))
+      data.writeInt(magic)
+      val streamTime = records(data)
       RowTable.writeEnd(data, new Array[Byte](8))
       data.writeLong(streamTime)
       data.close()
     }
-    logInfo(s"Wrote snapshot of version $version of $this")
-  }
 
   /** Applies a delta or snapshot file to the live map, then its stream time and expiry. */
   private def readFile(path: String, isSnapshot: Boolean): Unit = {
