@@ -53,7 +53,6 @@ final class RecordCache(val pooled: Boolean = false) {
   @volatile var evictions = 0L
   @volatile var flushes = 0L
   @volatile var delegateWrites = 0L
-  @volatile var delegateReads = 0L // point reads the owner passed on to the delegate
 
   def sizeBytes: Long = bytes
   def numEntries: Int = synchronized(map.size)
@@ -177,14 +176,6 @@ final class RecordCache(val pooled: Boolean = false) {
         it.remove()
       }
     }
-  }
-
-  /** Forgets everything, dirty entries included. */
-  def clear(): Unit = synchronized {
-    map.clear()
-    owners.clear()
-    bytes = 0
-    dirtyCount = 0
   }
 
   /** Keys in eviction order (least recently used first), for tests. */

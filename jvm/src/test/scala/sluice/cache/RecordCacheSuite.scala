@@ -102,12 +102,12 @@ class RecordCacheSuite extends AnyFunSuite {
     assert(b.writes.size == 1)
   }
 
-  test("clear drops dirty entries") {
+  test("dropping a store's entries drops its dirty ones too") {
     val c = new RecordCache
     val log = new Log
     c.putClean(key(1), row(1), 10 * entry, log)
     c.putDirty(key(2), row(2), 10 * entry, log)
-    c.clear()
+    c.dropOwner(CacheKey.NoOwner)
     assert(c.numEntries == 0 && c.sizeBytes == 0 && c.numDirty == 0)
     c.flush(log)
     assert(log.writes.isEmpty)
