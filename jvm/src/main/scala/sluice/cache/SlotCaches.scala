@@ -18,7 +18,8 @@ import sluice.plugin.MemoryBudget
  * written to until the thread's cache fits).
  */
 object SlotCaches {
-  private val pool = new java.util.ArrayList[RecordCache]()
+  // Grows to T caches once, under the lock; read without it (copy on write) by poolBytes.
+  private val pool = new java.util.concurrent.CopyOnWriteArrayList[RecordCache]()
   private val free = new ArrayDeque[RecordCache]()
   private val byTask = new JHashMap[java.lang.Long, RecordCache]()
   // emission-cache partition -> (slot it last ran in, bytes it holds)
@@ -60,15 +61,16 @@ object SlotCaches {
   }
 
   /** Bytes now held by all slot caches of this executor (state-store cache). */
-  def executorBytes: Long = synchronized { var t = 0L; pool.forEach(c => t += c.sizeBytes); t }
+  def executorBytes: Long = { var t = 0L; pool.forEach(c => t += c.sizeBytes); t }
 
   /** The largest [[executorBytes]] seen after any insert since the last [[resetPeak]]. */
   def peakBytes: Long = peak
   def resetPeak(): Unit = peak = 0L
 
+  // Called by a slot cache under its own lock: executorBytes takes no lock (volatile sizes, a
+  // copy-on-write pool), so there is no lock-order risk.
   private[cache] def observe(c: RecordCache): Unit = if (c.pooled) {
-    var t = 0L
-    pool.forEach(x => t += x.sizeBytes) // bytes are volatile: no lock, no lock-order risk
+    val t = executorBytes
     if (t > peak) peak = t
   }
 
