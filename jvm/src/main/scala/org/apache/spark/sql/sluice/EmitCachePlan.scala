@@ -182,7 +182,8 @@ case class EmitCacheExec(
 }
 
 object EmitCacheExec {
-  private val activeChecks = new java.util.concurrent.ConcurrentHashMap[StateStoreProviderId, (Boolean, Long)]()
+  /** When each partition was last found active; inactive ones are dropped. */
+  private val lastFoundActive = new java.util.concurrent.ConcurrentHashMap[StateStoreProviderId, java.lang.Long]()
   private val ActiveCheckTtlMs = 5000L
 
   /**
@@ -193,14 +194,14 @@ object EmitCacheExec {
    */
   private[sluice] def isActive(other: StateStoreProviderId): Boolean = {
     val now = System.currentTimeMillis()
-    val cached = activeChecks.get(other)
-    if (cached != null && now - cached._2 < ActiveCheckTtlMs) cached._1
+    val checkedAt = lastFoundActive.get(other)
+    if (checkedAt != null && now - checkedAt < ActiveCheckTtlMs) true
     else {
       val env = SparkEnv.get
       val active = env != null && StateStore.isLoaded(other) && Try(
         StateStoreCoordinatorRef.forExecutor(env)
           .verifyIfInstanceActive(other, env.blockManager.blockManagerId.executorId)).getOrElse(true)
-      if (active) activeChecks.put(other, (true, now)) else activeChecks.remove(other)
+      if (active) lastFoundActive.put(other, now) else lastFoundActive.remove(other)
       active
     }
   }
