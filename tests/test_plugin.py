@@ -107,7 +107,7 @@ def test_multi_process_budget_and_jar_shipped_to_executors() -> None:
 
     # A task on each executor calls into the shipped jar and reads that executor's slot budget.
     rows = spark.range(0, 8, 1, 8).selectExpr(
-        "java_method('sluice.plugin.MemoryBudget', 'cacheBytesPerSlot') AS per_slot").collect()
+        "java_method('sluice.conf.MemoryBudget', 'cacheBytesPerSlot') AS per_slot").collect()
     assert {int(r.per_slot) for r in rows} == {8 << 20}
     stop_session()
 
@@ -120,3 +120,23 @@ def test_package_imports_without_a_jvm() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == sluice.jar_path()
+
+
+def test_python_parsers_agree_with_the_spec_the_jvm_reads() -> None:
+    """sluice/conf.json (inside the jar) is the one table of keys, forms and messages; the Scala
+    suite checks the JVM parsers against the same vectors."""
+    from sluice import _conf
+    forms = _conf.spec()["forms"]
+    for text, want in forms["bytes"]["vectors"]:
+        assert _conf.parse_bytes(text) == want, text
+    for text, want in forms["millis"]["vectors"]:
+        assert _conf.parse_millis(text) == want, text
+    for text, want in forms["positive_int"]["vectors"]:
+        assert _conf.parse_positive_int(text) == want, text
+    for unit, factor in forms["bytes"]["units"].items():
+        assert _conf.parse_bytes(f"7{unit.upper()}") == 7 * factor
+    for unit, micros in forms["millis"]["units_in_micros"].items():
+        assert _conf.parse_millis(f"7000{unit}") == 7000 * micros // 1000
+    keys = {_conf.spec()["prefix"] + k["name"] for k in _conf.spec()["keys"]}
+    assert {o.key for o in _conf.options().values()} - {_conf.PROVIDER_CLASS_KEY} <= keys
+

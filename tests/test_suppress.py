@@ -24,7 +24,7 @@ from sluice.suppress import EagerBufferConfig, StrictBufferConfig
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 METRICS = ["suppressionEmitTotal", "intermediateResultSuppressionTotal", "suppressionBufferRecords",
            "suppressionBufferBytes", "suppressionBufferBytesMax", "suppressionEvictTotal",
-           "suppressionDiskBufferBytes", "recordLatenessMaxMs", "recordLatenessAvgMs", "lateRecordDropTotal"]
+           "suppressionDiskBufferBytes", "suppressionIndexRebuildTotal", "recordLatenessMaxMs", "recordLatenessAvgMs", "lateRecordDropTotal"]
 
 
 def ts(seconds: float) -> str:
@@ -104,12 +104,37 @@ def run(spark: SparkSession, tmp_path: Path) -> Any:
     r.stop()
 
 
+PROVIDERS = {
+    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "windowstore": "sluice.windowstore.InMemoryWindowStoreProvider",
+}
+
+
+@pytest.fixture(params=sorted(PROVIDERS))
+def provider(request: pytest.FixtureRequest, spark: SparkSession) -> Any:
+    """Runs a test once per state store provider suppress keeps its buffer in (recorded in the
+    checkpoint): Spark's two and sluice's in-memory window store."""
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[request.param])
+    yield request.param
+    spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+
+
 @pytest.fixture
 def one_partition(spark: SparkSession) -> Any:
     """One partition of the operator: its stream time and bound are per partition."""
     spark.conf.set("spark.sql.shuffle.partitions", "1")
     yield
     spark.conf.set("spark.sql.shuffle.partitions", "2")
+
+
+@pytest.fixture
+def unfused(spark: SparkSession) -> Any:
+    """The suppress operator itself, also where an unbounded until_window_closes would be fused into
+    the aggregation (tests/test_suppress_fused.py covers that path)."""
+    spark.conf.set("spark.sluice.suppress.fused", "false")
+    yield
+    spark.conf.unset("spark.sluice.suppress.fused")
 
 
 def hourly_counts(events: DataFrame) -> DataFrame:
@@ -202,7 +227,7 @@ def test_non_update_output_mode_fails_at_query_start(spark: SparkSession, run: R
 # --- until_window_closes -----------------------------------------------------------------------
 
 def test_final_results_once_per_window_and_key_across_restarts(spark: SparkSession, run: Run,
-                                                               provider: str) -> None:
+                                                               provider: str, unfused: None) -> None:
     """KIP-328's hourly alert: one count per user and hour once the hour plus 10 minutes grace has
     passed; updates absorbed; late rows never reach the output; state survives restarts."""
     final = suppress(hourly_counts(run.events()), Suppressed.until_window_closes(BufferConfig.unbounded()))
@@ -237,7 +262,8 @@ def test_final_results_once_per_window_and_key_across_restarts(spark: SparkSessi
     assert "Suppress" in plan and plan.count("Exchange") == 1, plan
 
 
-def test_windows_closing_in_a_no_data_batch_are_emitted_by_it(spark: SparkSession, run: Run) -> None:
+def test_windows_closing_in_a_no_data_batch_are_emitted_by_it(spark: SparkSession, run: Run,
+                                                              unfused: None) -> None:
     final = suppress(hourly_counts(run.events()), Suppressed.until_window_closes(BufferConfig.unbounded()))
     run.start(final)
     run.feed((10, "a"), (20, "b"))
@@ -343,6 +369,99 @@ def test_emit_early_when_full_emits_oldest_first(spark: SparkSession, run: Run, 
     assert m["suppressionBufferBytesMax"] >= m["suppressionBufferBytes"] > 0
 
 
+def per_user_table(run: Run) -> DataFrame:
+    return run.events().groupBy("user").agg(F.max("ts").alias("ts"), F.count("*").alias("n"))
+
+
+@pytest.mark.parametrize("order", [("a", "b"), ("b", "a")])
+@pytest.mark.parametrize("batches", ["one batch", "a batch each"])
+def test_ties_on_buffer_time_evict_the_smaller_key_like_kafka(spark: SparkSession, run: Run, provider: str,
+                                                             one_partition: None, order: tuple,
+                                                             batches: str) -> None:
+    """Kafka Streams orders its buffer by buffer time, then key bytes: with a@5 and b@5 in a
+    one-record buffer it emits a early, whichever came first."""
+    limited = suppress(per_user_table(run), Suppressed.until_time_limit(1, BufferConfig.max_records(1)),
+                       time_col="ts")
+    run.start(limited)
+    if batches == "one batch":
+        run.feed(*[(5, u) for u in order])
+    else:
+        for u in order:
+            run.feed((5, u))
+    assert [(r["user"], r["n"]) for r in run.rows()] == [("a", 1)]
+    assert sum(op["customMetrics"]["suppressionEvictTotal"] for op in run.progress_of()) == 1
+
+
+@pytest.mark.parametrize("reload", ["restart", "replay of an older version"])
+def test_ties_evict_the_same_keys_after_a_store_reload(spark: SparkSession, run: Run, provider: str,
+                                                      one_partition: None, reload: str) -> None:
+    """20 keys held at the same buffer time, reloaded from the checkpoint (a restart, or a replay
+    from the version before the last one committed): each overflow evicts the smallest keys by
+    bytes, never the store's iteration order. The index is rebuilt once per load, not per batch."""
+    users = [f"u{i:02d}" for i in range(30)]  # same length: byte order is string order
+    limited = suppress(per_user_table(run), Suppressed.until_time_limit(3600, BufferConfig.max_records(20)),
+                       time_col="ts")
+    crashed: list[int] = []
+
+    def crash_on_first_eviction(batch_id: int, rows: list) -> bool:
+        if reload != "restart" and rows and not crashed:
+            crashed.append(batch_id)
+            return True
+        return False
+
+    run.start(limited, fail_when=crash_on_first_eviction)
+    run.feed(*[(5, u) for u in reversed(users[:20])])
+    if reload == "restart":
+        run.stop()
+        run.start(limited)
+        run.feed(*[(5, u) for u in users[20:25]])
+    else:
+        with pytest.raises(StreamingQueryException, match="simulated crash"):
+            run.feed(*[(5, u) for u in users[20:25]])
+        first_attempt = [r["user"] for b, rows in run.attempts if b == crashed[0] for r in rows]
+        assert sorted(first_attempt) == users[:5]
+        run.query = None
+        run.start(limited)  # replays the batch from the state version before it
+        run.query.processAllAvailable()
+        assert [r["user"] for r in run.batches[crashed[0]]] == first_attempt
+    run.feed(*[(5, u) for u in users[25:30]])
+    assert sorted(r["user"] for r in run.rows()) == users[:10]
+    ops = run.progress_of()
+    # The restarted run scans its store once, in its first batch, and then continues with the index.
+    assert [op["customMetrics"]["suppressionIndexRebuildTotal"] for op in ops] == [1] + [0] * (len(ops) - 1)
+
+
+@pytest.mark.parametrize("when_full", ["emit_early", "spill_to_disk"])
+def test_a_batch_larger_than_the_bound_never_holds_more_than_the_bound(spark: SparkSession, run: Run,
+                                                                      provider: str, one_partition: None,
+                                                                      when_full: str) -> None:
+    """The bound is enforced as rows are put (Kafka checks after each record): one batch of 100
+    keys into a buffer bounded to 2,000 bytes never holds more than the bound plus one row."""
+    bound = 2000
+    cfg = BufferConfig.max_bytes(bound)
+    if when_full == "spill_to_disk":
+        cfg = cfg.spill_to_disk_when_full()
+    limited = suppress(per_user_table(run), Suppressed.until_time_limit(3600, cfg), time_col="ts")
+    run.start(limited)
+    run.feed((5, "u100"))
+    # A bounded buffer's rows arrive sorted (time_col, then keys): replays decide the same.
+    assert "Sort [ts" in run.query._jsq.explainInternal(False)
+    entry = run.progress_of()[-1]["customMetrics"]["suppressionBufferBytes"]  # all entries are this size
+    assert 0 < entry < bound // 4
+    run.feed(*[(5, f"u{i:03d}") for i in range(100)])
+    m = run.progress_of()[-1]["customMetrics"]
+    kept = bound // entry
+    assert m["suppressionBufferBytes"] == kept * entry
+    assert bound < m["suppressionBufferBytesMax"] <= bound + entry
+    if when_full == "emit_early":
+        assert m["suppressionEvictTotal"] == 101 - kept and len(run.rows()) == 101 - kept
+        # The oldest go first: all are at 5, so the smallest keys by bytes.
+        assert sorted(r["user"] for r in run.rows()) == sorted([f"u{i:03d}" for i in range(100)] + ["u100"])[:101 - kept]
+    else:
+        assert m["suppressionEvictTotal"] == 0 and run.rows() == []
+        assert m["suppressionDiskBufferBytes"] == (101 - kept) * entry
+
+
 def test_shut_down_when_full_then_restart_with_larger_bound_loses_nothing(spark: SparkSession, run: Run,
                                                                          provider: str) -> None:
     counts = hourly_counts(run.events())
@@ -389,6 +508,10 @@ def test_spill_to_disk_results_identical_to_unbounded(spark: SparkSession, tmp_p
         # In memory: at most one row per partition (2 partitions).
         assert max(op["customMetrics"]["suppressionBufferRecords"] for op in spill) <= 2
         assert sum(op["customMetrics"]["suppressionEvictTotal"] for op in spill) == 0
+        # Both stores of both partitions are scanned once, when first opened; later batches
+        # (no-data batches included) continue with the indexes they committed.
+        rebuilt = [op["customMetrics"]["suppressionIndexRebuildTotal"] for op in spill]
+        assert rebuilt == [4] + [0] * (len(spill) - 1)
         got = {n: sorted(map(windowed, r.rows())) for n, r in runs.items()}
         assert got["spill"] == got["unbounded"] and len(got["spill"]) == 8
         # Per batch too: nothing is emitted early.

@@ -4,7 +4,7 @@ without: Spark's RocksDB state store, commit interval 0 (Spark's own update-mode
 with:    sluice.cache.CachingStateStoreProvider over RocksDB + spark.sluice.commit.interval.ms=30s.
 
 Prints rows reaching the sink, delegate reads (point reads the aggregation sent to RocksDB) and
-RocksDB's own get/put counters, processing throughput, and ratios.
+RocksDB's own get/put counters, processing throughput, and ratios; runs through bench/harness.py.
 Usage: .venv/bin/python bench/cache/bench.py [--batches 75] [--rows 20000] [--keys 1000]
 """
 from __future__ import annotations
@@ -25,6 +25,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 import sluice
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import Harness  # noqa: E402
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 CACHING = "sluice.cache.CachingStateStoreProvider"
@@ -100,11 +103,18 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--keys", type=int, default=1000)
     ap.add_argument("--zipf", type=float, default=1.1)
-    ap.add_argument("--repeat", type=int, default=1,
+    ap.add_argument("--repeat", type=int, default=2,
                     help="run this many without/with pairs, which one goes first alternating")
     args = ap.parse_args()
 
+    h = Harness("cache", "record cache and emission cache (KIP-63) against Spark's RocksDB store", {
+        "workload": f"Zipf({args.zipf}) over {args.keys} keys, {args.batches} x {args.rows} rows, 1 s micro-batches, "
+                    "local[2], 2 state partitions, groupBy(k).agg(count, sum), noop sink",
+        "without": f"{ROCKSDB} at its defaults, commit interval 0 (Spark's own update-mode output)",
+        "with": f"{CACHING} over RocksDB, statestore.cache.max.bytes=10m, commit.interval.ms=30s",
+    })
     root = Path(tempfile.mkdtemp(prefix="sluice-bench-cache-"))
+    sides = {"without": (ROCKSDB, "0"), "with": (CACHING, "30s")}
     try:
         inputs = root / "in"
         inputs.mkdir()
@@ -112,65 +122,34 @@ def main() -> None:
         SparkContext._ensure_initialized(conf=SparkConf().set("spark.jars", sluice.jar_path()))
         builder = (SparkSession.builder.master("local[2]").appName("sluice-bench-cache")
                    .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
-                   .config("spark.driver.memory", "2g"))
+                   .config("spark.driver.memory", "2g").config("spark.ui.showConsoleProgress", "false"))
         spark = sluice.configure(builder, statestore_cache_max_bytes="10m").getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         total = args.batches * args.rows
-        # Warm-up (JIT, RocksDB native libs) on a few batches of each kind, not measured.
         warm = root / "warm"
         warm.mkdir()
         zipf_files(warm, 8, args.rows, args.keys, args.zipf, seed=8)
-        for provider, interval in ((ROCKSDB, "0"), (CACHING, "30s")):
-            run(spark, "warm-up", warm, root / f"ckpt-warm-{interval}", provider, interval, 8 * args.rows)
-        pairs = []
-        for i in range(args.repeat):
-            # Alternate which runs first (without, with / with, without, ...): a run's place in the
-            # JVM's life (JIT, caches, the previous query's leftovers) must not favour one side.
-            order = ["without", "with"] if i % 2 == 0 else ["with", "without"]
-            r = {n: run(spark, n, inputs, root / f"ckpt-{n}-{i}", *((ROCKSDB, "0") if n == "without" else (CACHING, "30s")),
-                        total) for n in order}
-            pairs.append((r["without"], r["with"]))
+        runs = h.alternating(
+            ["without", "with"], args.repeat,
+            lambda side, i: run(spark, side, inputs, root / f"ckpt-{side}-{i}", *sides[side], total),
+            warmup=lambda side: run(spark, "warm-up", warm, root / f"ckpt-warm-{side}", *sides[side], 8 * args.rows))
         spark.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-    wo, wi = pairs[0]
-    results = [r for p in pairs for r in p]
-    print(f"Zipf({args.zipf}) over {args.keys} keys, {args.batches} x {args.rows} rows, 1 s micro-batches, "
-          f"local[2], 2 state partitions, cache 10m, commit interval 30 s")
-    keys = list(wo)[1:]
-    print(f"{'metric':<18}{'without':>14}{'with':>14}")
-    for k in keys:
-        fmt = (lambda v: f"{v:14.1f}") if isinstance(wo[k], float) else (lambda v: f"{v:14d}")
-        print(f"{k:<18}{fmt(wo[k])}{fmt(wi[k])}")
-
-    def ratio(a: float, b: float) -> str:
-        return f"{a / b:.2f}" if b else "inf"
-    sink_with_tail = wi["rows_to_sink"] + wi["held_at_end"]
-    print()
-    print(f"rows to sink: {ratio(wo['rows_to_sink'], wi['rows_to_sink'])}x fewer "
-          f"({ratio(wo['rows_to_sink'], sink_with_tail)}x counting the rows still held at the end) [target >= 20x]")
-    # Reads the operator sent to its store: RocksDB's get count less the one get it adds to every
-    # put to count rows (trackTotalNumberOfRows, on by default; this workload removes nothing).
-    wo_reads = wo["agg_rocksdb_gets"] - wo["agg_rocksdb_puts"]
-    wi_reads = wi["agg_rocksdb_gets"] - wi["agg_rocksdb_puts"]
-    print(f"delegate reads (point reads sent to the aggregation's RocksDB store): {wo_reads} -> {wi_reads}, "
-          f"with/without = {ratio(wi_reads, wo_reads)} [target <= 0.5] "
-          f"(with: the cache's own delegateReads count = {wi['delegate_reads']})")
-    print(f"RocksDB get calls incl. its get-before-put (all operators): with/without = "
-          f"{ratio(wi['rocksdb_gets'], wo['rocksdb_gets'])}")
-    print(f"RocksDB writes (all operators): with/without = {ratio(wi['rocksdb_puts'], wo['rocksdb_puts'])}; "
-          f"aggregation's store only: {ratio(wi['agg_rocksdb_puts'], wo['agg_rocksdb_puts'])}")
-    print(f"throughput (input rows per busy second): with/without = {ratio(wi['rows_per_s'], wo['rows_per_s'])} "
-          f"[target >= 1.0]; median batch time without/with = "
-          f"{ratio(wo['median_batch_ms'], wi['median_batch_ms'])}")
-    if len(pairs) > 1:
-        tp = [w["rows_per_s"] / o["rows_per_s"] for o, w in pairs]
-        med = [o["median_batch_ms"] / w["median_batch_ms"] for o, w in pairs]
-        print(f"repeated pairs (order alternating): throughput with/without = "
-              f"{', '.join(f'{r:.2f}' for r in tp)} (median {statistics.median(tp):.2f}); "
-              f"median batch time without/with = {', '.join(f'{r:.2f}' for r in med)}")
-    print(json.dumps(results), file=sys.stderr)
+    def ratio(a: float, b: float) -> float:
+        return a / b if b else float("inf")
+    for i, (wo, wi) in enumerate(zip(runs["without"], runs["with"])):
+        print(f"   repeat {i + 1}: rocksdb writes with/without {ratio(wi['rocksdb_puts'], wo['rocksdb_puts']):.2f}, "
+              f"RocksDB gets incl. its get-before-put {ratio(wi['rocksdb_gets'], wo['rocksdb_gets']):.2f}")
+        h.target(f"rows to sink without/with, repeat {i + 1}", ratio(wo["rows_to_sink"], wi["rows_to_sink"]), ">=", 20)
+        # Point reads the operator sent to its store: RocksDB's get count less the get it adds to
+        # every put to count rows (trackTotalNumberOfRows, on by default; nothing is removed here).
+        h.target(f"delegate reads with/without, repeat {i + 1}",
+                 ratio(wi["agg_rocksdb_gets"] - wi["agg_rocksdb_puts"], wo["agg_rocksdb_gets"] - wo["agg_rocksdb_puts"]),
+                 "<=", 0.5)
+        h.target(f"throughput with/without, repeat {i + 1}", ratio(wi["rows_per_s"], wo["rows_per_s"]), ">=", 1.0)
+    h.write()
 
 
 if __name__ == "__main__":

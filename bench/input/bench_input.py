@@ -39,6 +39,10 @@ from pyspark.sql import DataFrame, SparkSession, functions as F  # noqa: E402
 import kafka_harness as kh  # noqa: E402
 from conftest import BASE_CONF, fresh_builder, stop_session  # noqa: E402
 import sluice  # noqa: E402
+from sluice._conf import parse_bytes  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import Harness  # noqa: E402
 
 
 PAGE_SIZE = "1m"
@@ -122,11 +126,6 @@ def drain(spark: SparkSession, broker: kh.Broker, topic: str, **options: object)
             "rows": rows, "max_batch": max(batches), "mem_peak": max(peaks.values(), default=0)}
 
 
-def sluice_bytes(v: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    return int(v[:-1]) * units[v[-1].lower()] if v[-1].lower() in units else int(v)
-
-
 def main() -> None:
     global PAGE_SIZE
     ap = argparse.ArgumentParser()
@@ -138,6 +137,17 @@ def main() -> None:
     args = ap.parse_args()
     PAGE_SIZE = args.page_size
 
+    h = Harness("input", "draining a Kafka backlog: sluice's byte bound vs no bound vs maxOffsetsPerTrigger", {
+        "workload": f"{args.records} records of 100 B-100 KB in {args.partitions} partitions, local[2], "
+                    "each batch shuffled into 2 partitions and sorted (held in memory at once)",
+        "bound": f"spark.sluice.input.buffer.max.bytes={args.bound}",
+        "idle bound": "sluice with the default 512 MB bound, which this backlog does not reach",
+        "none / maxOffsets": "the same session without sluice; maxOffsetsPerTrigger = the bound's average "
+                             "batch size in records (from the warm-up drain)",
+        "spark.buffer.pageSize": PAGE_SIZE,
+        "order": "bound and idle bound alternate in one session, none and maxOffsets in another; "
+                 "each session drains the backlog once unrecorded first",
+    })
     jars = kh.connector_jars()
     broker = kh.Broker(Path(tempfile.mkdtemp(prefix="sluice-bench-kafka-"))).start()
     try:
@@ -170,7 +180,7 @@ def main() -> None:
         print(f"\nbacklog: {args.records} records of 100 B-100 KB in {args.partitions} partitions, "
               f"{best['none']['bytes'] / 2**20:.1f} MiB; bound {args.bound}; "
               f"maxOffsetsPerTrigger={max_offsets}; spark.buffer.pageSize={PAGE_SIZE}; best of {args.reps}")
-        bound = sluice_bytes(args.bound)
+        bound = parse_bytes(args.bound)
         print(f"{'variant':<12}{'seconds':>9}{'MiB/s':>9}{'batches':>9}{'max batch MiB':>15}"
               f"{'exec mem peak MiB':>19}{'peak / bound':>14}")
         for k, r in best.items():
@@ -180,13 +190,15 @@ def main() -> None:
             f"{k} " + ", ".join(f"{r['seconds']:.1f}s/{r['mem_peak'] / 2**20:.1f}" for r in v)
             for k, v in results.items()))
         tput = {k: r["bytes"] / r["seconds"] for k, r in best.items()}
-        print(f"\nthroughput bound / maxOffsetsPerTrigger: {tput['bound'] / tput['maxOffsets']:.3f}")
-        print(f"throughput bound / no bound:             {tput['bound'] / tput['none']:.3f}")
-        print(f"throughput idle bound / no bound:        {tput['idle bound'] / tput['none']:.3f}")
-        print(f"exec memory peak bound / bound:          {best['bound']['mem_peak'] / bound:.3f}")
-        print(f"exec memory peak bound / no bound:       {best['bound']['mem_peak'] / best['none']['mem_peak']:.3f}")
-        print(f"exec memory peak bound / maxOffsets:     {best['bound']['mem_peak'] / best['maxOffsets']['mem_peak']:.3f}")
-        print(f"largest batch bound / bound:             {best['bound']['max_batch'] / bound:.3f}")
+        h.runs = results
+        h.target("throughput bound / maxOffsetsPerTrigger (best of reps)", tput["bound"] / tput["maxOffsets"], ">=", 0.95)
+        h.target("throughput idle bound / no bound (best of reps)", tput["idle bound"] / tput["none"], ">=", 0.95)
+        h.target("exec memory peak bound / bound (\"near the bound\")", best["bound"]["mem_peak"] / bound, "<=", 1.25)
+        h.target("largest batch bound / bound", best["bound"]["max_batch"] / bound, "<=", 1.0)
+        print(f"   throughput bound / no bound: {tput['bound'] / tput['none']:.3f} (the price of bounding: more batches)")
+        print(f"   exec memory peak bound / no bound: {best['bound']['mem_peak'] / best['none']['mem_peak']:.3f}, "
+              f"bound / maxOffsets: {best['bound']['mem_peak'] / best['maxOffsets']['mem_peak']:.3f}")
+        h.write(max_offsets_per_trigger=max_offsets)
     finally:
         stop_session()
         broker.stop()

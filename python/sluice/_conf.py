@@ -1,26 +1,68 @@
-"""Python-side checks of sluice options, mirroring sluice.conf.SluiceConf, so bad values fail
-before any Spark work."""
+"""Python-side checks of sluice options, so bad values fail before any Spark work.
+
+The key table, expected forms, messages and provider names are not written here: they are read
+from ``sluice/conf.json`` inside the bundled jar, the file sluice.conf.SluiceConf (Scala) reads, so
+the two sides cannot drift. Only the parsers are code on both sides; both test suites check them
+against the vectors in that file.
+"""
 from __future__ import annotations
 
+import functools
+import json
 import re
+import zipfile
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
-PREFIX = "spark.sluice."
+# The provider class of the record cache (a sluice class, not one of the delegate names).
+CACHING_PROVIDER = "sluice.cache.CachingStateStoreProvider"
+PROVIDER_CLASS_KEY = "spark.sql.streaming.stateStore.providerClass"
 
-_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-               "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "p": 1 << 50, "pb": 1 << 50}
-_TIME_UNITS_MS = {"": 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
-                  "d": 86_400_000}
+PLUGIN_CLASS = "sluice.plugin.SluicePlugin"
+EXTENSIONS_CLASS = "sluice.plugin.SluiceExtensions"
+# Spark Connect: the server plugin that plans suppress for Connect clients (sluice._connect).
+CONNECT_RELATION_PLUGIN = "sluice.connect.SuppressRelationPlugin"
+CONNECT_RELATION_CLASSES_KEY = "spark.connect.extensions.relation.classes"
+
+# The comma-separated Spark settings that load sluice, each with the class configure() adds to it.
+LOADING_SETTINGS = {
+    "spark.plugins": PLUGIN_CLASS,
+    "spark.sql.extensions": EXTENSIONS_CLASS,
+    CONNECT_RELATION_CLASSES_KEY: CONNECT_RELATION_PLUGIN,
+}
+
 _NUMBER_WITH_UNIT = re.compile(r"^([0-9]+)\s*([a-z]*)$")
+
+
+@functools.lru_cache(maxsize=1)
+def spec() -> dict[str, Any]:
+    """The contents of sluice/conf.json in the bundled jar."""
+    from sluice import jar_path
+
+    with zipfile.ZipFile(jar_path()) as jar:
+        return json.loads(jar.read("sluice/conf.json"))
+
+
+def message(_template: str, **args: Any) -> str:
+    text = spec()["messages"][_template]
+    for k, v in args.items():
+        text = text.replace("{" + k + "}", str(v))
+    return text
+
+
+def supplier_message(_template: str, **args: Any) -> str:
+    text = spec()["windowstore_supplier"][_template]
+    for k, v in args.items():
+        text = text.replace("{" + k + "}", str(v))
+    return text
 
 
 def _parse_with_units(value: Any, units: dict[str, int]) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
+        return value if value >= 0 else None
     m = _NUMBER_WITH_UNIT.match(str(value).strip().lower())
     if not m or m.group(2) not in units:
         return None
@@ -28,13 +70,28 @@ def _parse_with_units(value: Any, units: dict[str, int]) -> int | None:
 
 
 def parse_bytes(value: Any) -> int | None:
-    return _parse_with_units(value, _BYTE_UNITS)
+    return _parse_with_units(value, spec()["forms"]["bytes"]["units"])
 
 
 def parse_millis(value: Any) -> int | None:
     if isinstance(value, timedelta):
         return int(value.total_seconds() * 1000)
-    return _parse_with_units(value, _TIME_UNITS_MS)
+    micros = _parse_with_units(value, spec()["forms"]["millis"]["units_in_micros"])
+    return None if micros is None else micros // 1000
+
+
+def parse_positive_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def parse_string(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 @dataclass(frozen=True)
@@ -44,32 +101,12 @@ class Option:
     key: str
     expected: str
     parse: Callable[[Any], Any]
-    minimum: int = 0
 
-    def to_conf(self, value: Any) -> str:
+    def to_conf(self, value: Any) -> str | None:
         parsed = self.parse(value)
-        if parsed is None or (isinstance(parsed, int) and parsed < self.minimum):
-            at_least = f", at least {self.minimum}" if not isinstance(parsed, str) else ""
-            raise ValueError(f"Invalid value {value!r} for {self.key}: expected {self.expected}{at_least}")
+        if parsed is None:
+            raise ValueError(message("invalid", value=value, key=self.key, expected=self.expected))
         return str(parsed)
-
-
-# state_store: the state store provider a name selects (spark.sql.streaming.stateStore.providerClass).
-STATE_STORE_PROVIDERS = {
-    "in_memory_window": "sluice.windowstore.InMemoryWindowStoreProvider",
-    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
-    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-}
-
-
-def parse_state_store(value: Any) -> str | None:
-    return STATE_STORE_PROVIDERS.get(str(value).strip().lower()) if isinstance(value, str) else None
-
-
-_BYTES = "a byte size: a number of bytes or a Spark byte string such as 64m or 1g"
-_MILLIS = "a duration: milliseconds, a timedelta or a Spark time string such as 30s"
-
-CACHING_PROVIDER = "sluice.cache.CachingStateStoreProvider"
 
 
 @dataclass(frozen=True)
@@ -80,32 +117,60 @@ class _FlagOption(Option):
 
     def to_conf(self, value: Any) -> str | None:
         if not isinstance(value, bool):
-            raise ValueError(f"Invalid value {value!r} for {self.key}: expected {self.expected}")
+            raise ValueError(message("invalid", value=value, key=self.key, expected=self.expected))
         return self.value_if_true if value else None
 
 
-@dataclass(frozen=True)
-class _ChoiceOption(Option):
-    """An option whose value is one of a few names (case-insensitive)."""
-
-    allowed: tuple[str, ...] = ()
-
-    def to_conf(self, value: Any) -> str:
-        v = str(value).strip().lower()
-        if v not in self.allowed:
-            raise ValueError(f"Invalid value {value!r} for {self.key}: expected one of {', '.join(self.allowed)}")
-        return v
-
-
-OPTIONS: dict[str, Option] = {
-    "statestore_cache_max_bytes": Option(PREFIX + "statestore.cache.max.bytes", _BYTES, parse_bytes),
-    "input_buffer_max_bytes": Option(PREFIX + "input.buffer.max.bytes", _BYTES, parse_bytes, minimum=1),
-    "commit_interval_ms": Option(PREFIX + "commit.interval.ms", _MILLIS, parse_millis),
-    "state_store": Option("spark.sql.streaming.stateStore.providerClass",
-                          "one of " + ", ".join(STATE_STORE_PROVIDERS), parse_state_store),
-    # record cache (sluice.cache)
-    "state_store_cache": _FlagOption("spark.sql.streaming.stateStore.providerClass", "True or False",
-                                     lambda v: v, value_if_true=CACHING_PROVIDER),
-    "statestore_cache_delegate": _ChoiceOption(PREFIX + "statestore.cache.delegate", "", lambda v: v,
-                                               allowed=("rocksdb", "hdfs", "in_memory_window")),
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "bytes": parse_bytes, "millis": parse_millis, "positive_int": parse_positive_int, "string": parse_string,
 }
+
+
+def _key_option(k: dict[str, Any]) -> Option:
+    forms = spec()["forms"]
+    key = spec()["prefix"] + k["name"]
+    if k["form"] == "choice":
+        allowed = tuple(k["values"])
+        expected = forms["choice"]["expected"].replace("{values}", ", ".join(allowed))
+
+        def choose(v: Any) -> str | None:
+            name = str(v).strip().lower()
+            return name if name in allowed else None
+        return Option(key, expected, choose)
+    expected = forms[k["form"]]["expected"]
+    base = _PARSERS[k["form"]]
+    if "min" not in k:
+        return Option(key, expected, base)
+    minimum = k["min"]
+
+    def bounded(v: Any) -> Any:
+        parsed = base(v)
+        return parsed if parsed is not None and parsed >= minimum else None
+    return Option(key, message("at_least", form=expected, min=minimum), bounded)
+
+
+def state_store_providers() -> dict[str, str]:
+    """State store provider classes by the names sluice's options use."""
+    return dict(spec()["providers"])
+
+
+@functools.lru_cache(maxsize=1)
+def options() -> dict[str, Option]:
+    """``configure()``'s options: one per key that names its option, plus the provider choices."""
+    out = {k["option"]: _key_option(k) for k in spec()["keys"] if "option" in k}
+    providers = state_store_providers()
+    out["state_store"] = Option(
+        PROVIDER_CLASS_KEY, spec()["forms"]["choice"]["expected"].replace("{values}", ", ".join(providers)),
+        lambda v: providers.get(v.strip().lower()) if isinstance(v, str) else None)
+    out["state_store_cache"] = _FlagOption(PROVIDER_CLASS_KEY, "True or False", lambda v: v,
+                                           value_if_true=CACHING_PROVIDER)
+    return out
+
+
+def __getattr__(name: str) -> Any:
+    # Module-level names computed from the spec on first use (the jar is read then, not at import).
+    if name == "STATE_STORE_PROVIDERS":
+        return state_store_providers()
+    if name == "PREFIX":
+        return spec()["prefix"]
+    raise AttributeError(name)

@@ -23,11 +23,21 @@ class SluiceBufferFullError(SluiceError):
     """A suppress buffer configured with ``shut_down_when_full()`` exceeded its bound."""
 
 
+class SluiceSuppressError(SluiceError, ValueError):
+    """``suppress`` used on a DataFrame it cannot work on; the message says what to do."""
+
+
 # Java exception classes (or their causes) that map to specific Python exceptions.
 _TRANSLATIONS: dict[str, type[SluiceError]] = {
     "sluice.conf.SluiceConfException": SluiceConfError,
     "sluice.suppress.BufferFullException": SluiceBufferFullError,
+    "sluice.suppress.SuppressUsageException": SluiceSuppressError,
 }
+
+
+def translation_for(java_class: str) -> type[SluiceError]:
+    """The Python exception class for a sluice Java exception class."""
+    return _TRANSLATIONS.get(java_class, SluiceError)
 
 
 def _java_causes(java_exc: Any) -> Iterator[Any]:
@@ -46,10 +56,8 @@ def translate(exc: BaseException) -> BaseException:
     try:
         for cause in _java_causes(java_exc):
             name = cause.getClass().getName()
-            if name in _TRANSLATIONS:
-                return _TRANSLATIONS[name](str(cause.getMessage()), name)
             if name.startswith("sluice."):
-                return SluiceError(str(cause.getMessage()), name)
+                return translation_for(name)(str(cause.getMessage()), name)
     except Exception:  # the JVM may be gone; keep the original error
         return exc
     return exc
@@ -73,6 +81,12 @@ def translating(fn: Callable[..., T]) -> Callable[..., T]:
 
 def jvm(spark: Any) -> Any:
     """The py4j view of the session's JVM."""
+    from sluice._connect import is_connect_session
+
+    if is_connect_session(spark):
+        raise SluiceError(
+            "this needs a classic SparkSession: a Spark Connect client has no JVM to call (sluice's "
+            "conf keys, suppress and the query metrics work over Connect)")
     return spark.sparkContext._jvm
 
 

@@ -8,7 +8,7 @@ from pyspark.sql import SparkSession
 
 __all__ = ["Stores", "InMemoryWindowStoreSupplier"]
 
-PROVIDER_CLASS = "sluice.windowstore.InMemoryWindowStoreProvider"
+from sluice._conf import supplier_message
 
 
 def _java_duration(d: timedelta) -> str:
@@ -27,11 +27,11 @@ def _java_duration(d: timedelta) -> str:
 
 def _millis(d: Any, what: str) -> int:
     if d is None:
-        raise TypeError(f"{what} cannot be null")
+        raise TypeError(supplier_message("null", what=what))
     if not isinstance(d, timedelta):
         raise TypeError(f"{what} must be a datetime.timedelta, got {type(d).__name__}")
     if d < timedelta(0):
-        raise ValueError(f"{what} cannot be negative")
+        raise ValueError(supplier_message("negative", what=what))
     return (d.days * 86400 + d.seconds) * 1000 + d.microseconds // 1000
 
 
@@ -47,12 +47,12 @@ class InMemoryWindowStoreSupplier:
 
     @property
     def settings(self) -> dict[str, str]:
-        """The ``spark.sluice.windowstore.*`` settings (milliseconds) this supplier stands for."""
+        """The ``spark.sluice.windowstore.*`` settings (milliseconds) this supplier stands for. Window
+        size and grace only bound the retention (checked when the supplier is built, as Kafka does):
+        the store itself needs only the retention."""
         return {
             "spark.sluice.windowstore.name": self.name,
             "spark.sluice.windowstore.retention": str(_millis(self.retention, "retentionPeriod")),
-            "spark.sluice.windowstore.window.size": str(_millis(self.window_size, "windowSize")),
-            "spark.sluice.windowstore.grace": str(_millis(self.grace, "gracePeriod")),
         }
 
     def configure(self, builder: SparkSession.Builder) -> SparkSession.Builder:
@@ -83,18 +83,14 @@ class Stores:
         the retention period.
         """
         if name is None:
-            raise TypeError("name cannot be null")
+            raise TypeError(supplier_message("null", what="name"))
         retention_ms = _millis(retention, "retentionPeriod")
         size_ms = _millis(window_size, "windowSize")
         grace_ms = _millis(grace, "gracePeriod")
         if size_ms > retention_ms:
-            raise ValueError(
-                f"The retention period of the window store {name} must be no smaller than its "
-                f"window size. Got size=[{_java_duration(window_size)}], "
-                f"retention=[{_java_duration(retention)}]")
+            raise ValueError(supplier_message("retention_below_size", name=name, size=_java_duration(window_size),
+                                              retention=_java_duration(retention)))
         if grace_ms > retention_ms:
-            raise ValueError(
-                f"The grace period of the window store {name} must not exceed its retention "
-                f"period. Got grace period=[{_java_duration(grace)}], "
-                f"retention=[{_java_duration(retention)}]")
+            raise ValueError(supplier_message("grace_above_retention", name=name, grace=_java_duration(grace),
+                                              retention=_java_duration(retention)))
         return InMemoryWindowStoreSupplier(name, retention, window_size, grace)

@@ -12,17 +12,14 @@ from typing import Any, Optional, Union
 
 from pyspark.sql import DataFrame
 
-from sluice._jvm import SluiceError, jvm, translate
+from sluice import _connect
+from sluice._jvm import SluiceSuppressError, jvm, translate
 
 __all__ = ["suppress", "Suppressed", "BufferConfig", "StrictBufferConfig", "EagerBufferConfig",
            "SluiceSuppressError"]
 
 _UNBOUNDED = (1 << 63) - 1
 Duration = Union[timedelta, int, float]
-
-
-class SluiceSuppressError(SluiceError, ValueError):
-    """``suppress`` used on a DataFrame it cannot work on; the message says what to do."""
 
 
 def _bound(name: str, n: Any) -> int:
@@ -190,6 +187,9 @@ def suppress(df: DataFrame, suppressed: Suppressed, *, time_col: Optional[str] =
     ``outputMode("update")``. ``time_col`` (``until_time_limit`` only) names the timestamp column
     giving a row's event time, e.g. ``"ts"`` or ``"window.end"``. Misuse raises
     :class:`SluiceSuppressError` (a ``ValueError``) here, not when the query runs.
+
+    ``df`` may be a Spark Connect DataFrame: the server then needs sluice's relation plugin
+    (``sluice.configure`` sets it; see the README's Spark Connect section).
     """
     if not isinstance(df, DataFrame):
         raise TypeError(f"suppress needs a pyspark DataFrame, got {type(df).__name__}")
@@ -197,6 +197,8 @@ def suppress(df: DataFrame, suppressed: Suppressed, *, time_col: Optional[str] =
         raise TypeError(f"suppressed must be a Suppressed, got {type(suppressed).__name__}")
     if time_col is not None and not isinstance(time_col, str):
         raise TypeError(f"time_col must be a column name, got {type(time_col).__name__}")
+    if _connect.is_connect_dataframe(df):
+        return _connect.suppress(df, suppressed, time_col)
     spark = df.sparkSession
     try:
         jsup = suppressed._to_java(spark)
@@ -204,8 +206,6 @@ def suppress(df: DataFrame, suppressed: Suppressed, *, time_col: Optional[str] =
         jdf = entry.apply(df._jdf, jsup) if time_col is None else entry.apply(df._jdf, jsup, time_col)
     except Exception as e:
         err = translate(e)
-        if isinstance(err, SluiceError) and err.java_class == "sluice.suppress.SuppressUsageException":
-            raise SluiceSuppressError(str(err), err.java_class) from None
         if err is e:
             raise
         raise err from None

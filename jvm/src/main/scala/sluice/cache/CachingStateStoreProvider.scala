@@ -12,7 +12,7 @@ import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types.StructType
 
 import sluice.conf.{SluiceConf, SluiceConfException}
-import sluice.plugin.MemoryBudget
+import sluice.conf.MemoryBudget
 
 /**
  * A [[StateStoreProvider]] that puts Kafka Streams' record cache (KIP-63) in front of another
@@ -47,8 +47,6 @@ class CachingStateStoreProvider extends StateStoreProvider {
   private var cachedCkptId: Option[String] = None
   // Column families known to hold one value per key: only those are cached.
   private val singleValueFamilies = Collections.synchronizedSet(new java.util.HashSet[String]())
-
-  def delegateProvider: StateStoreProvider = delegate
 
   override def init(
       stateStoreId: StateStoreId,
@@ -166,7 +164,6 @@ class CachingStateStoreProvider extends StateStoreProvider {
         if (value != null) {
           val copy = value.copy()
           counters.evictions += cache.putClean(CacheKey(colFamily, key.copy(), this), copy, storeCapacity, writer)
-          SlotCaches.observe(cache)
           copy
         } else null
     }
@@ -198,6 +195,9 @@ class CachingStateStoreProvider extends StateStoreProvider {
     cache.attach(owner, this) // takes this store's dirty rows if another store's insert evicts them
 
     override def write(key: CacheKey, value: UnsafeRow): Unit = {
+      if (key.owner ne owner) throw new IllegalStateException(
+        s"sluice record cache: a pending write of ${key.owner} reached $this; failing the task rather than " +
+          "writing it to another store")
       counters.delegateWrites += 1
       if (value == null) inner.remove(key.key, key.colFamily) else inner.put(key.key, value, key.colFamily)
     }
@@ -214,7 +214,6 @@ class CachingStateStoreProvider extends StateStoreProvider {
     private def putDirty(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit = {
       counters.evictions +=
         cache.putDirty(CacheKey(colFamilyName, key.copy(), owner), value, storeCapacity, this)
-      SlotCaches.observe(cache)
     }
 
     override def put(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit =
@@ -297,10 +296,7 @@ class CachingStateStoreProvider extends StateStoreProvider {
 }
 
 object CachingStateStoreProvider {
-  val DelegateClasses: Map[String, String] = Map(
-    "rocksdb" -> "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-    "hdfs" -> "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
-    "in_memory_window" -> "sluice.windowstore.InMemoryWindowStoreProvider")
+  val DelegateClasses: Map[String, String] = SluiceConf.ProviderClasses
 
   val CacheHits = StateStoreCustomSumMetric("cacheHits", "reads served by the sluice record cache")
   val CacheMisses = StateStoreCustomSumMetric("cacheMisses", "reads the sluice record cache passed to the delegate store")

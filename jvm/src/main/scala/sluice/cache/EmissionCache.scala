@@ -1,11 +1,14 @@
 package sluice.cache
 
-import java.util.{HashMap => JHashMap, TreeMap => JTreeMap}
+import java.util.{HashMap => JHashMap}
+
+import scala.collection.mutable.ArrayBuffer
 
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{BoundReference, GenericInternalRow, JoinedRow, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter
 import org.apache.spark.sql.types.{BinaryType, LongType, StructField, StructType}
+import org.apache.spark.unsafe.types.ByteArray
 
 /** The rows the emission cache keeps durably: one per key (get/put/remove/scan of one partition). */
 trait EmitStore {
@@ -66,75 +69,91 @@ final case class EmitStats(forwarded: Long, absorbed: Long, evicted: Long, bytes
  * One partition's emission cache for one micro-batch (Kafka Streams' caching in front of
  * downstream forwarding, KIP-63). The latest row per key is held; all held rows are forwarded
  * together once the oldest has waited `intervalMs` (batch time, so a replayed batch does the same),
- * and least recently updated rows are forwarded early whenever the held bytes exceed `maxBytes`.
+ * and least recently updated rows are forwarded early when the held bytes exceed `maxBytes`.
  * Held rows live in `store`, so a restart loses nothing.
+ *
+ * Every decision is a function of the held rows and the batch's updates as a set, never of the order
+ * the updates arrive in (a shuffle may deliver them in another order when a batch is replayed):
+ * recency is the batch of a key's last update, ties broken by the key's bytes, and the share is
+ * applied once the batch's updates are in. Between batches the cache holds at most `maxBytes`;
+ * during one it also holds that batch's updates.
  */
 final class EmissionCache(layout: EmitLayout, store: EmitStore, maxBytes: Long, intervalMs: Long,
     batchMs: Long, batchId: Long) {
-  private final class Entry(val key: UnsafeRow, var value: UnsafeRow, var changed: Boolean) {
+  private final class Entry(val key: UnsafeRow, val value: UnsafeRow, val changed: Boolean, val inStore: Boolean) {
     def size: Long = key.getSizeInBytes.toLong + value.getSizeInBytes + RecordCache.EntryOverheadBytes
   }
   private val entries = new JHashMap[UnsafeRow, Entry]()
-  private val bySeq = new JTreeMap[java.lang.Long, Entry]() // least recently updated first
   private var bytes = 0L
-  private var nextSeq = batchId << 32 // increasing across batches, deterministic on replay
+  // Recency of this batch's updates; the shift keeps the scale of checkpoints that stored a
+  // per-update sequence number below the batch id.
+  private val seq = batchId << 32
   private var forwarded, absorbed, evicted = 0L
+  private var nextDueMs = Long.MaxValue
 
   store.iterator().foreach { case (k, v) =>
-    val e = new Entry(k.copy(), v.copy(), changed = false)
+    val e = new Entry(k.copy(), v.copy(), changed = false, inStore = true)
     entries.put(e.key, e)
-    bySeq.put(layout.seq(e.value), e)
     bytes += e.size
   }
 
-  /** Takes one updated row of `key` (a copy the cache may keep); forwards evicted rows to `out`. */
-  def update(key: UnsafeRow, row: InternalRow, out: InternalRow => Unit): Unit = {
+  /** Takes one updated row of `key` (a copy the cache may keep). */
+  def update(key: UnsafeRow, row: InternalRow): Unit = {
     val old = entries.get(key)
     val insertMs = if (old == null) batchMs else {
       absorbed += 1 // the previous update of this key is replaced without being forwarded
-      bySeq.remove(layout.seq(old.value))
       bytes -= old.size
       layout.insertMs(old.value)
     }
-    val e = new Entry(key, layout.encode(row, insertMs, nextSeq), changed = true)
-    nextSeq += 1
+    val e = new Entry(key, layout.encode(row, insertMs, seq), changed = true, inStore = old != null && old.inStore)
     entries.put(key, e)
-    bySeq.put(layout.seq(e.value), e)
     bytes += e.size
-    while (bytes > maxBytes && !bySeq.isEmpty) {
-      evicted += 1
-      forward(bySeq.firstEntry().getValue, out)
-    }
   }
 
-  /** Forwards everything when due, writes what stays, and reports the batch. */
-  def finish(out: InternalRow => Unit): EmitStats = {
-    // Rows kept from earlier batches may exceed this batch's share (the slot's other partitions
-    // grew): forward the least recently updated first, as an update over the share would.
-    while (bytes > maxBytes && !bySeq.isEmpty) {
-      evicted += 1
-      forward(bySeq.firstEntry().getValue, out)
+  /**
+   * Applies the share and the interval, writes what stays, and returns the rows forwarded (least
+   * recently updated first). The store is up to date when this returns; [[stats]] is final.
+   */
+  def finish(): Iterator[InternalRow] = {
+    val out = new ArrayBuffer[Entry]
+    if (bytes > maxBytes) {
+      val order = inForwardOrder(entries.values())
+      var i = 0
+      while (bytes > maxBytes && i < order.length) {
+        val e = order(i)
+        entries.remove(e.key)
+        bytes -= e.size
+        out += e
+        evicted += 1
+        i += 1
+      }
     }
-    val oldest = if (entries.isEmpty) Long.MaxValue else {
-      var m = Long.MaxValue
-      entries.values().forEach(e => m = math.min(m, layout.insertMs(e.value)))
-      m
-    }
+    var oldest = Long.MaxValue
+    entries.values().forEach(e => oldest = math.min(oldest, layout.insertMs(e.value)))
     if (oldest != Long.MaxValue && oldest + intervalMs <= batchMs) {
-      while (!bySeq.isEmpty) forward(bySeq.firstEntry().getValue, out)
+      out ++= inForwardOrder(entries.values())
+      entries.clear()
+      bytes = 0L
     } else {
       entries.values().forEach(e => if (e.changed) store.put(e.key, e.value))
+      if (oldest != Long.MaxValue) nextDueMs = oldest + intervalMs
     }
-    val nextDue = if (entries.isEmpty) Long.MaxValue else oldest + intervalMs
-    EmitStats(forwarded, absorbed, evicted, bytes, entries.size.toLong, nextDue)
+    out.foreach(e => if (e.inStore) store.remove(e.key))
+    forwarded = out.size
+    out.iterator.map(e => layout.decode(e.value))
   }
 
-  private def forward(e: Entry, out: InternalRow => Unit): Unit = {
-    bySeq.remove(layout.seq(e.value))
-    entries.remove(e.key)
-    bytes -= e.size
-    store.remove(e.key)
-    forwarded += 1
-    out(layout.decode(e.value))
+  def stats: EmitStats = EmitStats(forwarded, absorbed, evicted, bytes, entries.size.toLong, nextDueMs)
+
+  // Least recently updated first; among rows updated in the same batch, by the key's bytes.
+  private val forwardOrder: java.util.Comparator[Entry] = (a: Entry, b: Entry) => {
+    val bySeq = java.lang.Long.compare(layout.seq(a.value), layout.seq(b.value))
+    if (bySeq != 0) bySeq else ByteArray.compareBinary(a.key.getBytes, b.key.getBytes)
+  }
+
+  private def inForwardOrder(es: java.util.Collection[Entry]): Array[Entry] = {
+    val a = es.toArray(new Array[Entry](0))
+    java.util.Arrays.sort(a, forwardOrder)
+    a
   }
 }

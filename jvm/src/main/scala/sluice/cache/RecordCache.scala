@@ -42,9 +42,15 @@ final class RecordCache(val pooled: Boolean = false) {
   // access-ordered: iteration starts at the least recently used entry
   private val map = new JLinkedHashMap[CacheKey, CacheEntry](64, 0.75f, true)
   @volatile private var bytes = 0L
+  @volatile private var peak = 0L
   private var dirtyCount = 0
   // per store: bytes and dirty entries held, and the open store that takes its evicted dirty rows
-  private final class Owned { var bytes = 0L; var dirty = 0; var writer: DirtyWriter = null }
+  // Its dirty entries in the order they became dirty: a flush touches only its own store's rows.
+  private final class Owned {
+    var bytes = 0L
+    val dirty = new java.util.LinkedHashMap[CacheKey, CacheEntry]()
+    var writer: DirtyWriter = null
+  }
   private val owners = new java.util.HashMap[AnyRef, Owned]()
 
   // Cumulative counters of the whole cache.
@@ -55,6 +61,9 @@ final class RecordCache(val pooled: Boolean = false) {
   @volatile var delegateWrites = 0L
 
   def sizeBytes: Long = bytes
+  /** The largest [[sizeBytes]] after any insert since the last [[resetPeak]]. */
+  def peakBytes: Long = peak
+  def resetPeak(): Unit = peak = bytes
   def numEntries: Int = synchronized(map.size)
   def numDirty: Int = synchronized(dirtyCount)
   def ownerBytes(owner: AnyRef): Long = synchronized(Option(owners.get(owner)).map(_.bytes).getOrElse(0L))
@@ -101,10 +110,11 @@ final class RecordCache(val pooled: Boolean = false) {
       0
     } else {
       // Room first, then the entry: the cache never holds more than `capacity`, not even briefly.
-      val evicted = evictDownTo(capacity - size, writer)
+      val evicted = evictDownTo(capacity - size)
       val entry = new CacheEntry(value, dirty, size)
       map.put(key, entry)
       account(key, entry, +1)
+      if (bytes > peak) peak = bytes
       evicted
     }
   }
@@ -113,20 +123,28 @@ final class RecordCache(val pooled: Boolean = false) {
     bytes += sign * e.sizeBytes
     val o = owned(key.owner)
     o.bytes += sign * e.sizeBytes
-    if (e.dirty) { dirtyCount += sign; o.dirty += sign }
+    if (e.dirty) {
+      dirtyCount += sign
+      if (sign > 0) o.dirty.put(key, e) else o.dirty.remove(key)
+    }
   }
 
-  /** Evicts least recently used entries until at most `capacity` bytes remain; returns how many. */
-  def evictDownTo(capacity: Long, writer: DirtyWriter): Int = synchronized {
+  /**
+   * Evicts least recently used entries until at most `capacity` bytes remain; returns how many.
+   * A dirty entry goes to its owner's open store, never to another; with none open, fails.
+   */
+  def evictDownTo(capacity: Long): Int = synchronized {
     var n = 0
     val it = map.entrySet().iterator()
     while (bytes > capacity && it.hasNext) {
       val e = it.next()
       val entry = e.getValue
       if (entry.dirty) {
-        // Kafka's rule: a dirty entry is written to its store before it leaves the cache.
+        // Kafka's rule: a dirty entry is written to its own store before it leaves the cache. Only
+        // the owner's open store may take it: written anywhere else it would corrupt that store.
         val own = Option(owners.get(e.getKey.owner)).map(_.writer).orNull
-        writeThrough(e.getKey, entry.value, if (own != null) own else writer)
+        if (own == null) throw new IllegalStateException(RecordCache.noOwnerMessage(e.getKey))
+        writeThrough(e.getKey, entry.value, own)
       }
       it.remove()
       account(e.getKey, entry, -1)
@@ -136,21 +154,16 @@ final class RecordCache(val pooled: Boolean = false) {
     n
   }
 
-  /** Writes every dirty entry of `owner` to `writer`, least recently used first, and marks them clean. */
+  /** Writes every dirty entry of `owner` to `writer` (its open store), oldest write first, and marks them clean. */
   def flush(writer: DirtyWriter, owner: AnyRef = CacheKey.NoOwner): Boolean = synchronized {
     val o = owners.get(owner)
-    if (o == null || o.dirty == 0) false else {
-      val it = map.entrySet().iterator()
-      while (it.hasNext && o.dirty > 0) {
-        val e = it.next()
-        val entry = e.getValue
-        if (entry.dirty && (e.getKey.owner eq owner)) {
-          writeThrough(e.getKey, entry.value, writer)
-          entry.dirty = false
-          dirtyCount -= 1
-          o.dirty -= 1
-        }
+    if (o == null || o.dirty.isEmpty) false else {
+      o.dirty.forEach { (key, entry) =>
+        writeThrough(key, entry.value, writer)
+        entry.dirty = false
       }
+      dirtyCount -= o.dirty.size
+      o.dirty.clear()
       flushes += 1
       true
     }
@@ -194,6 +207,11 @@ final class RecordCache(val pooled: Boolean = false) {
 object RecordCache {
   /** Per-entry bookkeeping (map node, entry object, row headers), as Kafka adds a fixed overhead. */
   val EntryOverheadBytes = 96L
+
+  def noOwnerMessage(key: CacheKey): String =
+    s"sluice record cache: a pending write of state store ${key.owner} (column family '${key.colFamily}') " +
+      "must leave the cache, but that store is not open to take it; failing the task rather than writing it " +
+      "to another store (the batch will be retried from its last committed version)"
 
   def entrySize(key: CacheKey, value: UnsafeRow): Long =
     key.key.getSizeInBytes.toLong + (if (value == null) 0 else value.getSizeInBytes) + EntryOverheadBytes

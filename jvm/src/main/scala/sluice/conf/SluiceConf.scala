@@ -2,7 +2,10 @@ package sluice.conf
 
 import java.util.Locale
 
+import scala.jdk.CollectionConverters._
 import scala.util.Try
+
+import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 
 import org.apache.spark.network.util.JavaUtils
 
@@ -42,40 +45,81 @@ final class SluiceConf private (val settings: Map[String, String]) {
 }
 
 object SluiceConf {
-  val Prefix = "spark.sluice."
+  /**
+   * The key table, forms, messages and provider names, in `sluice/conf.json` (bundled in the jar).
+   * The Python package reads the same file, so names, defaults, expected forms and error texts are
+   * defined once; each side's tests check its parsers against the file's vectors.
+   */
+  private[sluice] val spec: JsonNode =
+    new ObjectMapper().readTree(getClass.getResourceAsStream("/sluice/conf.json"))
 
-  private val byteForm = "a byte size: a plain number of bytes or a Spark byte string such as 64m or 1g"
-  private val timeForm = "a duration: a plain number of milliseconds or a Spark time string such as 30s"
+  val Prefix: String = spec.get("prefix").asText()
 
-  private def bytes(name: String, default: Long, min: Long): ConfEntry[Long] =
-    ConfEntry(Prefix + name, default, s"$byteForm, at least $min",
-      v => parseBytes(v).filter(_ >= min))
+  private def message(name: String, args: (String, Any)*): String =
+    args.foldLeft(spec.get("messages").get(name).asText()) { case (m, (k, v)) => m.replace(s"{$k}", v.toString) }
 
-  private def millis(name: String, default: Long, min: Long): ConfEntry[Long] =
-    ConfEntry(Prefix + name, default, s"$timeForm, at least $min",
-      v => parseMillis(v).filter(_ >= min))
+  private def form(name: String): JsonNode = spec.get("forms").get(name)
 
-  private[sluice] def choice(name: String, default: String, allowed: Seq[String]): ConfEntry[String] =
-    ConfEntry(Prefix + name, default, allowed.mkString("one of ", ", ", ""),
+  private def keySpec(name: String): JsonNode = {
+    val it = spec.get("keys").elements()
+    var found: JsonNode = null
+    while (found == null && it.hasNext) { val k = it.next(); if (k.get("name").asText() == name) found = k }
+    require(found != null, s"$name is not in sluice/conf.json")
+    found
+  }
+
+  private def expected(k: JsonNode, formName: String): String = {
+    val f = form(formName).get("expected").asText()
+    if (k.has("min")) message("at_least", "form" -> f, "min" -> k.get("min").asLong()) else f
+  }
+
+  private def bytes(name: String): ConfEntry[Long] = {
+    val k = keySpec(name)
+    val min = k.get("min").asLong()
+    ConfEntry(Prefix + name, k.get("default").asLong(), expected(k, "bytes"), v => parseBytes(v).filter(_ >= min))
+  }
+
+  private def millis(name: String): ConfEntry[Long] = {
+    val k = keySpec(name)
+    val min = k.get("min").asLong()
+    ConfEntry(Prefix + name, k.get("default").asLong(), expected(k, "millis"), v => parseMillis(v).filter(_ >= min))
+  }
+
+  private def choice(name: String): ConfEntry[String] = {
+    val k = keySpec(name)
+    val allowed = Seq.tabulate(k.get("values").size())(i => k.get("values").get(i).asText())
+    ConfEntry(Prefix + name, k.get("default").asText(),
+      form("choice").get("expected").asText().replace("{values}", allowed.mkString(", ")),
       v => Some(v.toLowerCase(Locale.ROOT)).filter(allowed.contains))
+  }
 
-  private[sluice] def positiveInt(name: String, default: Int): ConfEntry[Int] =
-    ConfEntry(Prefix + name, default, "a positive integer", v => v.toIntOption.filter(_ > 0))
+  private def positiveInt(name: String): ConfEntry[Int] = {
+    val k = keySpec(name)
+    ConfEntry(Prefix + name, k.get("default").asInt(), expected(k, "positive_int"), v => v.toIntOption.filter(_ > 0))
+  }
 
-  private[sluice] def string(name: String, default: String): ConfEntry[String] =
-    ConfEntry(Prefix + name, default, "a non-empty string", v => Some(v).filter(_.nonEmpty))
+  private def boolean(name: String): ConfEntry[Boolean] = {
+    val k = keySpec(name)
+    ConfEntry(Prefix + name, k.get("default").asBoolean(), expected(k, "boolean"),
+      v => v.toLowerCase(Locale.ROOT).toBooleanOption)
+  }
+
+  private def string(name: String): ConfEntry[String] = {
+    val k = keySpec(name)
+    ConfEntry(Prefix + name, k.get("default").asText(), expected(k, "string"), v => Some(v).filter(_.nonEmpty))
+  }
 
   /** Total record-cache bytes per executor, split evenly over its task slots (KIP-63). */
-  val StateStoreCacheMaxBytes: ConfEntry[Long] = bytes("statestore.cache.max.bytes", 10485760L, 0L)
+  val StateStoreCacheMaxBytes: ConfEntry[Long] = bytes("statestore.cache.max.bytes")
 
   /** Deprecated alias of [[StateStoreCacheMaxBytes]], the name Kafka Streams used before KIP-770. */
-  val CacheMaxBytesBuffering: ConfEntry[Long] = bytes("cache.max.bytes.buffering", 10485760L, 0L)
+  val CacheMaxBytesBuffering: ConfEntry[Long] = bytes("cache.max.bytes.buffering")
 
   /** Input bytes admitted per micro-batch and query (KIP-770). */
-  val InputBufferMaxBytes: ConfEntry[Long] = bytes("input.buffer.max.bytes", 536870912L, 1L)
+  val InputBufferMaxBytes: ConfEntry[Long] = bytes("input.buffer.max.bytes")
 
-  /** How often cached state and emissions are flushed; 0 means at every micro-batch. */
-  val CommitIntervalMs: ConfEntry[Long] = millis("commit.interval.ms", 0L, 0L)
+  /** How often held emissions are flushed; 0 means at every micro-batch. */
+  val CommitIntervalMs: ConfEntry[Long] = millis("commit.interval.ms")
 
   /** Keys whose use is deprecated, with the key that replaces them. */
   val deprecated: Map[String, String] = Map(CacheMaxBytesBuffering.key -> StateStoreCacheMaxBytes.key)
@@ -89,27 +133,37 @@ object SluiceConf {
 
   // --- record cache (sluice.cache) ---
   /** The provider CachingStateStoreProvider wraps; fixed per checkpoint like the provider class. */
-  val StateStoreCacheDelegate: ConfEntry[String] =
-    choice("statestore.cache.delegate", "rocksdb", Seq("rocksdb", "hdfs", "in_memory_window"))
+  val StateStoreCacheDelegate: ConfEntry[String] = choice("statestore.cache.delegate")
+
+  /** State store provider classes by the names sluice's options use (rocksdb, hdfs, in_memory_window). */
+  val ProviderClasses: Map[String, String] = {
+    val p = spec.get("providers")
+    p.fieldNames().asScala.map(n => n -> p.get(n).asText()).toMap
+  }
+
+  // --- suppress (sluice.suppress) ---
+  /**
+   * Whether an unbounded `untilWindowCloses` directly above a windowed aggregation (the query's only
+   * Spark stateful operator) is fused into it: the aggregation emits each window once when it
+   * closes, and no suppress buffer keeps a second copy. Read when a query starts.
+   */
+  val SuppressFused: ConfEntry[Boolean] = boolean("suppress.fused")
 
   // In-memory window store (KIP-428), read by sluice.windowstore.InMemoryWindowStoreProvider.
   /** Name of the window store, used in messages. */
-  val WindowStoreName: ConfEntry[String] = string("windowstore.name", "in-memory-window-store")
+  val WindowStoreName: ConfEntry[String] = string("windowstore.name")
   /** Windows starting at or before stream time minus this are dropped; 0 keeps them until Spark evicts them. */
-  val WindowStoreRetention: ConfEntry[Long] = millis("windowstore.retention", 0L, 0L)
-  /** Window size the store was declared with (validated against retention by the supplier). */
-  val WindowStoreWindowSize: ConfEntry[Long] = millis("windowstore.window.size", 0L, 0L)
-  /** Grace period the store was declared with (validated against retention by the supplier). */
-  val WindowStoreGrace: ConfEntry[Long] = millis("windowstore.grace", 0L, 0L)
+  val WindowStoreRetention: ConfEntry[Long] = millis("windowstore.retention")
   /** A snapshot file is written (by Spark's maintenance thread) every this many versions. */
-  val WindowStoreSnapshotInterval: ConfEntry[Int] = positiveInt("windowstore.snapshot.interval", 10)
-  val windowStoreEntries: Seq[ConfEntry[_]] = Seq(WindowStoreName, WindowStoreRetention,
-    WindowStoreWindowSize, WindowStoreGrace, WindowStoreSnapshotInterval)
+  val WindowStoreSnapshotInterval: ConfEntry[Int] = positiveInt("windowstore.snapshot.interval")
+  val windowStoreEntries: Seq[ConfEntry[_]] = Seq(WindowStoreName, WindowStoreRetention, WindowStoreSnapshotInterval)
 
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
     Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, CommitIntervalMs) ++
-    Seq(StateStoreCacheDelegate) ++ windowStoreEntries
+    Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries
+  require(entries.map(_.key).toSet == spec.get("keys").elements().asScala.map(Prefix + _.get("name").asText()).toSet,
+    "every key of sluice/conf.json has an entry here, and no other")
 
   def apply(settings: Iterable[(String, String)]): SluiceConf =
     new SluiceConf(settings.iterator.filter(_._1.startsWith(Prefix)).toMap)
@@ -128,7 +182,7 @@ object SluiceConf {
     settings.toSeq.sortBy(_._1).flatMap { case (key, value) =>
       known.get(key) match {
         case None =>
-          Some(s"Unknown conf key $key (value '$value'); did you mean ${closest(key, known.keys.toSeq)}?")
+          Some(message("unknown", "key" -> key, "value" -> value, "closest" -> closest(key, known.keys.toSeq)))
         case Some(entry) if entry.parse(value.trim).isEmpty =>
           Some(invalid(entry, value))
         case _ => None
@@ -137,7 +191,7 @@ object SluiceConf {
   }
 
   private def invalid(entry: ConfEntry[_], value: String): String =
-    s"Invalid value '$value' for ${entry.key}: expected ${entry.expected}"
+    message("invalid", "value" -> value, "key" -> entry.key, "expected" -> entry.expected)
 
   private def parseOrThrow[T](entry: ConfEntry[T], value: String): T =
     entry.parse(value).getOrElse(throw new SluiceConfException(invalid(entry, value)))

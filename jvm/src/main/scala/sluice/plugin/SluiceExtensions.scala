@@ -11,6 +11,7 @@ class SluiceExtensions extends (SparkSessionExtensions => Unit) {
     // suppress (KIP-328/539)
     ext.injectPlannerStrategy(org.apache.spark.sql.sluice.SuppressStrategy(_))
     ext.injectCheckRule(org.apache.spark.sql.sluice.SuppressChecks.checkRule)
+    ext.injectTableFunction(org.apache.spark.sql.sluice.SuppressTableFunction.description) // SQL form
     // emission cache (KIP-63)
     ext.injectOptimizerRule(org.apache.spark.sql.sluice.EmitCacheRule(_))
     ext.injectPlannerStrategy(org.apache.spark.sql.sluice.EmitCacheStrategy(_))

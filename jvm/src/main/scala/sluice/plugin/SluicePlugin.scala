@@ -10,7 +10,7 @@ import org.apache.spark.SparkContext
 import org.apache.spark.api.plugin.{DriverPlugin, ExecutorPlugin, PluginContext, SparkPlugin}
 import org.slf4j.LoggerFactory
 
-import sluice.conf.SluiceConf
+import sluice.conf.{MemoryBudget, SlotBudget, SluiceConf}
 
 /**
  * The Spark plugin (`spark.plugins=sluice.plugin.SluicePlugin`).

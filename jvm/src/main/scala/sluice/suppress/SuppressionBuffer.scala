@@ -1,7 +1,5 @@
 package sluice.suppress
 
-import scala.collection.mutable.ArrayBuffer
-
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
@@ -59,146 +57,181 @@ final class BufferStats {
   var evicted = 0L          // rows emitted early because the buffer was full
   var records = 0L          // rows in the in-memory part after the batch
   var bytes = 0L            // bytes of the in-memory part after the batch
-  var bytesMax = 0L         // largest in-memory size seen during the batch
+  var bytesMax = 0L         // largest in-memory size seen during the batch (sampled at every put)
   var diskRecords = 0L
   var diskBytes = 0L
   var minBufferTime: Long = Long.MaxValue // earliest buffer time left after the batch
 }
 
+/** A buffer store with the index of its entries. */
+final class IndexedStore(val store: BufferStore, val index: BufferIndex)
+
+object IndexedStore {
+  /** Indexes `store` from a full scan (the buffer's metadata entry is not an entry). */
+  def scan(layout: BufferLayout, store: BufferStore): BufferIndex = {
+    val index = new BufferIndex
+    store.iterator().foreach { case (k, v) =>
+      if (!layout.isMeta(k)) index.add(layout.bufferTime(v), k, (k.getSizeInBytes + v.getSizeInBytes).toLong)
+    }
+    index
+  }
+}
+
 /**
  * The suppression buffer of one partition: per key the latest row and the time it was first
- * buffered, released in buffer-time terms by [[drain]], bounded by a [[BufferConfig]].
+ * buffered, in an in-memory part (the operator's state store) and, for spill-to-disk, a disk part.
+ *
+ * The bound follows each put, as in Kafka Streams: [[put]] buffers a row, then [[enforceBound]]
+ * emits the oldest early, spills the newest to disk, or fails, so the in-memory part never exceeds
+ * its bound by more than the row just put. What is due is released by [[afterPut]] once a batch's
+ * rows are all in (see SuppressExec for why not after each row). Every walk
+ * follows [[BufferIndex]] order (buffer time, then key bytes) and touches only the entries it
+ * releases, evicts or moves; nothing here iterates a whole store.
  *
  * An update keeps the entry's original buffer time: its timer is not restarted (KIP-328).
- * Fullness (records > maxRecords or bytes > maxBytes) is checked after the due rows of a batch
- * are released, on the in-memory part; spilled entries live in `disk` and never count there.
+ * Full means records > maxRecords or bytes > maxBytes, on the in-memory part only.
+ *
+ * Which entries a full buffer evicts or spills depends on the order rows are put (as in Kafka
+ * Streams, which sees one record at a time); the operator gives a bounded buffer its rows in a
+ * fixed order, so that a replayed batch makes the same choices.
  */
 final class SuppressionBuffer(
     layout: BufferLayout,
-    memory: BufferStore,
-    disk: Option[BufferStore],
+    memory: IndexedStore,
+    disk: Option[IndexedStore],
     config: BufferConfig,
     operatorName: String,
     partition: Int) {
 
   val stats = new BufferStats
   private val metaKey = layout.metaKey
+  private val keyFields = layout.keySchema.length
   require(config.whenFull != BufferFullStrategy.SpillToDisk || disk.isDefined, "spill-to-disk needs a disk store")
+  stats.bytesMax = memory.index.bytes
 
   /** The operator's stream time kept in the buffer's metadata entry, if any. */
-  def storedStreamTime: Option[Long] = Option(memory.get(metaKey)).map(layout.bufferTime)
-  def storeStreamTime(t: Long): Unit = memory.put(metaKey, layout.value(t, null))
+  def storedStreamTime: Option[Long] = Option(memory.store.get(metaKey)).map(layout.bufferTime)
+  def storeStreamTime(t: Long): Unit = memory.store.put(metaKey, layout.value(t, null))
 
   /**
-   * Buffers `row` under `key`: a new key gets `newBufferTime`, a buffered key keeps its time and
-   * gets the new row. Returns the entry's buffer time.
+   * Buffers `row` under `key`: a new key gets `newBufferTime` (in memory), a buffered key keeps
+   * its time and place and gets the new row. Returns the entry's buffer time.
    */
   def put(key: UnsafeRow, row: InternalRow, newBufferTime: Long): Long = {
     stats.buffered += 1
-    val inMemory = memory.get(key)
-    if (inMemory != null) {
-      val t = layout.bufferTime(inMemory)
-      memory.put(key, layout.value(t, row))
-      stats.absorbed += 1
-      t
-    } else {
-      val onDisk = disk.map(_.get(key)).orNull
-      if (onDisk != null) {
-        val t = layout.bufferTime(onDisk)
-        disk.get.put(key, layout.value(t, row))
-        stats.absorbed += 1
-        t
-      } else {
-        memory.put(key, layout.value(newBufferTime, row))
+    val t = replace(memory, key, row)
+      .orElse(disk.flatMap(replace(_, key, row)))
+      .getOrElse {
+        val value = layout.value(newBufferTime, row)
+        memory.store.put(key, value)
+        memory.index.add(newBufferTime, key, (key.getSizeInBytes + value.getSizeInBytes).toLong)
         newBufferTime
       }
-    }
+    stats.bytesMax = math.max(stats.bytesMax, memory.index.bytes)
+    t
+  }
+
+  /** Replaces the row of `key` in `part` if buffered there; returns its buffer time. */
+  private def replace(part: IndexedStore, key: UnsafeRow, row: InternalRow): Option[Long] = {
+    val old = part.store.get(key)
+    if (old == null) return None
+    // Read what is needed before the next store call: stores may reuse the returned row.
+    val t = layout.bufferTime(old)
+    val oldSize = old.getSizeInBytes
+    val value = layout.value(t, row)
+    val newSize = value.getSizeInBytes
+    part.store.put(key, value)
+    part.index.resize((newSize - oldSize).toLong)
+    stats.absorbed += 1
+    Some(t)
   }
 
   /**
-   * Emits (and removes) every entry whose buffer time `isDue`, then applies the bound: emits the
-   * oldest early, fails, or spills the newest to disk until the in-memory part is within it.
+   * What follows a put (and the start of a batch): releases the due entries, then applies the
+   * bound. Lazy: each row is removed from the buffer as the iterator produces it, so a release of
+   * many rows never holds them all. Consume it before the next put.
    */
-  def drain(isDue: Long => Boolean, emit: UnsafeRow => Unit): Unit = {
-    // (buffer time, key, size) of the in-memory entries kept, when the bound may need them.
-    val kept = if (config.isBounded) new ArrayBuffer[(Long, UnsafeRow, Long)] else null
-    var records = 0L
-    var bytes = 0L
-    var releasedBytes = 0L
-    var memoryMin = Long.MaxValue
-    val dueKeys = new ArrayBuffer[UnsafeRow]
-    memory.iterator().foreach { case (k, v) =>
-      if (!layout.isMeta(k)) {
-        val t = layout.bufferTime(v)
-        val size = (k.getSizeInBytes + v.getSizeInBytes).toLong
-        if (isDue(t)) {
-          emit(layout.row(v).copy())
-          dueKeys += k.copy()
-          releasedBytes += size
-          stats.emitted += 1
-        } else {
-          records += 1
-          bytes += size
-          memoryMin = math.min(memoryMin, t)
-          if (kept != null) kept += ((t, k.copy(), size))
-        }
-      }
-    }
-    dueKeys.foreach(memory.remove)
-    // Before releasing, the in-memory part also held the due rows.
-    stats.bytesMax = math.max(stats.bytesMax, bytes + releasedBytes)
+  def afterPut(isDue: Long => Boolean): Iterator[UnsafeRow] = releaseDue(isDue) ++ enforceBound()
 
-    var diskMin = Long.MaxValue
-    disk.foreach { d =>
-      val dueOnDisk = new ArrayBuffer[UnsafeRow]
-      d.iterator().foreach { case (k, v) =>
-        val t = layout.bufferTime(v)
-        if (isDue(t)) {
-          emit(layout.row(v).copy())
-          dueOnDisk += k.copy()
-          stats.emitted += 1
-        } else {
-          stats.diskRecords += 1
-          stats.diskBytes += k.getSizeInBytes + v.getSizeInBytes
-          diskMin = math.min(diskMin, t)
-        }
-      }
-      dueOnDisk.foreach(d.remove)
-    }
+  /** Releases (emits and removes) entries whose buffer time `isDue`, in buffer order across both parts. */
+  def releaseDue(isDue: Long => Boolean): Iterator[UnsafeRow] =
+    Iterator.continually(releaseOne(isDue)).takeWhile(_ != null)
 
-    def full = records > config.maxRecords || bytes > config.maxBytes
-    if (full) {
-      config.whenFull match {
-        case BufferFullStrategy.ShutDown =>
-          throw new BufferFullException(operatorName, partition, records, config.maxRecords, bytes, config.maxBytes)
-        case BufferFullStrategy.EmitEarly =>
-          val oldestFirst = kept.sortBy(_._1).iterator.buffered
-          while (full && oldestFirst.hasNext) {
-            val (_, k, size) = oldestFirst.next()
-            emit(layout.row(memory.get(k)).copy())
-            memory.remove(k)
-            records -= 1
-            bytes -= size
-            stats.evicted += 1
-          }
-          memoryMin = if (oldestFirst.hasNext) oldestFirst.head._1 else Long.MaxValue
-        case BufferFullStrategy.SpillToDisk =>
-          // The newest entries are the last to become due: they go to disk first.
-          val newestFirst = kept.sortBy(e => -e._1).iterator
-          while (full && newestFirst.hasNext) {
-            val (t, k, size) = newestFirst.next()
-            disk.get.put(k, memory.get(k).copy())
-            memory.remove(k)
-            records -= 1
-            bytes -= size
-            stats.diskRecords += 1
-            stats.diskBytes += size
-            diskMin = math.min(diskMin, t)
-          }
+  private def releaseOne(isDue: Long => Boolean): UnsafeRow = {
+    val fromMemory = memory.index.first
+    val fromDisk = disk.map(_.index.first).orNull
+    val (part, entry) =
+      if (fromDisk == null || (fromMemory != null && BufferIndex.Order.compare(fromMemory, fromDisk) < 0)) {
+        (memory, fromMemory)
+      } else {
+        (disk.get, fromDisk)
       }
+    if (entry == null || !isDue(BufferIndex.bufferTime(entry))) return null
+    stats.emitted += 1
+    take(part, entry)
+  }
+
+  /** Removes `entry` from `part`, returning (a copy of) its row. */
+  private def take(part: IndexedStore, entry: Array[Byte]): UnsafeRow = {
+    val key = BufferIndex.key(entry, keyFields)
+    val value = part.store.get(key)
+    if (value == null) throw BufferIndex.outOfStep(key)
+    val size = (key.getSizeInBytes + value.getSizeInBytes).toLong
+    val row = layout.row(value).copy()
+    part.store.remove(key)
+    part.index.remove(BufferIndex.bufferTime(entry), key, size)
+    row
+  }
+
+  private def full: Boolean = memory.index.records > config.maxRecords || memory.index.bytes > config.maxBytes
+
+  /**
+   * Brings the in-memory part within the bound: emit-early returns the oldest entries (lazily),
+   * spill-to-disk moves the newest to disk, shut-down throws [[BufferFullException]] unless the
+   * oldest entry is due at the end of the batch (`dueAtEnd`; see the ShutDown case).
+   */
+  def enforceBound(dueAtEnd: Long => Boolean = _ => false): Iterator[UnsafeRow] = {
+    if (!config.isBounded || !full) return Iterator.empty
+    config.whenFull match {
+      case BufferFullStrategy.ShutDown =>
+        // Entries that are due leave before the batch commits: a buffer over its bound only while
+        // it still holds them is not full. They are a prefix of the order, so the check waits when
+        // the oldest entry is due and is made again once they are released.
+        val oldest = memory.index.first
+        if (oldest != null && dueAtEnd(BufferIndex.bufferTime(oldest))) return Iterator.empty
+        throw new BufferFullException(operatorName, partition, memory.index.records, config.maxRecords,
+          memory.index.bytes, config.maxBytes)
+      case BufferFullStrategy.EmitEarly =>
+        Iterator.continually {
+          if (full) { stats.evicted += 1; take(memory, memory.index.first) } else null
+        }.takeWhile(_ != null)
+      case BufferFullStrategy.SpillToDisk =>
+        // The newest entries are the last to become due: they go to disk first.
+        val d = disk.get
+        while (full) {
+          val entry = memory.index.last
+          val key = BufferIndex.key(entry, keyFields)
+          val stored = memory.store.get(key)
+          if (stored == null) throw BufferIndex.outOfStep(key)
+          val value = stored.copy()
+          val size = (key.getSizeInBytes + value.getSizeInBytes).toLong
+          d.store.put(key, value)
+          d.index.add(BufferIndex.bufferTime(entry), key, size)
+          memory.store.remove(key)
+          memory.index.remove(BufferIndex.bufferTime(entry), key, size)
+        }
+        Iterator.empty
     }
-    stats.records = records
-    stats.bytes = bytes
-    stats.minBufferTime = math.min(memoryMin, diskMin)
+  }
+
+  /** Fills the after-batch figures of [[stats]]. */
+  def finish(): BufferStats = {
+    stats.records = memory.index.records
+    stats.bytes = memory.index.bytes
+    stats.diskRecords = disk.map(_.index.records).getOrElse(0L)
+    stats.diskBytes = disk.map(_.index.bytes).getOrElse(0L)
+    val firsts = (Some(memory) ++ disk).map(_.index.first).filter(_ != null).map(BufferIndex.bufferTime)
+    stats.minBufferTime = if (firsts.isEmpty) Long.MaxValue else firsts.min
+    stats
   }
 }

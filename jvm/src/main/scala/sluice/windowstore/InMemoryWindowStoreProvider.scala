@@ -422,7 +422,7 @@ object InMemoryWindowStoreProvider {
 
 /** The provider's `spark.sluice.windowstore.*` settings. */
 final case class WindowStoreSettings(
-    name: String, retentionMs: Long, windowSizeMs: Long, graceMs: Long, snapshotInterval: Int) {
+    name: String, retentionMs: Long, snapshotInterval: Int) {
   /** Retention in Spark's timestamp unit; 0 keeps windows until Spark's own eviction removes them. */
   def retentionMicros: Long = retentionMs * 1000L
 }
@@ -445,8 +445,6 @@ object WindowStoreSettings {
     WindowStoreSettings(
       conf.get(SluiceConf.WindowStoreName),
       conf.get(SluiceConf.WindowStoreRetention),
-      conf.get(SluiceConf.WindowStoreWindowSize),
-      conf.get(SluiceConf.WindowStoreGrace),
       conf.get(SluiceConf.WindowStoreSnapshotInterval))
   }
 }

@@ -8,13 +8,17 @@ import org.apache.spark.unsafe.array.ByteArrayMethods
 
 /**
  * A hash table of UnsafeRow keys to UnsafeRow values whose entries are records appended to byte
- * pages, indexed by open addressing over one primitive array of (hash, location) pairs: a probe
- * touches one cache line before it reads a record.
+ * pages, indexed by open addressing over primitive slots, each a key's hash and its location in
+ * one long: a probe touches one cache line before it reads a record. Slots are kept in chunks of
+ * at most 256 KiB: G1 gives an array of half a region or more whole regions of its own, so one
+ * slot array of 1-4 MiB would hold up to twice its size.
  *
  * Why not a java.util map: an in-heap store keeps every entry alive for many batches, and with a
  * map each entry is four or five objects the garbage collector must copy and trace; here an entry
- * is a few bytes in a page. A location is `page << 32 | offset`; a record is
- * `[key size: int][value size: int][key bytes][value bytes]`, 8-byte aligned.
+ * is a few bytes in a page. A location is `page << 15 | offset / 8`, below 2^31 (records are
+ * 8-byte aligned and pages at most 256 KiB, or one record), so that a slot holds it with the hash
+ * and the window store's prefix index with a segment id; a record is
+ * `[key size: int][value size: int][key bytes][value bytes]`.
  *
  * Record bytes are never changed once written: an overwrite or a remove only repoints or clears
  * the slot, leaving the old record as garbage until [[compacted]] copies the live records into
@@ -28,7 +32,8 @@ import org.apache.spark.unsafe.array.ByteArrayMethods
 private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   import RowTable._
 
-  /** slots(2i) is slot i's key hash, slots(2i + 1) its location. */
+  /** Slot i, `slots(i >>> ChunkBits)(i & ChunkMask)`, is `hash << 32 | location`, or [[Empty]] /
+   *  [[Tombstone]] (see [[locOf]]); all chunks have the same length. */
   private var slots = emptySlots(InitialSlots)
   /** Live entries, and slots not empty (live entries plus tombstones). */
   private var live = 0
@@ -49,13 +54,13 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   def size: Int = live
   /** Bytes of the live records. */
   def liveBytes: Long = _liveBytes
-  /** Heap held: pages (live records and garbage) and the slot arrays. */
-  def memoryBytes: Long = pageBytes + slots.length * 8L
+  /** Heap held: pages (live records and garbage) and the slot array. */
+  def memoryBytes: Long = pageBytes + capacity * 8L
   def isEmpty: Boolean = live == 0
 
   def get(key: UnsafeRow): UnsafeRow = {
     val slot = find(key, key.hashCode())
-    if (slot < 0) null else valueAt(slots(slot + 1))
+    if (slot < 0) null else valueAt(locOf(slotAt(slots, slot)))
   }
 
   /** Appends the entry and points the key at it; returns the replaced location or [[Absent]]. */
@@ -66,8 +71,8 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
     val loc = append(key, value)
     _lastWritten = loc
     if (slot >= 0) {
-      val prev = slots(slot + 1)
-      slots(slot + 1) = loc
+      val prev = locOf(slotAt(slots, slot))
+      setSlot(slots, slot, slotOf(hash, loc))
       _liveBytes += recordBytes(loc) - recordBytes(prev)
       prev
     } else {
@@ -82,8 +87,8 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
     val slot = find(key, key.hashCode())
     if (slot < 0) Absent
     else {
-      val prev = slots(slot + 1)
-      slots(slot + 1) = Tombstone
+      val prev = locOf(slotAt(slots, slot))
+      setSlot(slots, slot, Tombstone)
       live -= 1
       _liveBytes -= recordBytes(prev)
       prev
@@ -100,13 +105,32 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
       val hash = key.hashCode()
       val slot = find(key, hash)
       if (slot >= 0) {
-        _liveBytes += recordBytes(loc) - recordBytes(slots(slot + 1))
-        slots(slot + 1) = loc
+        _liveBytes += recordBytes(loc) - recordBytes(locOf(slotAt(slots, slot)))
+        setSlot(slots, slot, slotOf(hash, loc))
       } else insert(-slot - 1, hash, loc)
     }
   }
 
   def keyAt(loc: Long): UnsafeRow = rowAt(pages, loc, keyFields, 0)
+  /** Points `row` at the key of the record at `loc` (no allocation). */
+  def pointKey(row: UnsafeRow, loc: Long): Unit = {
+    val p = pages(pageOf(loc))
+    val off = addr(offsetOf(loc))
+    row.pointTo(p, off + Header, Platform.getInt(p, off))
+  }
+  /** Whether the record at `loc` has the key `key`. */
+  def keyEqualsAt(key: UnsafeRow, loc: Long): Boolean = keyEquals(key, loc)
+  /** Calls `f` with the location of each live entry. */
+  def foreachLocation(f: Long => Unit): Unit = {
+    val s = slots
+    val n = capacityOf(s)
+    var i = 0
+    while (i < n) {
+      val loc = locOf(slotAt(s, i))
+      if (loc >= 0) f(loc)
+      i += 1
+    }
+  }
   def valueAt(loc: Long): UnsafeRow = rowAt(pages, loc, valueFields, 1)
 
   /** The key (part 0) or value (part 1) of the record at `loc`, as a row over the page. */
@@ -150,7 +174,7 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   }
 
   private def own(): Unit = if (shared) {
-    slots = slots.clone()
+    slots = slots.map(_.clone())
     shared = false
   }
 
@@ -158,15 +182,16 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   def entries(): Iterator[(UnsafeRow, UnsafeRow)] = new Iterator[(UnsafeRow, UnsafeRow)] {
     // A table's pages only grow (compaction builds a new table), so current pages cover them.
     private val start = slots
+    private val n = capacityOf(start)
     private var i = 0
     private var nextKey: UnsafeRow = _
     private var nextValue: UnsafeRow = _
 
     private def advance(): Unit = {
       nextKey = null
-      while (nextKey == null && i < start.length) {
-        val loc = start(i + 1)
-        i += 2
+      while (nextKey == null && i < n) {
+        val loc = locOf(slotAt(start, i))
+        i += 1
         if (loc >= 0) {
           if (start eq slots) {
             nextKey = keyAt(loc)
@@ -202,23 +227,24 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
    *  Records are copied whole and slots placed by their stored hash: no key is hashed or compared. */
   def compacted(): RowTable = {
     val fresh = new RowTable(keyFields, valueFields)
-    fresh.slots = emptySlots(capacity)
-    val mask = fresh.slots.length - 1
+    val n = capacity
+    fresh.slots = emptySlots(n)
+    val mask = n - 1
     var j = 0
-    while (j < slots.length) {
-      val loc = slots(j + 1)
+    while (j < n) {
+      val s = slotAt(slots, j)
+      val loc = locOf(s)
       if (loc >= 0) {
         val size = recordBytes(loc).toInt
         val newLoc = fresh.appendRecord(pages(pageOf(loc)), addr(offsetOf(loc)), size)
-        val hash = slots(j).toInt
-        var i = (spread(hash) << 1) & mask
-        while (fresh.slots(i + 1) != Absent) i = (i + 2) & mask
-        fresh.slots(i) = hash
-        fresh.slots(i + 1) = newLoc
+        val hash = hashOf(s)
+        var i = spread(hash) & mask
+        while (slotAt(fresh.slots, i) != Empty) i = (i + 1) & mask
+        setSlot(fresh.slots, i, slotOf(hash, newLoc))
         fresh.live += 1
         fresh._liveBytes += size
       }
-      j += 2
+      j += 1
     }
     fresh.occupied = fresh.live
     fresh
@@ -226,20 +252,20 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
 
   // ---- slots ----
 
-  /** The index in `slots` of the key's pair, or -(index of the pair to insert at) - 1. */
+  /** The index of the key's slot, or -(index of the slot to insert at) - 1. */
   private def find(key: UnsafeRow, hash: Int): Int = {
-    val mask = slots.length - 1
-    var i = (spread(hash) << 1) & mask
+    val mask = capacity - 1
+    var i = spread(hash) & mask
     var firstFree = -1
     while (true) {
-      val loc = slots(i + 1)
-      if (loc == Absent) return -(if (firstFree >= 0) firstFree else i) - 1
-      if (loc == Tombstone) {
+      val s = slotAt(slots, i)
+      if (s == Empty) return -(if (firstFree >= 0) firstFree else i) - 1
+      if (s == Tombstone) {
         if (firstFree < 0) firstFree = i
-      } else if (slots(i).toInt == hash && keyEquals(key, loc)) {
+      } else if (hashOf(s) == hash && keyEquals(key, locOf(s))) {
         return i
       }
-      i = (i + 2) & mask
+      i = (i + 1) & mask
     }
     throw new IllegalStateException("unreachable")
   }
@@ -253,34 +279,32 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   }
 
   private def insert(i: Int, hash: Int, loc: Long): Unit = {
-    if (slots(i + 1) == Absent) occupied += 1
-    slots(i) = hash
-    slots(i + 1) = loc
+    if (slotAt(slots, i) == Empty) occupied += 1
+    setSlot(slots, i, slotOf(hash, loc))
     live += 1
     _liveBytes += recordBytes(loc)
     if (occupied > capacity * MaxLoad) rehash()
   }
 
-  private def capacity: Int = slots.length / 2
+  private def capacity: Int = capacityOf(slots)
 
   /** A new array (twice the size unless tombstones made most of the load); old iterators keep
    *  the old one. */
   private def rehash(): Unit = {
     val n = if (live > capacity * MaxLoad / 2) capacity * 2 else capacity
     val old = slots
+    val oldCapacity = capacityOf(old)
     slots = emptySlots(n)
-    val mask = slots.length - 1
+    val mask = n - 1
     var j = 0
-    while (j < old.length) {
-      val loc = old(j + 1)
-      if (loc >= 0) {
-        val hash = old(j).toInt
-        var i = (spread(hash) << 1) & mask
-        while (slots(i + 1) != Absent) i = (i + 2) & mask
-        slots(i) = hash
-        slots(i + 1) = loc
+    while (j < oldCapacity) {
+      val s = slotAt(old, j)
+      if (locOf(s) >= 0) {
+        var i = spread(hashOf(s)) & mask
+        while (slotAt(slots, i) != Empty) i = (i + 1) & mask
+        setSlot(slots, i, s)
       }
-      j += 2
+      j += 1
     }
     occupied = live
   }
@@ -295,14 +319,14 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
     Platform.putInt(page, addr(off) + 4, v)
     Platform.copyMemory(key.getBaseObject, key.getBaseOffset, page, addr(off) + Header, k)
     Platform.copyMemory(value.getBaseObject, value.getBaseOffset, page, addr(off) + Header + k, v)
-    (pages.length - 1).toLong << 32 | off
+    locationOf(pages.length - 1, off)
   }
 
   /** Appends a whole record (header included) copied from another table's page. */
   private def appendRecord(src: Array[Byte], srcAddr: Long, size: Int): Long = {
     val off = reserve(size)
     Platform.copyMemory(src, srcAddr, page, addr(off), size)
-    (pages.length - 1).toLong << 32 | off
+    locationOf(pages.length - 1, off)
   }
 
   /** Room for `size` bytes in the current page (a new page if needed); returns its offset. */
@@ -317,6 +341,10 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
    *  page gets a page of its own size. */
   private def newPage(minSize: Int): Unit = {
     val size = math.max(minSize, math.min(MaxPage, math.max(MinPage, pageBytes)).toInt)
+    if (pages.length >= MaxPages) {
+      throw new IllegalStateException(s"A window store segment cannot hold more than $MaxPages pages " +
+        s"(${MaxPages.toLong * MaxPage >> 30} GiB of records)")
+    }
     page = new Array[Byte](size)
     pageUsed = 0
     pageBytes += size
@@ -335,17 +363,18 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
 
 private[windowstore] object RowTable {
   /** A table's entries as of [[RowTable.freeze]]. */
-  final class Frozen private[RowTable] (slots: Array[Long], pages: Array[Array[Byte]]) {
+  final class Frozen private[RowTable] (slots: Array[Array[Long]], pages: Array[Array[Byte]]) {
     def writeTo(out: OutputStream): Unit = {
       var i = 0
-      while (i < slots.length) {
-        val loc = slots(i + 1)
+      val n = capacityOf(slots)
+      while (i < n) {
+        val loc = locOf(slotAt(slots, i))
         if (loc >= 0) {
           val p = pages(pageOf(loc))
           val off = offsetOf(loc)
           out.write(p, off, Header + Platform.getInt(p, addr(off)) + Platform.getInt(p, addr(off) + 4))
         }
-        i += 2
+        i += 1
       }
     }
   }
@@ -393,8 +422,10 @@ private[windowstore] object RowTable {
     }
   }
 
-  /** Location of no entry; a cleared slot. Real locations are >= 0. */
+  /** Location of no entry. Real locations are >= 0 and below 2^31. */
   val Absent: Long = -1L
+  /** A slot never used (location -1) and a cleared one (location -2). */
+  private val Empty = -1L
   private val Tombstone = -2L
   private val Header = 8
   private val InitialSlots = 16
@@ -403,12 +434,30 @@ private[windowstore] object RowTable {
   /** Below half of G1's smallest region (1 MiB): larger arrays are humongous objects, each
    *  taking whole regions of the old generation. */
   private val MaxPage = 256 << 10
+  /** Locations are `page << 15 | offset / 8`: offsets below MaxPage, pages below 2^16. */
+  private val OffsetBits = 15
+  private val MaxPages = 1 << 16
   private val MinCompactBytes = 64L * 1024
 
-  /** n (hash, location) pairs, all absent. */
-  private def emptySlots(n: Int): Array[Long] = { val a = new Array[Long](2 * n); java.util.Arrays.fill(a, Absent); a }
-  @inline private def pageOf(loc: Long): Int = (loc >>> 32).toInt
-  @inline private def offsetOf(loc: Long): Int = loc.toInt
+  /** Slots per chunk at most: 256 KiB, below half of G1's smallest region (1 MiB). */
+  private val ChunkBits = 15
+  private val ChunkMask = (1 << ChunkBits) - 1
+
+  /** n empty slots (a power of two): one chunk of n, or chunks of 2^ChunkBits. */
+  private def emptySlots(n: Int): Array[Array[Long]] = {
+    val chunk = math.min(n, 1 << ChunkBits)
+    Array.fill(n / chunk) { val a = new Array[Long](chunk); java.util.Arrays.fill(a, Empty); a }
+  }
+  @inline private def capacityOf(s: Array[Array[Long]]): Int = s.length * s(0).length
+  @inline private def slotAt(s: Array[Array[Long]], i: Int): Long = s(i >>> ChunkBits)(i & ChunkMask)
+  @inline private def setSlot(s: Array[Array[Long]], i: Int, v: Long): Unit = s(i >>> ChunkBits)(i & ChunkMask) = v
+  @inline private def slotOf(hash: Int, loc: Long): Long = hash.toLong << 32 | loc
+  @inline private def hashOf(slot: Long): Int = (slot >>> 32).toInt
+  /** A slot's location: >= 0 for an entry, -1 for an empty slot, -2 for a tombstone. */
+  @inline private def locOf(slot: Long): Long = slot.toInt.toLong
+  @inline private def locationOf(page: Int, off: Int): Long = page.toLong << OffsetBits | (off >>> 3)
+  @inline private def pageOf(loc: Long): Int = (loc >>> OffsetBits).toInt
+  @inline private def offsetOf(loc: Long): Int = (loc.toInt & ((1 << OffsetBits) - 1)) << 3
   @inline private def addr(off: Int): Long = Platform.BYTE_ARRAY_OFFSET + off
   @inline private def align(n: Int): Int = (n + 7) & ~7
   /** Murmur3's low bits are well mixed already; folding the high bits in costs nothing. */

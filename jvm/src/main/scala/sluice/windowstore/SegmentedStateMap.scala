@@ -1,6 +1,6 @@
 package sluice.windowstore
 
-import java.util.concurrent.{ConcurrentHashMap, ConcurrentSkipListMap}
+import java.util.concurrent.ConcurrentSkipListMap
 
 import scala.jdk.CollectionConverters._
 
@@ -17,6 +17,8 @@ private[windowstore] final class Segment(val start: Long, keyFields: Int, valueF
   var live: Boolean = true
   /** The change log that last listed this segment as touched. */
   var touchedBy: ChangeLog = null
+  /** Its number in the prefix index's anchors while the map may still refer to it, else -1. */
+  var id: Int = -1
 }
 
 /**
@@ -81,7 +83,9 @@ private[windowstore] object WindowField {
 /**
  * The live state of one store: window-less keys in one segment, windowed keys in a sorted map of
  * segments by window start, so that expiry drops whole segments and never scans other state.
- * Each segment is a [[RowTable]]: entries are bytes in pages, not objects.
+ * Each segment is a [[RowTable]]: entries are bytes in pages, not objects. Prefix-scanned state
+ * (`numColsPrefixKey > 0`) also has a [[PrefixIndex]] of primitive arrays: one entry per live key
+ * of a live segment, holding the segment's id and the location of one of the key's records.
  *
  * There is one copy of the state. An open version records each change in a [[ChangeLog]] as
  * locations only, since record bytes never change: `rollback` points keys back at the records
@@ -107,14 +111,21 @@ private[windowstore] final class SegmentedStateMap(
 
   val hasWindow: Boolean = window.isDefined
 
+  // Segments by id, for the prefix index; the ids of segments gone for good are reused.
+  private var segmentsById = new Array[Segment](16)
+  private var freeIds = new Array[Int](16)
+  private var freeIdCount = 0
+  private var idCount = 0
+
   private val segments = new ConcurrentSkipListMap[java.lang.Long, Segment]()
   private val plain = newSegment(NoWindow)
   /** Recently used segments by a hash of their start: rows of one batch cycle through a few
    *  windows, and the skip list costs a dozen boxed comparisons per lookup. */
   private val recent = new Array[Segment](RecentSlots)
 
-  private val prefixIndex: ConcurrentHashMap[UnsafeRow, java.util.Set[UnsafeRow]] =
-    if (numColsPrefixKey > 0) new ConcurrentHashMap() else null
+  private val index: PrefixIndex = if (numColsPrefixKey > 0) new PrefixIndex else null
+  /** Pointed at keys in pages, to hash and compare them without allocating. */
+  private val cursor = new UnsafeRow(keyFields)
   private lazy val prefixProjection: UnsafeProjection = UnsafeProjection.create(
     keySchema.fields.take(numColsPrefixKey).zipWithIndex.map { case (f, i) =>
       BoundReference(i, f.dataType, f.nullable)
@@ -127,14 +138,19 @@ private[windowstore] final class SegmentedStateMap(
   private var log: ChangeLog = null
   private var streamTimeAtOpen = Long.MinValue
   private var _droppedPuts = 0L
+  private var _compactions = 0L
   /** Segments waiting for compaction, oldest first. */
   private val compactionDue = scala.collection.mutable.LinkedHashSet[Segment]()
 
   private def allSegments: Iterator[Segment] = segments.values().iterator().asScala ++ Iterator.single(plain)
 
   def numKeys: Long = allSegments.map(_.table.size.toLong).sum
-  def memoryBytes: Long = allSegments.map(_.table.memoryBytes + SegmentOverhead).sum
+  def memoryBytes: Long = allSegments.map(_.table.memoryBytes + SegmentOverhead).sum +
+    (if (index == null) 0L else index.memoryBytes) + segmentsById.length * 8L
   def numSegments: Int = segments.size() + (if (plain.table.isEmpty) 0 else 1)
+  /** Entries in the prefix index (equal to [[numKeys]]), and segments compacted so far: for tests. */
+  private[windowstore] def indexedKeys: Int = if (index == null) 0 else index.size
+  private[windowstore] def compactions: Long = _compactions
   /** Puts the open (or last) version dropped because their window had expired. */
   def droppedPuts: Long = _droppedPuts
   def isOpen: Boolean = log != null
@@ -152,9 +168,11 @@ private[windowstore] final class SegmentedStateMap(
     }
   }
 
-  private def expiryThreshold: Long =
-    if (retentionMicros <= 0 || streamTime == Long.MinValue) Long.MinValue
-    else streamTime - retentionMicros
+  private def expiryThreshold: Long = thresholdOf(streamTime)
+
+  private def thresholdOf(time: Long): Long =
+    if (retentionMicros <= 0 || time == Long.MinValue) Long.MinValue
+    else time - retentionMicros
 
   /** Drops every segment whose window start is at or before stream time minus retention. */
   def expire(): Unit = {
@@ -182,6 +200,7 @@ private[windowstore] final class SegmentedStateMap(
    *  committed state. */
   def commit(out: java.io.OutputStream): Unit = {
     require(log != null, "no open version")
+    expire() // by the stream time the version reached (see put)
     val ops = log
     val scratch = new Array[Byte](8)
     var i = 0
@@ -209,9 +228,11 @@ private[windowstore] final class SegmentedStateMap(
         else {
           val keyLoc = if (written >= 0) written else replaced
           seg.table.restore(keyLoc, replaced)
-          if (prefixIndex != null) {
-            if (replaced == Absent) indexRemove(seg.table.keyAt(keyLoc))
-            else if (written == Absent) indexAdd(seg.table.keyAt(keyLoc))
+          if (index != null) {
+            if (replaced == Absent) {
+              seg.table.pointKey(cursor, keyLoc)
+              indexRemove(seg, cursor)
+            } else if (written == Absent) indexAdd(seg, replaced)
           }
         }
         i -= 1
@@ -231,7 +252,7 @@ private[windowstore] final class SegmentedStateMap(
       if (seg.live) {
         if (seg.table.isEmpty && seg.start != NoWindow) unlink(seg)
         else if (seg.table.wantsCompaction) compactionDue += seg
-      }
+      } else release(seg) // expired in the version, which no rollback can bring back now
     }
     var budget = math.max(MinCompactionBudget, 2 * ops.bytesWritten)
     while (budget > 0 && compactionDue.nonEmpty) {
@@ -239,7 +260,10 @@ private[windowstore] final class SegmentedStateMap(
       compactionDue -= seg
       if (seg.live && seg.table.wantsCompaction) {
         budget -= seg.table.liveBytes
-        seg.table = seg.table.compacted()
+        val old = seg.table
+        seg.table = old.compacted()
+        if (index != null) reanchor(seg, old)
+        _compactions += 1
       }
     }
   }
@@ -249,15 +273,23 @@ private[windowstore] final class SegmentedStateMap(
     if (seg == null) null else seg.table.get(key)
   }
 
-  /** Kafka's put: advances stream time, expires segments, drops (and counts) an expired put. */
+  /**
+   * Kafka's put: advances stream time and drops (and counts) a put of an expired window. Inside a
+   * version, "expired" is judged by the stream time the version started with, and segments expire
+   * when it commits: a micro-batch's puts arrive in an order Spark does not fix (shuffle fetches,
+   * a record cache's flushes), so a put's fate must not depend on which of the batch's puts came
+   * first, or a replayed batch could keep a different set of rows. Per micro-batch is as fine as
+   * Spark's own watermark, which also advances between batches.
+   */
   def put(key: UnsafeRow, value: UnsafeRow): Unit = {
     val start = windowStartOf(key)
     if (start != NoWindow && retentionMicros > 0) {
       if (start > streamTime) {
         streamTime = start
-        expire()
+        if (log == null) expire()
       }
-      if (start <= expiryThreshold) {
+      val threshold = if (log == null) expiryThreshold else thresholdOf(streamTimeAtOpen)
+      if (start <= threshold) {
         _droppedPuts += 1
         return
       }
@@ -268,7 +300,7 @@ private[windowstore] final class SegmentedStateMap(
       log.add(seg, seg.table.lastWritten, prev)
       log.bytesWritten += key.getSizeInBytes + value.getSizeInBytes
     }
-    if (prefixIndex != null && prev == Absent) indexAdd(seg.table.keyAt(seg.table.lastWritten))
+    if (index != null && prev == Absent) indexAdd(seg, seg.table.lastWritten)
   }
 
   def remove(key: UnsafeRow): Unit = {
@@ -277,7 +309,7 @@ private[windowstore] final class SegmentedStateMap(
       val prev = seg.table.remove(key)
       if (prev != Absent) {
         if (log != null) log.add(seg, Absent, prev)
-        if (prefixIndex != null) indexRemove(key)
+        if (index != null) indexRemove(seg, key)
         if (log == null && seg.table.isEmpty && seg.start != NoWindow) unlink(seg)
       }
     }
@@ -286,9 +318,7 @@ private[windowstore] final class SegmentedStateMap(
   /** Applies a recovered record (no undo, no expiry). */
   def rawPut(key: UnsafeRow, value: UnsafeRow): Unit = {
     val seg = segmentOf(windowStartOf(key), create = true)
-    if (seg.table.put(key, value) == Absent && prefixIndex != null) {
-      indexAdd(seg.table.keyAt(seg.table.lastWritten))
-    }
+    if (seg.table.put(key, value) == Absent && index != null) indexAdd(seg, seg.table.lastWritten)
   }
 
   def rawRemove(key: UnsafeRow): Unit = remove(key)
@@ -308,14 +338,27 @@ private[windowstore] final class SegmentedStateMap(
     segs.flatMap(_.table.entries()).map { case (k, v) => pair.withRows(k, v) }
   }
 
+  /** The entries whose key starts with `prefixKey` (a row of the first `numColsPrefixKey` key
+   *  columns): the keys are collected first, as callers remove keys of the prefix while
+   *  iterating, and each key's value is read when the iteration reaches it. */
   def prefixScan(prefixKey: UnsafeRow): Iterator[UnsafeRowPair] = {
-    require(prefixIndex != null, "prefix scan needs numColsPrefixKey > 0")
-    val keys = prefixIndex.get(prefixKey)
-    if (keys == null) Iterator.empty
+    require(index != null, "prefix scan needs numColsPrefixKey > 0")
+    val hash = prefixKey.hashCode()
+    val keys = new scala.collection.mutable.ArrayBuffer[UnsafeRow](4)
+    var e = index.head(hash)
+    while (e != PrefixIndex.End) {
+      if (index.hashOf(e) == hash) {
+        val a = index.anchorOf(e)
+        val key = segmentsById(segmentIdOf(a)).table.keyAt(locationOf(a))
+        // Another prefix may share the hash.
+        if (prefixProjection(key) == prefixKey) keys += key
+      }
+      e = index.next(e)
+    }
+    if (keys.isEmpty) Iterator.empty
     else {
       val pair = new UnsafeRowPair()
-      // Materialized: callers remove keys of this prefix while iterating.
-      keys.toArray(new Array[UnsafeRow](0)).iterator.flatMap { k =>
+      keys.iterator.flatMap { k =>
         val v = get(k)
         if (v == null) None else Some(pair.withRows(k, v))
       }
@@ -325,13 +368,43 @@ private[windowstore] final class SegmentedStateMap(
   def clear(): Unit = {
     segments.clear()
     plain.table = new RowTable(keyFields, valueFields)
-    if (prefixIndex != null) prefixIndex.clear()
+    java.util.Arrays.fill(segmentsById.asInstanceOf[Array[AnyRef]], null)
+    freeIdCount = 0
+    idCount = 0
+    register(plain)
+    if (index != null) index.clear()
     java.util.Arrays.fill(recent.asInstanceOf[Array[AnyRef]], null)
     compactionDue.clear()
     log = null
   }
 
-  private def newSegment(start: Long) = new Segment(start, keyFields, valueFields)
+  private def newSegment(start: Long): Segment = {
+    val seg = new Segment(start, keyFields, valueFields)
+    register(seg)
+    seg
+  }
+
+  private def register(seg: Segment): Unit = {
+    val id = if (freeIdCount > 0) {
+      freeIdCount -= 1
+      freeIds(freeIdCount)
+    } else {
+      if (idCount == segmentsById.length) segmentsById = java.util.Arrays.copyOf(segmentsById, idCount * 2)
+      idCount += 1
+      idCount - 1
+    }
+    segmentsById(id) = seg
+    seg.id = id
+  }
+
+  /** Frees the id of a segment out of the map that no rollback can link again. */
+  private def release(seg: Segment): Unit = if (seg.id >= 0) {
+    segmentsById(seg.id) = null
+    if (freeIdCount == freeIds.length) freeIds = java.util.Arrays.copyOf(freeIds, freeIdCount * 2)
+    freeIds(freeIdCount) = seg.id
+    freeIdCount += 1
+    seg.id = -1
+  }
 
   private def segmentOf(start: Long, create: Boolean): Segment = {
     if (start == NoWindow) plain
@@ -352,31 +425,80 @@ private[windowstore] final class SegmentedStateMap(
     }
   }
 
-  /** Takes a segment out of the map (expired, or emptied) with its keys' prefix entries. */
+  /** Takes a segment out of the map (expired, or emptied) with its keys' prefix entries; inside
+   *  a version it keeps its id until the version ends (a rollback links it again). */
   private def unlink(seg: Segment): Unit = {
     segments.remove(seg.start, seg)
     seg.live = false
-    if (prefixIndex != null) seg.table.entries().foreach { case (k, _) => indexRemove(k) }
+    if (index != null) {
+      val t = seg.table
+      t.foreachLocation { loc =>
+        t.pointKey(cursor, loc)
+        indexRemove(seg, cursor)
+      }
+    }
+    if (log == null) release(seg)
   }
 
   /** Puts an unlinked segment back (a rollback of its expiry). */
   private def link(seg: Segment): Unit = {
     segments.put(seg.start, seg)
     seg.live = true
-    if (prefixIndex != null) seg.table.entries().foreach { case (k, _) => indexAdd(k) }
+    if (index != null) seg.table.foreachLocation(loc => indexAdd(seg, loc))
   }
 
-  private def indexAdd(key: UnsafeRow): Unit = {
-    val prefix = prefixProjection(key).copy()
-    prefixIndex.computeIfAbsent(prefix, _ => ConcurrentHashMap.newKeySet[UnsafeRow]()).add(key)
+  // ---- prefix index ----
+
+  private def prefixHash(key: UnsafeRow): Int = prefixProjection(key).hashCode()
+
+  /** Adds the key of the record at `loc` in `seg`, a key not in the index. */
+  private def indexAdd(seg: Segment, loc: Long): Unit = {
+    seg.table.pointKey(cursor, loc)
+    index.add(prefixHash(cursor), anchorOf(seg, loc))
   }
 
-  private def indexRemove(key: UnsafeRow): Unit = {
-    val prefix = prefixProjection(key)
-    prefixIndex.computeIfPresent(prefix, (_, set) => {
-      set.remove(key)
-      if (set.isEmpty) null else set
-    })
+  private def indexRemove(seg: Segment, key: UnsafeRow): Unit = {
+    val hash = prefixHash(key)
+    val found = indexFind(seg, seg.table, key, hash)
+    index.unlink(hash, (found >> 32).toInt, found.toInt)
+  }
+
+  /** The index entry of `key` in `seg`, whose anchors point into `table`, and the entry before
+   *  it in the chain, as `previous << 32 | entry` (see [[PrefixIndex.unlink]]). */
+  private def indexFind(seg: Segment, table: RowTable, key: UnsafeRow, hash: Int): Long = {
+    var prev = PrefixIndex.End
+    var e = index.head(hash)
+    while (e != PrefixIndex.End) {
+      if (index.hashOf(e) == hash) {
+        val a = index.anchorOf(e)
+        if (segmentIdOf(a) == seg.id && table.keyEqualsAt(key, locationOf(a))) {
+          return prev.toLong << 32 | (e & 0xFFFFFFFFL)
+        }
+      }
+      prev = e
+      e = index.next(e)
+    }
+    throw new IllegalStateException(s"prefix index has no entry for a key of segment ${seg.start}")
+  }
+
+  /** Points the index entries of a compacted segment at its new records: all entries are found
+   *  first, while every anchor of the segment still points into the `old` table. */
+  private def reanchor(seg: Segment, old: RowTable): Unit = {
+    val t = seg.table
+    val entries = new Array[Int](t.size)
+    val locations = new Array[Long](t.size)
+    var n = 0
+    t.foreachLocation { loc =>
+      t.pointKey(cursor, loc)
+      entries(n) = indexFind(seg, old, cursor, prefixHash(cursor)).toInt
+      locations(n) = loc
+      n += 1
+    }
+    var i = 0
+    while (i < n) {
+      index.setAnchor(entries(i), anchorOf(seg, locations(i)))
+      i += 1
+    }
   }
 }
 
@@ -389,4 +511,8 @@ private[windowstore] object SegmentedStateMap {
   val SegmentOverhead = 256L
   private val RecentSlots = 1024
   private val MinCompactionBudget = 1L << 20
+
+  @inline private def anchorOf(seg: Segment, loc: Long): Long = seg.id.toLong << 32 | loc
+  @inline private def segmentIdOf(anchor: Long): Int = (anchor >>> 32).toInt
+  @inline private def locationOf(anchor: Long): Long = anchor & 0xFFFFFFFFL
 }

@@ -20,22 +20,26 @@ object Stores {
       retention: Duration,
       windowSize: Duration,
       grace: Duration): InMemoryWindowStoreSupplier = {
-    if (name == null) throw new NullPointerException("name cannot be null")
+    def msg(name: String, args: (String, Any)*): String =
+      args.foldLeft(SluiceConf.spec.get("windowstore_supplier").get(name).asText()) {
+        case (m, (k, v)) => m.replace(s"{$k}", String.valueOf(v))
+      }
+    if (name == null) throw new NullPointerException(msg("null", "what" -> "name"))
     def millis(d: Duration, what: String): Long = {
-      if (d == null) throw new NullPointerException(s"$what cannot be null")
-      if (d.isNegative) throw new IllegalArgumentException(s"$what cannot be negative")
+      if (d == null) throw new NullPointerException(msg("null", "what" -> what))
+      if (d.isNegative) throw new IllegalArgumentException(msg("negative", "what" -> what))
       d.toMillis
     }
     val retentionMs = millis(retention, "retentionPeriod")
     val sizeMs = millis(windowSize, "windowSize")
     val graceMs = millis(grace, "gracePeriod")
     if (sizeMs > retentionMs) {
-      throw new IllegalArgumentException(s"The retention period of the window store $name must be " +
-        s"no smaller than its window size. Got size=[$windowSize], retention=[$retention]")
+      throw new IllegalArgumentException(msg("retention_below_size", "name" -> name, "size" -> windowSize,
+        "retention" -> retention))
     }
     if (graceMs > retentionMs) {
-      throw new IllegalArgumentException(s"The grace period of the window store $name must not " +
-        s"exceed its retention period. Got grace period=[$grace], retention=[$retention]")
+      throw new IllegalArgumentException(msg("grace_above_retention", "name" -> name, "grace" -> grace,
+        "retention" -> retention))
     }
     new InMemoryWindowStoreSupplier(name, retentionMs, sizeMs, graceMs)
   }
@@ -45,13 +49,14 @@ object Stores {
 final class InMemoryWindowStoreSupplier private[windowstore] (
     val name: String, val retentionMs: Long, val windowSizeMs: Long, val graceMs: Long) {
 
-  /** The Spark settings this supplier stands for. */
+  /**
+   * The Spark settings this supplier stands for. Window size and grace only bound the retention
+   * (checked when the supplier is built, as Kafka does): the store itself needs only the retention.
+   */
   def settings: Map[String, String] = Map(
     Stores.ProviderClassKey -> Stores.ProviderClass,
     SluiceConf.WindowStoreName.key -> name,
-    SluiceConf.WindowStoreRetention.key -> retentionMs.toString,
-    SluiceConf.WindowStoreWindowSize.key -> windowSizeMs.toString,
-    SluiceConf.WindowStoreGrace.key -> graceMs.toString)
+    SluiceConf.WindowStoreRetention.key -> retentionMs.toString)
 
   def configure(builder: SparkSession.Builder): SparkSession.Builder =
     settings.foldLeft(builder) { case (b, (k, v)) => b.config(k, v) }

@@ -27,9 +27,9 @@ class EmissionCacheSuite extends AnyFunSuite {
     val out = mutable.ArrayBuffer.empty[(Long, Long)]
     val emit: InternalRow => Unit = r => out += ((r.getLong(0), r.getLong(1)))
     val c = new EmissionCache(layout, store, maxBytes, intervalMs = 1000, batchMs = ms, batchId = id)
-    updates.foreach { case (k, n) => c.update(key(k), InternalRow(k, n), emit) }
-    val s = c.finish(emit)
-    (out.toSeq, s)
+    updates.foreach { case (k, n) => c.update(key(k), InternalRow(k, n)) }
+    c.finish().foreach(emit)
+    (out.toSeq, c.stats)
   }
 
   test("a key updated many times within the interval is forwarded once, with its latest value") {
@@ -56,5 +56,23 @@ class EmissionCacheSuite extends AnyFunSuite {
     val (o2, s2) = batch(store, 1, 10, Seq(1L -> 2L, 4L -> 1L, 5L -> 1L), maxBytes = 3 * entryBytes)
     assert(o2 == Seq(2L -> 1L, 3L -> 1L) && s2.evicted == 2 && s2.bytes <= 3 * entryBytes)
     assert(store.rows.keys.map(_.getLong(0)).toSet == Set(1L, 4L, 5L))
+  }
+
+  test("what is forwarded early depends on the batch's updates as a set, not on their arrival order") {
+    val probe = new MapStore
+    batch(probe, 0, 0, Seq(9L -> 9L))
+    val entryBytes = probe.rows.head match {
+      case (k, v) => k.getSizeInBytes + v.getSizeInBytes + RecordCache.EntryOverheadBytes
+    }
+    val held = Seq(1L -> 1L, 2L -> 1L, 3L -> 1L)
+    val updates = Seq(7L -> 1L, 5L -> 1L, 2L -> 2L, 6L -> 1L)
+    val results = updates.permutations.map { order =>
+      val store = new MapStore
+      batch(store, 0, 0, held, maxBytes = 3 * entryBytes)
+      val (out, s) = batch(store, 1, 10, order, maxBytes = 3 * entryBytes)
+      (out, s.evicted, store.rows.keys.map(_.getLong(0)).toSet)
+    }.toSet
+    // held 1 and 3 are the least recently updated; then this batch's rows by key bytes: 2 (updated) first
+    assert(results == Set((Seq(1L -> 1L, 3L -> 1L, 2L -> 2L), 3L, Set(5L, 6L, 7L))))
   }
 }

@@ -44,9 +44,12 @@ class RecordCacheSuite extends AnyFunSuite {
     assert(c.flushes == 1 && log.writes.size == 2)
   }
 
+  /** A cache whose unowned entries (CacheKey.NoOwner) are written to `log` when evicted. */
+  private def cacheFor(log: Log): RecordCache = { val c = new RecordCache; c.attach(CacheKey.NoOwner, log); c }
+
   test("eviction is least recently used first and writes dirty entries through before dropping them") {
-    val c = new RecordCache
     val log = new Log
+    val c = cacheFor(log)
     val cap = 3 * entry
     c.putDirty(key(1), row(11), cap, log)
     c.putClean(key(2), row(22), cap, log)
@@ -64,8 +67,8 @@ class RecordCacheSuite extends AnyFunSuite {
   }
 
   test("size never exceeds the capacity; an entry larger than the capacity is written straight through") {
-    val c = new RecordCache
     val log = new Log
+    val c = cacheFor(log)
     (1L to 100L).foreach(i => { c.putDirty(key(i), row(i), 7 * entry + 1, log); assert(c.sizeBytes <= 7 * entry + 1) })
     assert(c.numEntries == 7 && log.writes.size == 93)
     val tiny = new RecordCache
@@ -111,5 +114,38 @@ class RecordCacheSuite extends AnyFunSuite {
     assert(c.numEntries == 0 && c.sizeBytes == 0 && c.numDirty == 0)
     c.flush(log)
     assert(log.writes.isEmpty)
+  }
+
+  test("a dirty row whose store is not open fails the eviction instead of reaching another store") {
+    val c = new RecordCache
+    val a = new Log
+    val b = new Log
+    val (ownerA, ownerB) = (new Object, new Object)
+    val cap = 2 * entry
+    c.attach(ownerA, a)
+    c.attach(ownerB, b)
+    c.putDirty(CacheKey("default", row(1), ownerA), row(1), cap, a)
+    c.detach(ownerA) // A's store closed with its write still pending (its task is ending)
+    c.putDirty(CacheKey("default", row(2), ownerB), row(2), cap, b)
+    val e = intercept[IllegalStateException] {
+      c.putDirty(CacheKey("default", row(3), ownerB), row(3), cap, b) // needs A's row out
+    }
+    assert(e.getMessage.contains("is not open to take it"))
+    assert(a.writes.isEmpty && b.writes.isEmpty) // B's store never saw A's row
+    c.attach(ownerA, a) // once A's store is open again, the same eviction writes to A
+    c.putDirty(CacheKey("default", row(3), ownerB), row(3), cap, b)
+    assert(a.writes == Seq((1L, Some(1L))) && b.writes.isEmpty)
+  }
+
+  test("a flush writes only its own store's rows, however many other stores' rows are dirty") {
+    val c = new RecordCache
+    val owners = (0 until 5).map(_ => new Object)
+    val logs = owners.map(_ => new Log)
+    owners.zip(logs).foreach { case (o, l) => c.attach(o, l) }
+    for (i <- 0L until 100L; (o, l) <- owners.zip(logs)) c.putDirty(CacheKey("default", row(i), o), row(i), 1000 * entry, l)
+    c.flush(logs(2), owners(2))
+    assert(logs(2).writes.map(_._1) == (0L until 100L))
+    assert(logs.indices.filter(_ != 2).forall(i => logs(i).writes.isEmpty))
+    assert(c.numDirty == 400)
   }
 }

@@ -12,6 +12,12 @@ class SluiceConfSuite extends AnyFunSuite {
     assert(c.commitIntervalMs == 0L)
   }
 
+  test("booleans accept true and false in any case; the fused suppress path is on by default") {
+    assert(conf().get(SluiceConf.SuppressFused))
+    assert(!conf("spark.sluice.suppress.fused" -> "FALSE").get(SluiceConf.SuppressFused))
+    assert(conf("spark.sluice.suppress.fused" -> " true ").get(SluiceConf.SuppressFused))
+  }
+
   test("byte sizes accept plain numbers and Spark byte strings") {
     assert(conf("spark.sluice.statestore.cache.max.bytes" -> "1024").stateStoreCacheMaxBytes == 1024L)
     assert(conf("spark.sluice.statestore.cache.max.bytes" -> "64m").stateStoreCacheMaxBytes == 64L << 20)
@@ -44,7 +50,8 @@ class SluiceConfSuite extends AnyFunSuite {
         "spark.sluice.statestore.cache.max.bytes" -> "lots",
         "spark.sluice.input.buffer.max.bytes" -> "0",
         "spark.sluice.commit.interval.ms" -> "-5s",
-        "spark.sluice.commit.interval.ms" -> "soon")) {
+        "spark.sluice.commit.interval.ms" -> "soon",
+        "spark.sluice.suppress.fused" -> "yes")) {
       val e = intercept[SluiceConfException](conf(key -> value))
       assert(e.getMessage.contains(key), e.getMessage)
       assert(e.getMessage.contains(s"'$value'"), e.getMessage)
@@ -73,5 +80,37 @@ class SluiceConfSuite extends AnyFunSuite {
     assert(SluiceConf.editDistance("kitten", "sitting") == 3)
     assert(SluiceConf.closest("spark.sluice.comit.interval.ms", SluiceConf.entries.map(_.key)) ==
       "spark.sluice.commit.interval.ms")
+  }
+
+  test("the parsers agree with sluice/conf.json: its vectors and every unit it lists (Python checks the same file)") {
+    import scala.jdk.CollectionConverters._
+    val forms = SluiceConf.spec.get("forms")
+    def vectors(form: String) = forms.get(form).get("vectors").elements().asScala.map { v =>
+      (v.get(0).asText(), if (v.get(1).isNull) None else Some(v.get(1).asText()))
+    }.toSeq
+    for ((in, out) <- vectors("bytes")) assert(SluiceConf.parseBytes(in).map(_.toString) == out, in)
+    for ((in, out) <- vectors("millis")) assert(SluiceConf.parseMillis(in).map(_.toString) == out, in)
+    val snapshot = SluiceConf.WindowStoreSnapshotInterval
+    for ((in, out) <- vectors("positive_int")) assert(snapshot.parse(in).map(_.toString) == out, in)
+    for ((in, out) <- vectors("string")) assert(SluiceConf.WindowStoreName.parse(in) == out, in)
+    val byteUnits = forms.get("bytes").get("units")
+    for (u <- byteUnits.fieldNames().asScala) {
+      assert(SluiceConf.parseBytes(s"7$u").contains(7L * byteUnits.get(u).asLong()), u)
+      assert(SluiceConf.parseBytes(s"7${u.toUpperCase}").contains(7L * byteUnits.get(u).asLong()), u)
+    }
+    val timeUnits = forms.get("millis").get("units_in_micros")
+    for (u <- timeUnits.fieldNames().asScala) {
+      assert(SluiceConf.parseMillis(s"7000$u").contains(7000L * timeUnits.get(u).asLong() / 1000), u)
+    }
+    // and no unit that the table lacks
+    for (u <- Seq("x", "kib", "w", "sec", "hours")) {
+      assert(SluiceConf.parseBytes(s"7$u").isEmpty || byteUnits.has(u), u)
+      assert(SluiceConf.parseMillis(s"7$u").isEmpty || timeUnits.has(u), u)
+    }
+  }
+
+  test("the provider names of the record cache's delegate are the spec's") {
+    assert(sluice.cache.CachingStateStoreProvider.DelegateClasses.keySet == Set("rocksdb", "hdfs", "in_memory_window"))
+    assert(SluiceConf.StateStoreCacheDelegate.expected == "one of rocksdb, hdfs, in_memory_window")
   }
 }

@@ -2,6 +2,8 @@ package sluice.plugin
 
 import org.scalatest.funsuite.AnyFunSuite
 
+import sluice.conf.SlotBudget
+
 class SlotBudgetSuite extends AnyFunSuite {
   test("the cache budget is split evenly over executor cores / task cpus") {
     val b = SlotBudget.split("1", 12L << 20, executorCores = 4, taskCpus = 2, inputBufferMaxBytes = 1L)

@@ -22,7 +22,7 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
   private val sec = 1000000L // microseconds
 
   private def settings(retentionMs: Long = 0L, snapshotInterval: Int = 10) =
-    WindowStoreSettings("test-store", retentionMs, 0L, 0L, snapshotInterval)
+    WindowStoreSettings("test-store", retentionMs, snapshotInterval)
 
   private def newProvider(
       dir: String,
@@ -107,19 +107,40 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
     s.put(wkey("a", 5), value(2))
     s.put(wkey("b", 5), value(3))
     assert(p.liveMap.numSegments == 2)
-    s.put(wkey("a", 15), value(4)) // stream time 15s: windows at or before 5s expire
-    assert(contents(s) == Map("a@15" -> 4L))
-    s.put(wkey("late", 5), value(9))
-    s.put(wkey("late", 3), value(9))
-    assert(s.get(wkey("late", 5)) == null)
-    assert(s.metrics.customMetrics(InMemoryWindowStoreProvider.ExpiredDropsMetric) == 2)
-    s.put(wkey("edge", 6), value(6)) // 6s > 15s - 10s: still live
-    assert(s.get(wkey("edge", 6)).getLong(0) == 6)
+    s.put(wkey("a", 15), value(4)) // stream time 15s: windows at or before 5s expire when the version commits
     s.commit()
-    val next = p.getStore(1)
+    val s1 = p.getStore(1)
+    assert(contents(s1) == Map("a@15" -> 4L))
+    s1.put(wkey("late", 5), value(9))
+    s1.put(wkey("late", 3), value(9))
+    assert(s1.get(wkey("late", 5)) == null)
+    assert(s1.metrics.customMetrics(InMemoryWindowStoreProvider.ExpiredDropsMetric) == 2)
+    s1.put(wkey("edge", 6), value(6)) // 6s > 15s - 10s: still live
+    assert(s1.get(wkey("edge", 6)).getLong(0) == 6)
+    s1.commit()
+    val next = p.getStore(2)
     assert(next.metrics.customMetrics(InMemoryWindowStoreProvider.ExpiredDropsMetric) == 0,
       "the drop count is per version")
     next.abort()
+  }
+
+  test("within a version, which puts are dropped does not depend on their order") {
+    val puts = Seq(("a", 30L), ("b", 12L), ("c", 25L), ("d", 50L), ("e", 41L))
+    val results = puts.permutations.map { order =>
+      val p = newProvider(tempDir(), s = settings(retentionMs = 10000))
+      val s0 = p.getStore(0)
+      s0.put(wkey("x", 31), value(0)) // stream time 31s: windows at or before 21s are expired
+      s0.commit()
+      val s = p.getStore(1)
+      order.foreach { case (k, sec) => s.put(wkey(k, sec), value(sec)) }
+      val dropped = s.metrics.customMetrics(InMemoryWindowStoreProvider.ExpiredDropsMetric)
+      s.commit()
+      val r = (contents(p.getStore(2)), dropped)
+      p.close()
+      r
+    }.toSet
+    // b@12 was expired when the version began; the rest are judged by that, then 50s expires <= 40s
+    assert(results == Set((Map("d@50" -> 50L, "e@41" -> 41L), 1L)))
   }
 
   test("expiry never touches window-less keys") {
@@ -145,8 +166,8 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
     s.put(wkey("a", 0), value(10))   // overwrite
     s.remove(wkey("b", 5))           // remove
     s.put(wkey("new", 8), value(4))  // insert
-    s.put(wkey("z", 30), value(5))   // stream time 30s: segments 0s, 5s, 8s expire
-    assert(contents(s) == Map("z@30" -> 5L))
+    s.put(wkey("z", 30), value(5))   // stream time 30s: segments 0s, 5s, 8s would expire at commit
+    assert(contents(s) == Map("a@0" -> 10L, "c@8" -> 3L, "new@8" -> 4L, "z@30" -> 5L))
     s.abort()
     assert(contents(p.getReadStore(1)) == before)
     assert(p.liveMap eq liveBefore, "the live map is reused, never copied")
@@ -238,10 +259,12 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
     s.prefixScan(prefix("a")).foreach(pair => s.remove(pair.key))
     assert(s.prefixScan(prefix("a")).isEmpty)
     s.put(wkey("b", 0), value(4))
-    s.put(wkey("c", 200), value(5)) // expires 0s and 50s
-    assert(s.prefixScan(prefix("b")).isEmpty)
-    s.abort()
-    assert(p.getReadStore(0).prefixScan(prefix("a")).isEmpty)
+    s.put(wkey("c", 200), value(5)) // expires 0s and 50s when the version commits
+    s.commit()
+    val next = p.getStore(1)
+    assert(next.prefixScan(prefix("b")).isEmpty && next.prefixScan(prefix("a")).isEmpty)
+    assert(next.prefixScan(prefix("c")).map(_.value.getLong(0)).toSet == Set(5L))
+    next.abort()
   }
 
   test("keys can be removed while iterating") {
@@ -271,6 +294,6 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
     assert(supplier.settings("spark.sql.streaming.stateStore.providerClass") ==
       classOf[InMemoryWindowStoreProvider].getName)
     val parsed = WindowStoreSettings(supplier.settings)
-    assert(parsed == WindowStoreSettings("s", 3600000L, 60000L, 30000L, 10))
+    assert(parsed == WindowStoreSettings("s", 3600000L, 10))
   }
 }

@@ -135,6 +135,30 @@ class RowTableSuite extends AnyFunSuite {
     intercept[java.io.EOFException](RowTable.readRecord(truncated, new Array[Byte](8), 1, 1, (_, _) => (), _ => ()))
   }
 
+  test("tables of several slot chunks: rehash, removes, compaction and a frozen view") {
+    var t = newTable()
+    val n = 100000 // 262144 slots: 8 chunks
+    (0 until n).foreach(i => t.put(key(s"k$i"), value(i)))
+    assert(t.memoryBytes - t.liveBytes >= 262144L * 8, "the slots of 100000 keys span several chunks")
+    (0 until n by 2).foreach(i => t.remove(key(s"k$i")))
+    (0 until n by 4).foreach(i => t.put(key(s"k$i"), value(-i)))
+    val frozen = t.freeze()
+    (1 until n by 2).foreach(i => t.put(key(s"k$i"), value(i + 1))) // garbage for compaction
+    t = t.compacted()
+    val expected = (0 until n).collect {
+      case i if i % 4 == 0 => s"k$i" -> -i.toLong
+      case i if i % 2 == 1 => s"k$i" -> (i + 1).toLong
+    }.toMap
+    assert(contents(t) == expected && t.size == expected.size)
+    assert(t.get(key("k2")) == null && t.get(key("k7")).getLong(0) == 8)
+    val bytes = new java.io.ByteArrayOutputStream()
+    frozen.writeTo(bytes)
+    assert(read(bytes.toByteArray) == (0 until n).collect {
+      case i if i % 4 == 0 => s"k$i" -> -i.toLong
+      case i if i % 2 == 1 => s"k$i" -> i.toLong
+    }.toMap)
+  }
+
   test("a record larger than a page gets its own page") {
     val t = newTable()
     val big = "x" * (3 << 20)

@@ -15,6 +15,7 @@ import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.functions.{col, window}
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types._
+import org.apache.spark.unsafe.types.UTF8String
 
 /**
  * Side-by-side benchmark of the in-memory window store, Spark's HDFS-backed provider and RocksDB
@@ -22,9 +23,12 @@ import org.apache.spark.sql.types._
  * provider, a committed state of `stateRows` windowed keys, then one version each of puts with
  * 0-100% overwrites, removes (eviction), and gets; each timed from getStore to commit (the
  * per-batch cost) and reported in ns per row. Part 2 runs a windowed count (no watermark) end to
- * end at a small and a large number of live keys and reports the per-batch time.
+ * end at a small and a large number of live keys and reports the per-batch time. Part 3 measures
+ * the heap the window store retains per entry at `memoryKeys` live keys of prefix-scanned state
+ * (session-window keys), after a full GC, against the entries' key and value bytes.
  *
- * Args: stateRows batchRows smallKeys largeKeys e2eBatchRows
+ * Args: stateRows batchRows smallKeys largeKeys e2eBatchRows memoryKeys;
+ * WSBENCH_PARTS=1,2,3 (comma-separated) runs a subset of the parts.
  */
 object WindowStoreBenchmark {
   private val AllProviders = Seq(
@@ -40,6 +44,8 @@ object WindowStoreBenchmark {
   /** WSBENCH_PROVIDERS=windowstore (comma-separated) runs a subset, e.g. under a profiler. */
   private val Providers = sys.env.get("WSBENCH_PROVIDERS").map(_.split(",").toSet)
     .map(only => AllProviders.filter(p => only(p._1))).getOrElse(AllProviders)
+  private val Parts = sys.env.get("WSBENCH_PARTS").map(_.split(",").map(_.trim.toInt).toSet)
+    .getOrElse(Set(1, 2, 3))
 
   private val windowType = StructType(Seq(StructField("start", TimestampType), StructField("end", TimestampType)))
   private val keySchema = StructType(Seq(StructField("window", windowType), StructField("key", LongType)))
@@ -50,8 +56,8 @@ object WindowStoreBenchmark {
   private val sec = 1000000L
 
   def main(args: Array[String]): Unit = {
-    val Array(stateRows, batchRows, smallKeys, largeKeys, e2eBatchRows) =
-      (args.map(_.toInt) ++ Array(1000000, 100000, 50000, 5000000, 20000).drop(args.length)).take(5)
+    val Array(stateRows, batchRows, smallKeys, largeKeys, e2eBatchRows, memoryKeys) =
+      (args.map(_.toInt) ++ Array(1000000, 100000, 50000, 5000000, 20000, 5000000).drop(args.length)).take(6)
     val spark = SparkSession.builder().master("local[2]").appName("windowstore-bench")
       .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
       .config("spark.sql.streaming.stateStore.maintenanceInterval", "600s")
@@ -60,11 +66,20 @@ object WindowStoreBenchmark {
     // RocksDB reports to the state store coordinator, which otherwise exists once a query runs.
     StateStoreCoordinatorRef.forDriver(org.apache.spark.SparkEnv.get, spark.sessionState.conf)
     try {
-      println(s"== Part 1: state store operations, $stateRows rows in state, $batchRows rows per version ==")
-      operations(stateRows, batchRows)
-      println()
-      println(s"== Part 2: windowed count end to end, no watermark, $e2eBatchRows input rows per batch ==")
-      endToEnd(spark, Seq(smallKeys, largeKeys), e2eBatchRows)
+      if (Parts(1)) {
+        println(s"== Part 1: state store operations, $stateRows rows in state, $batchRows rows per version ==")
+        operations(stateRows, batchRows)
+        println()
+      }
+      if (Parts(2)) {
+        println(s"== Part 2: windowed count end to end, no watermark, $e2eBatchRows input rows per batch ==")
+        endToEnd(spark, Seq(smallKeys, largeKeys), e2eBatchRows)
+        println()
+      }
+      if (Parts(3)) {
+        println(s"== Part 3: heap retained per entry, $memoryKeys live keys of prefix-scanned (session-window) state ==")
+        retainedMemory(memoryKeys)
+      }
     } finally spark.stop()
   }
 
@@ -206,6 +221,112 @@ object WindowStoreBenchmark {
       val med = liveKeys.map(n => median(table((name, n))))
       println(f"$name%-12s" + med.map(m => f"$m%20.0f").mkString + f"${med.last / med.head}%14.2f")
     }
+  }
+
+  // ---------------- Part 3 ----------------
+
+  /**
+   * Session-window state as the window store holds it: prefix = the group key `k` (a string), one
+   * or more sessions per key, value = the session's row (k, session window, count) as Spark's
+   * session-window operator stores it. Two key layouts: a window struct (segments by window start;
+   * 100 distinct starts) and Spark's own state key, group key + session start timestamp (no window
+   * struct: one segment).
+   */
+  private case class SessionLayout(name: String, keySchema: StructType, windowed: Boolean) {
+    private val keyProj = UnsafeProjection.create(keySchema)
+    def key(k: UTF8String, start: Long): UnsafeRow =
+      keyProj(InternalRow(k, if (windowed) InternalRow(start, start + 10 * sec) else start))
+  }
+  private val sessionLayouts = Seq(
+    SessionLayout("window struct key", StructType(Seq(StructField("k", StringType),
+      StructField("session_window", windowType))), windowed = true),
+    SessionLayout("k + sessionStartTime key", StructType(Seq(StructField("k", StringType),
+      StructField("sessionStartTime", TimestampType, nullable = false))), windowed = false))
+  private val sessionValueSchema = StructType(Seq(StructField("k", StringType),
+    StructField("session_window", windowType), StructField("count", LongType)))
+  private val prefixSchema = StructType(Seq(StructField("k", StringType)))
+
+  private def heapAfterGc(): Long = {
+    val bean = java.lang.management.ManagementFactory.getMemoryMXBean
+    System.gc(); System.gc()
+    bean.getHeapMemoryUsage.getUsed
+  }
+
+  /**
+   * Per layout: the heap used after a full GC before the store exists; `liveKeys` entries (two
+   * sessions per group key) put in versions of 250k and committed; the heap used after a full GC
+   * again ("built"); then four batches that do what Spark's session-window operator does for 250k
+   * group keys each (prefix scan, then put the updated session); the heap after a full GC once
+   * more ("updated"). Each difference over the entries, against their key + value bytes. Updates
+   * leave the replaced records in the pages until the segment is compacted (when its garbage
+   * reaches twice its live records), so "updated" includes that garbage.
+   */
+  private def retainedMemory(liveKeys: Int): Unit = {
+    val sessionsPerKey = 2
+    val users = liveKeys / sessionsPerKey
+    val valueProj = UnsafeProjection.create(sessionValueSchema)
+    val prefixProj = UnsafeProjection.create(prefixSchema)
+    def user(u: Int) = UTF8String.fromString(f"user-$u%07d")
+    def start(u: Int, session: Int): Long = ((u * 7L + session * 50) % 100) * sec
+    def value(k: UTF8String, st: Long, count: Long) =
+      valueProj(InternalRow(k, InternalRow(st, st + 10 * sec), count))
+    val rows = sessionLayouts.flatMap { layout =>
+      val base = heapAfterGc()
+      val p = new InMemoryWindowStoreProvider(Some(WindowStoreSettings("bench", 0L, 10)))
+      p.init(StateStoreId(Files.createTempDirectory("wsmem").toString, 0, 0), layout.keySchema,
+        sessionValueSchema, PrefixKeyScanStateEncoderSpec(layout.keySchema, 1), useColumnFamilies = false,
+        new StateStoreConf(new SQLConf), new Configuration())
+      var version = 0L
+      /** (point, segments, entries, key+value bytes, retained bytes, windowStoreMemoryBytes). */
+      def measure(point: String) = {
+        val s = p.getStore(version)
+        val reported = s.metrics.customMetrics(InMemoryWindowStoreProvider.MemoryBytesMetric)
+        var entries = 0L
+        var kvBytes = 0L
+        s.iterator().foreach { pr => entries += 1; kvBytes += pr.key.getSizeInBytes + pr.value.getSizeInBytes }
+        s.abort()
+        val retained = heapAfterGc() - base
+        assert(entries == liveKeys, s"$entries entries")
+        (s"${layout.name}, $point", p.liveMap.numSegments, entries, kvBytes, retained, reported)
+      }
+      val usersPerBatch = 250000 / sessionsPerKey
+      for (from <- 0 until users by usersPerBatch) {
+        val s = p.getStore(version)
+        for (u <- from until math.min(users, from + usersPerBatch); session <- 0 until sessionsPerKey) {
+          val k = user(u)
+          val st = start(u, session)
+          s.put(layout.key(k, st), value(k, st, 1L))
+        }
+        version = s.commit()
+      }
+      val built = measure("built")
+      val rnd = new Random(3)
+      var scanned = 0L
+      for (_ <- 1 to 4) {
+        val s = p.getStore(version)
+        for (_ <- 0 until 250000) {
+          val k = user(rnd.nextInt(users))
+          val sessions = s.prefixScan(prefixProj(InternalRow(k))).map(pr => (pr.key.copy(), pr.value.getLong(2))).toList
+          scanned += sessions.size
+          val (key, count) = sessions.head
+          val st = if (layout.windowed) key.getStruct(1, 2).getLong(0) else key.getLong(1)
+          s.put(key, value(k, st, count + 1))
+        }
+        version = s.commit()
+      }
+      assert(scanned == 4L * 250000 * sessionsPerKey, s"$scanned sessions scanned")
+      val updated = measure("updated")
+      p.close()
+      Seq(built, updated)
+    }
+    println(f"${"layout, point"}%-36s${"segments"}%9s${"entries"}%10s${"key+value"}%11s${"retained"}%10s" +
+      f"${"ratio"}%7s${"windowStoreMemoryBytes"}%24s  target retained <= 1.5x key+value")
+    for ((name, segs, entries, kv, retained, reported) <- rows) {
+      val ratio = retained.toDouble / kv
+      println(f"$name%-36s$segs%9d$entries%10d${kv.toDouble / entries}%11.1f${retained.toDouble / entries}%10.1f" +
+        f"$ratio%7.2f${reported.toDouble / entries}%24.1f  ${if (ratio <= 1.5) "met" else "missed"}")
+    }
+    println("(bytes per entry; retained = heap used after System.gc() twice minus the same before the store)")
   }
 
   private def median(xs: Seq[Long]): Double = {

@@ -1,11 +1,10 @@
 package org.apache.spark.sql.sluice
 
-import scala.collection.mutable.ArrayBuffer
 import scala.util.Try
 
 import org.apache.hadoop.fs.Path
 
-import org.apache.spark.{SparkEnv, TaskContext}
+import org.apache.spark.TaskContext
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
@@ -13,16 +12,19 @@ import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
-import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy}
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
+import org.apache.spark.sql.execution.streaming.sources.{WriteToMicroBatchDataSource, WriteToMicroBatchDataSourceV1}
 import org.apache.spark.sql.execution.streaming.operators.stateful.{StatefulOperatorCustomMetric, StatefulOperatorCustomSumMetric}
 import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.streaming.OutputMode
 import org.apache.spark.sql.types.StructType
+import org.apache.spark.util.CompletionIterator
 
-import sluice.cache.{CachingStateStoreProvider, EmissionCache, EmitLayout, EmitStore, SlotCaches}
+import sluice.cache.{CachingStateStoreProvider, EmissionCache, EmitLayout, EmitStore}
 import sluice.conf.SluiceConf
-import sluice.plugin.MemoryBudget
+import sluice.conf.MemoryBudget
 import sluice.windowstore.InMemoryWindowStoreProvider
 
 /** The emission cache above one update-mode streaming aggregation; `keys` are its grouping columns. */
@@ -32,29 +34,88 @@ case class EmitCacheNode(keys: Seq[Attribute], intervalMs: Long, child: LogicalP
 }
 
 /**
- * Optimizer rule (installed by sluice.plugin.SluiceExtensions): with `spark.sluice.commit.interval.ms`
- * > 0, puts an [[EmitCacheNode]] above every streaming aggregation of an update-mode query. It runs
- * only while a query plans a micro-batch (the output mode comes from that batch's execution); with
- * interval 0 it still keeps a node where the checkpoint already has emission-cache state, so rows
- * held before the change are forwarded instead of lost.
+ * Marks where an emission cache was asked for (commit interval > 0) but not placed, and why: it
+ * does nothing at run time and exists so that `explain()` shows the reason.
  */
-case class EmitCacheRule(session: SparkSession) extends Rule[LogicalPlan] {
+case class EmitCacheSkipped(reason: String, child: LogicalPlan) extends UnaryNode {
+  override def output: Seq[Attribute] = child.output
+  override protected def withNewChildInternal(newChild: LogicalPlan): EmitCacheSkipped = copy(child = newChild)
+}
+
+/**
+ * Optimizer rule (installed by sluice.plugin.SluiceExtensions): with `spark.sluice.commit.interval.ms`
+ * > 0, puts an [[EmitCacheNode]] directly below the sink of an update-mode query, above the
+ * query's last stateful operator when that operator is a streaming aggregation.
+ *
+ * Placement rule (what makes it safe): the cache delays rows, so nothing stateful may sit above it.
+ * A stateful operator above an aggregation (suppress, deduplication, another aggregation) must see
+ * every row the aggregation produced in the batch it produced it: suppress closes windows by the
+ * watermark, and a row held back past the watermark would arrive after its window was closed and
+ * be dropped as late. So the rule walks down from the sink through stateless operators only; if the
+ * first stateful operator it meets is an aggregation the cache goes right above it, otherwise no
+ * cache is added, and the plan shows an [[EmitCacheSkipped]] with the reason (logged once per query).
+ *
+ * It runs only while a query plans a micro-batch (the output mode comes from that batch's
+ * execution); with interval 0 it still keeps a node where the checkpoint already has emission-cache
+ * state, so rows held before the change are forwarded instead of lost.
+ */
+case class EmitCacheRule(session: SparkSession) extends Rule[LogicalPlan] with Logging {
   override def apply(plan: LogicalPlan): LogicalPlan = {
-    if (!plan.isStreaming || plan.exists(_.isInstanceOf[EmitCacheNode])) return plan
-    val exec = StatefulOperatorSupport.currentStream(session).flatMap(s => Option(s.lastExecution))
+    if (!plan.isStreaming || plan.exists(p => p.isInstanceOf[EmitCacheNode] || p.isInstanceOf[EmitCacheSkipped])) {
+      return plan
+    }
+    val stream = StatefulOperatorSupport.currentStream(session)
+    val exec = stream.flatMap(s => Option(s.lastExecution))
     exec match {
-      case Some(e) if e.outputMode == OutputMode.Update() =>
+      case Some(e) =>
         val interval = SluiceConf(session.conf.getAll).commitIntervalMs
+        val update = e.outputMode == OutputMode.Update()
         var index = 0 // the plan has no EmitCacheNode yet (checked above)
-        plan.transformUp {
-          case a: Aggregate if a.child.isStreaming && groupingOutput(a).nonEmpty =>
+        def place(p: LogicalPlan): LogicalPlan = p match {
+          case a: Aggregate if a.child.isStreaming && update && groupingOutput(a).nonEmpty =>
             val id = StatefulOperatorSupport.EmitCacheIdBase + index
             index += 1
             if (interval > 0 || hasState(e.checkpointLocation, id)) EmitCacheNode(groupingOutput(a), interval, a)
             else a
+          case top if isStateful(top) => if (interval > 0) skip(top, whyNot(top, e.outputMode)) else top
+          case other if passesThrough(other) => other.mapChildren(place)
+          case other => other
         }
-      case _ => plan
+        place(plan)
+      case None => plan
     }
+  }
+
+  private def whyNot(top: LogicalPlan, mode: OutputMode): String = top match {
+    case _: Aggregate if mode != OutputMode.Update() =>
+      s"the output mode is $mode; the emission cache deduplicates update-mode output only"
+    case _: Aggregate => "the aggregation's output does not keep all of its grouping columns"
+    case _: SuppressNode => "the query ends in suppress, which already decides when each row is emitted; a " +
+      "cache below it would hold rows past the watermark that closes their windows"
+    case other => s"the last stateful operator (${other.nodeName}) is not an aggregation; the cache sits " +
+      "only directly below the sink, above an update-mode aggregation"
+  }
+
+  private def skip(top: LogicalPlan, reason: String): LogicalPlan = {
+    StatefulOperatorSupport.currentStream(session).foreach { s =>
+      if (EmitCacheRule.loggedQueries.add(s.runId)) {
+        logWarning(s"Query ${s.id}: ${SluiceConf.CommitIntervalMs.key} > 0 but no emission cache is added: $reason.")
+      }
+    }
+    EmitCacheSkipped(reason, top)
+  }
+
+  /** Operators that keep state across micro-batches. */
+  private def isStateful(p: LogicalPlan): Boolean =
+    p.isInstanceOf[SluiceStatefulNode] || StatefulOperatorSupport.isSparkStateful(p)
+
+  /** Stateless operators (and the sink's write node) the rule may look through. */
+  private def passesThrough(p: LogicalPlan): Boolean = p match {
+    case _: Project | _: Filter | _: SubqueryAlias | _: Union | _: SerializeFromObject | _: DeserializeToObject |
+         _: MapElements | _: MapPartitions | _: TypedFilter | _: Generate | _: EventTimeWatermark |
+         _: Repartition | _: RepartitionByExpression | _: ResolvedHint | _: WriteToMicroBatchDataSource |
+         _: WriteToMicroBatchDataSourceV1 => true
+    case _ => false
   }
 
   private def hasState(stateRoot: String, operatorId: Long): Boolean = Try {
@@ -77,13 +138,30 @@ case class EmitCacheRule(session: SparkSession) extends Rule[LogicalPlan] {
   }
 }
 
-/** Plans [[EmitCacheNode]]s. */
+object EmitCacheRule {
+  /** Query runs whose skipped emission cache was already logged. */
+  private val loggedQueries = java.util.concurrent.ConcurrentHashMap.newKeySet[java.util.UUID]()
+}
+
+/** Plans [[EmitCacheNode]]s and [[EmitCacheSkipped]] markers. */
 case class EmitCacheStrategy(session: SparkSession) extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
     case n: EmitCacheNode =>
+      sluice.inspect.Sidecars.record(session, n) // the interval, for sluice.inspect
       EmitCacheExec(n.keys, n.intervalMs, StatefulOperatorSupport.streamContext(session, n), planLater(n.child)) :: Nil
+    case EmitCacheSkipped(reason, child) => EmitCacheSkippedExec(reason, planLater(child)) :: Nil
     case _ => Nil
   }
+}
+
+/** Physical form of [[EmitCacheSkipped]]: passes its child's rows through unchanged. */
+case class EmitCacheSkippedExec(reason: String, child: SparkPlan) extends UnaryExecNode {
+  override def output: Seq[Attribute] = child.output
+  override def outputPartitioning = child.outputPartitioning
+  override def outputOrdering: Seq[SortOrder] = child.outputOrdering
+  override protected def doExecute(): RDD[InternalRow] = child.execute()
+  override def simpleString(maxFields: Int): String = s"EmitCacheSkipped [$reason]"
+  override protected def withNewChildInternal(newChild: SparkPlan): EmitCacheSkippedExec = copy(child = newChild)
 }
 
 /** The emission cache's rows in a state store, keys wrapped as one binary column (see [[EmitLayout]]). */
@@ -136,7 +214,6 @@ case class EmitCacheExec(
     val info = ctx.stateInfo
     val storeConf = EmitCacheExec.storeConf(session)
     val hadoopConf = StatefulOperatorSupport.runHadoopConf(session, info.queryRunId)
-    // One budget: with the record cache also in use, each cache gets half of the slot's share.
     val withRecordCache = conf.stateStoreProviderClass == classOf[CachingStateStoreProvider].getName
 
     child.execute().mapPartitionsWithIndex { (partition, iter) =>
@@ -148,33 +225,28 @@ case class EmitCacheExec(
         info.storeVersion, None, None, useColumnFamilies = false, storeConf, hadoopConf.value.value)
       TaskContext.get().addTaskCompletionListener[Unit](_ => if (!store.hasCommitted) store.abort())
       val keyProj = UnsafeProjection.create(keyExprs, output)
-      // This task slot's share (C/T) of the one budget, less what other partitions homed in the
-      // same slot hold between their batches (one cache per slot, as one per Kafka stream thread).
-      val slotShare = CachingStateStoreProvider.sharedSlotBytes(MemoryBudget.cacheBytesPerSlot, withRecordCache)
-      val share = SlotCaches.emitShare(id, slotShare, {
-        // partitions of this query run are live; only others' need the (locked) provider lookup
-        case other: StateStoreProviderId => other.queryRunId == id.queryRunId || EmitCacheExec.isActive(other)
-        case _ => false
-      })
+      // The executor's own slot count (its conf), not the driver's.
+      val share = EmitCacheExec.partitionShare(info.numPartitions, withRecordCache)
       val cache = new EmissionCache(lay, new UnsafeStoreAdapter(store, lay), share, interval, batchMs, batchId)
-      val out = new ArrayBuffer[InternalRow]
-      val emit: InternalRow => Unit = r => out += r
-      iter.foreach(row => cache.update(keyProj(row).copy(), row, emit))
-      val s = cache.finish(emit)
-      longMetric("commitTimeMs") += timeTakenMs { store.commit() }
-      // The store's provider differs from the query's: report only the provider-independent metrics.
-      val storeMetrics = store.metrics
-      longMetric("numTotalStateRows") += storeMetrics.numKeys
-      longMetric("stateMemory") += storeMetrics.memoryUsedBytes
-      longMetric("numOutputRows") += out.size
-      longMetric("numUpdatedStateRows") += s.entries
-      longMetric("emitCacheForwardedTotal") += s.forwarded
-      longMetric("emitCacheAbsorbedTotal") += s.absorbed
-      longMetric("emitCacheBytes") += s.bytes
-      longMetric("emitCacheEvictTotal") += s.evicted
-      if (s.nextDueMs != Long.MaxValue) due.add(s.nextDueMs)
-      SlotCaches.emitHeld(id, s.bytes)
-      out.iterator
+      iter.foreach(row => cache.update(keyProj(row).copy(), row))
+      var forwardedRows = 0L
+      val forwarded = cache.finish().map { r => forwardedRows += 1; r }
+      // Rows leave as the sink pulls them; the store commits once the last has gone.
+      CompletionIterator[InternalRow, Iterator[InternalRow]](forwarded, {
+        val s = cache.stats
+        longMetric("commitTimeMs") += timeTakenMs { store.commit() }
+        // The store's provider differs from the query's: report only the provider-independent metrics.
+        val storeMetrics = store.metrics
+        longMetric("numTotalStateRows") += storeMetrics.numKeys
+        longMetric("stateMemory") += storeMetrics.memoryUsedBytes
+        longMetric("numOutputRows") += forwardedRows
+        longMetric("numUpdatedStateRows") += s.entries
+        longMetric("emitCacheForwardedTotal") += s.forwarded
+        longMetric("emitCacheAbsorbedTotal") += s.absorbed
+        longMetric("emitCacheBytes") += s.bytes
+        longMetric("emitCacheEvictTotal") += s.evicted
+        if (s.nextDueMs != Long.MaxValue) due.add(s.nextDueMs)
+      })
     }
   }
 
@@ -182,28 +254,23 @@ case class EmitCacheExec(
 }
 
 object EmitCacheExec {
-  /** When each partition was last found active; inactive ones are dropped. */
-  private val lastFoundActive = new java.util.concurrent.ConcurrentHashMap[StateStoreProviderId, java.lang.Long]()
-  private val ActiveCheckTtlMs = 5000L
-
   /**
-   * Whether another query's emission-cache partition still runs on this executor, so that its held
-   * rows count against the slot. A stopped query's providers stay loaded until maintenance unloads
-   * them, so being loaded is not enough: the coordinator knows the instances of stopped runs are
-   * no longer active (it is asked at most every few seconds per partition).
+   * Bytes one partition of the emission cache may hold: the executor budget C (halved when the
+   * record cache takes the other half) over max(T, N), T the executor's task slots and N the
+   * operator's partitions.
+   *
+   * Determinism rule: what a partition forwards early may depend only on its own state and input,
+   * so that a replayed batch emits exactly what it emitted before. The share is therefore a function
+   * of configuration and partition count alone, never of what other partitions or queries hold in
+   * the same slot or executor, nor of timing. Kafka lets a thread's tasks compete for one cache;
+   * that would make early forwarding depend on scheduling here. With C/max(T, N), one query's
+   * emission cache holds at most C on any executor (even with all N partitions there) and a
+   * partition never more than its slot's share C/T.
    */
-  private[sluice] def isActive(other: StateStoreProviderId): Boolean = {
-    val now = System.currentTimeMillis()
-    val checkedAt = lastFoundActive.get(other)
-    if (checkedAt != null && now - checkedAt < ActiveCheckTtlMs) true
-    else {
-      val env = SparkEnv.get
-      val active = env != null && StateStore.isLoaded(other) && Try(
-        StateStoreCoordinatorRef.forExecutor(env)
-          .verifyIfInstanceActive(other, env.blockManager.blockManagerId.executorId)).getOrElse(true)
-      if (active) lastFoundActive.put(other, now) else lastFoundActive.remove(other)
-      active
-    }
+  def partitionShare(numPartitions: Int, withRecordCache: Boolean): Long = {
+    val budget = MemoryBudget.current
+    val total = CachingStateStoreProvider.sharedSlotBytes(budget.cacheMaxBytes, withRecordCache)
+    total / math.max(1, math.max(budget.taskSlots, numPartitions))
   }
 
   /**
@@ -212,7 +279,7 @@ object EmitCacheExec {
    * updates its one live map in place and writes only the batch's changes (one small delta file per
    * version). Spark's HDFS-backed store copies its map every version and, in 4.1, writes each
    * delta through a checksum file manager that hands the bytes to another thread pool; that commit
-   * cost more than everything else the emission cache does (bench/cache/README.md). The store keys
+   * would cost more than everything else the emission cache does. The store keys
    * are one binary column (see [[EmitLayout]]), so the window store never treats a windowed
    * grouping key as a window to expire.
    */

@@ -11,7 +11,7 @@ import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.Attribute
-import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
+import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.catalyst.plans.physical.{AllTuples, ClusteredDistribution, Distribution}
 import org.apache.spark.sql.classic.{SparkSession => ClassicSession}
 import org.apache.spark.sql.execution.UnaryExecNode
@@ -64,7 +64,7 @@ final class StreamContext(
 
 /**
  * The stream-context lookup and state-store plumbing shared by sluice's native stateful operators
- * (see shared/design/native-stateful-operators.md). Stable surface:
+ * Stable surface:
  *  - [[SluiceStatefulNode]] for logical nodes, [[operatorId]] for their ids;
  *  - [[streamContext]]: `Some` while the running query plans a micro-batch, `None` otherwise
  *    (e.g. `df.explain()` before `start()`);
@@ -91,6 +91,16 @@ object StatefulOperatorSupport {
         conf
       }
     }
+
+  /** Spark's own operators that keep state across micro-batches (each gets one of Spark's operator ids). */
+  def isSparkStateful(p: LogicalPlan): Boolean = p match {
+    case a: Aggregate => a.child.isStreaming
+    case j: Join => j.left.isStreaming && j.right.isStreaming
+    case _: Deduplicate | _: DeduplicateWithinWatermark | _: FlatMapGroupsWithState |
+         _: FlatMapGroupsInPandasWithState | _: TransformWithState | _: TransformWithStateInPySpark => true
+    case l: GlobalLimit => l.isStreaming
+    case _ => false
+  }
 
   /** The id of `node` within `root` (the plan being executed), or None if it is not found. */
   def operatorId(node: SluiceStatefulNode, root: LogicalPlan): Option[Long] = {
@@ -130,18 +140,20 @@ object StatefulOperatorSupport {
    */
   def streamContext(session: SparkSession, node: SluiceStatefulNode): Option[StreamContext] =
     currentStream(session).flatMap(s => Option(s.lastExecution)).flatMap { exec =>
-      operatorId(node, exec.optimizedPlan).orElse(operatorId(node, exec.analyzed)).map { id =>
-        val info = StatefulOperatorStateInfo(
-          exec.checkpointLocation,
-          exec.runId,
-          id,
-          exec.currentBatchId,
-          exec.numStateStores,
-          exec.stateSchemaMetadatas.get(id),
-          exec.currentStateStoreCkptId.get(id))
-        new StreamContext(exec, info)
-      }
+      operatorId(node, exec.optimizedPlan).orElse(operatorId(node, exec.analyzed))
+        .map(id => new StreamContext(exec, stateInfo(exec, id)))
     }
+
+  /** State info of operator `id` in the micro-batch `exec` plans, as Spark builds it for its own operators. */
+  def stateInfo(exec: IncrementalExecution, id: Long): StatefulOperatorStateInfo =
+    StatefulOperatorStateInfo(
+      exec.checkpointLocation,
+      exec.runId,
+      id,
+      exec.currentBatchId,
+      exec.numStateStores,
+      exec.stateSchemaMetadatas.get(id),
+      exec.currentStateStoreCkptId.get(id))
 }
 
 /**

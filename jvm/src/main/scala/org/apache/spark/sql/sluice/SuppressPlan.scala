@@ -1,7 +1,5 @@
 package org.apache.spark.sql.sluice
 
-import scala.collection.mutable.ArrayBuffer
-
 import org.apache.spark.TaskContext
 import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.rdd.RDD
@@ -14,11 +12,11 @@ import org.apache.spark.sql.catalyst.streaming.{InternalOutputModes, WriteToStre
 import org.apache.spark.sql.classic.{Dataset => ClassicDataset}
 import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy}
 import org.apache.spark.sql.execution.metric.SQLMetric
-import org.apache.spark.sql.execution.streaming.operators.stateful.{StatefulOperatorCustomMetric, StatefulOperatorCustomSumMetric}
+import org.apache.spark.sql.execution.streaming.operators.stateful.{StatefulOperatorCustomMetric, StatefulOperatorCustomSumMetric, StatefulOperatorStateInfo}
 import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types.{StructType, TimestampNTZType, TimestampType}
-import org.apache.spark.util.SerializableConfiguration
+import org.apache.spark.util.{CompletionIterator, SerializableConfiguration}
 
 import sluice.suppress._
 
@@ -124,7 +122,12 @@ case class SuppressStrategy(session: SparkSession) extends SparkStrategy {
     case n: SuppressNode =>
       val ctx = StatefulOperatorSupport.streamContext(session, n)
       ctx.foreach(c => SuppressChecks.requireUpdateMode(c.outputMode.toString))
-      SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, ctx, planLater(n.child)) :: Nil
+      // The sidecar (mode, limit and bound for sluice.inspect) only beside a suppress operator's own
+      // state: on the fused path there is none, and its directory would read as unfused state.
+      FusedFinal.plan(session, n, ctx).getOrElse {
+        sluice.inspect.Sidecars.record(session, n)
+        SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, ctx, planLater(n.child))
+      } :: Nil
     case _ => Nil
   }
 }
@@ -181,6 +184,33 @@ private[sluice] case class CombinedCustomMetric(name: String, desc: String, kind
 }
 
 
+/**
+ * The buffer indexes of one task's stores, from [[BufferIndexCache]] (keyed by the store's
+ * provider id) when it holds the version opened, else rebuilt by one scan of the store.
+ */
+private[sluice] final class SuppressIndexes(runId: java.util.UUID, layout: BufferLayout) {
+  var rebuilt = 0L
+
+  private def key(store: StateStore): StateStoreProviderId = StateStoreProviderId(store.id, runId)
+
+  def open(store: StateStore, checkpointId: Option[String]): IndexedStore = {
+    // Indexes of stores this executor no longer has loaded (other runs, moved partitions) go.
+    BufferIndexCache.retain {
+      case id: StateStoreProviderId => StateStore.isLoaded(id)
+      case _ => true
+    }
+    val buffer = new StateStoreBuffer(store)
+    val index = BufferIndexCache.take(key(store), store.version, checkpointId).getOrElse {
+      rebuilt += 1
+      IndexedStore.scan(layout, buffer)
+    }
+    new IndexedStore(buffer, index)
+  }
+
+  def committed(store: StateStore, version: Long, checkpointId: Option[String], index: BufferIndex): Unit =
+    BufferIndexCache.offer(key(store), version, checkpointId, index)
+}
+
 /** [[BufferStore]] over a state store's default column family. */
 private[sluice] final class StateStoreBuffer(store: StateStore) extends BufferStore {
   override def get(key: UnsafeRow): UnsafeRow = store.get(key)
@@ -215,6 +245,8 @@ case class SuppressExec(
     CombinedCustomMetric("suppressionBufferBytesMax", "largest suppress buffer (bytes, one partition)", "max"),
     StatefulOperatorCustomSumMetric("suppressionEvictTotal", "rows emitted early because a buffer was full"),
     StatefulOperatorCustomSumMetric("suppressionDiskBufferBytes", "bytes of suppress buffers spilled to disk"),
+    StatefulOperatorCustomSumMetric("suppressionIndexRebuildTotal",
+      "suppress buffer indexes rebuilt by a full store scan (when a store is loaded)"),
     CombinedCustomMetric("recordLatenessMaxMs", "largest lateness of a row reaching suppress", "max"),
     CombinedCustomMetric("recordLatenessAvgMs", "average lateness of rows reaching suppress", "avg"),
     StatefulOperatorCustomSumMetric("lateRecordDropTotal", "rows dropped by suppress as late"))
@@ -251,14 +283,21 @@ case class SuppressExec(
     val timeExpr = time
     val spill = if (config.whenFull == BufferFullStrategy.SpillToDisk) Some(spillSettings(ctx)) else None
 
+    val checkpointIds = StatefulOperatorStateInfo.enableStateStoreCheckpointIds(conf)
+    val loadedIds = ctx.stateInfo.stateStoreCkptIds
+    val runId = ctx.stateInfo.queryRunId
+
     mapPartitionsWithStore { (store, iter) =>
       val partition = TaskContext.getPartitionId()
       val keyProj = UnsafeProjection.create(keyExprs, output)
       val timeProj = timeExpr.map(e => UnsafeProjection.create(Seq(e), output))
       val disk = spill.map(_.open(partition, lay))
-      val buffer = new SuppressionBuffer(lay, new StateStoreBuffer(store), disk.map(new StateStoreBuffer(_)),
-        config, name, partition)
-      val out = new ArrayBuffer[InternalRow]
+      val indexes = new SuppressIndexes(runId, lay)
+      val memoryPart = indexes.open(store, loadedIds.map(_(partition).head))
+      // The spill store is opened by version alone (see SpillStore.open).
+      val diskPart = disk.map(indexes.open(_, None))
+      val buffer = new SuppressionBuffer(lay, memoryPart, diskPart, config, name, partition)
+      var emitted = 0L
       var lateDropped = 0L
       var latenessSum = 0L
       var latenessCount = 0L
@@ -268,68 +307,96 @@ case class SuppressExec(
         latenessSum += l; latenessCount += 1; latenessMax = math.max(latenessMax, l)
       }
       def keyOf(row: InternalRow): UnsafeRow = lay.key(keyProj(row))
+      var beforeCommit: () => Unit = () => ()
 
-      mode match {
+      // Each input row is put and the bound applied at once (the in-memory part never exceeds it
+      // by more than that row); what is due is released once the batch's rows are all in. Releasing
+      // earlier would be wrong here, unlike in Kafka Streams, which sees one record at a time: a
+      // micro-batch's rows arrive in no fixed order and all belong to the same moment (one
+      // watermark, one stream time), so a row later in the batch may still update an entry that is
+      // due, which would then be emitted twice, and what is emitted would depend on the order.
+      // Rows flow out as they are released, never collected.
+      val released: Iterator[InternalRow] = mode match {
         case _: UntilWindowCloses =>
           val ord = windowOrdinal.get
           // Buffer time = window end (ms): due once the watermark reaches it.
-          iter.foreach { row =>
+          val isDue = (t: Long) => t <= evictWm
+          iter.flatMap { row =>
             val end = row.getStruct(ord, 2).getLong(1) / 1000
             if (end <= lateWm) {
               lateDropped += 1 // its window was closed (and emitted) by an earlier batch
+              Iterator.empty
             } else {
               lateness(evictWm + grace - end)
               buffer.put(keyOf(row), row, end)
+              buffer.enforceBound(isDue)
             }
-          }
-          buffer.drain(t => t <= evictWm, out += _)
+          } ++ buffer.afterPut(isDue)
         case UntilTimeLimit(limit, _, _) =>
           val proj = timeProj.get
           var streamTime = buffer.storedStreamTime.getOrElse(Long.MinValue)
-          iter.foreach { row =>
+          val isDue = (t: Long) => streamTime != Long.MinValue && t <= streamTime - limit
+          beforeCommit = () => if (streamTime != Long.MinValue) buffer.storeStreamTime(streamTime)
+          iter.flatMap { row =>
             val tr = proj(row)
             val t = if (tr.isNullAt(0)) streamTime else tr.getLong(0) / 1000
             if (streamTime != Long.MinValue) lateness(streamTime - t)
             streamTime = math.max(streamTime, t)
             buffer.put(keyOf(row), row, t)
-          }
-          if (streamTime != Long.MinValue) buffer.storeStreamTime(streamTime)
-          buffer.drain(t => streamTime != Long.MinValue && t <= streamTime - limit, out += _)
+            buffer.enforceBound(isDue)
+          } ++ buffer.afterPut(isDue) // by the batch's final stream time
         case UntilWallClockTimeLimit(limit, _, _) =>
           // The batch timestamp, not the task's clock: a replayed batch emits the same rows.
-          iter.foreach(row => buffer.put(keyOf(row), row, now))
-          buffer.drain(t => t + limit <= now, out += _)
+          val isDue = (t: Long) => t + limit <= now
+          iter.flatMap { row =>
+            buffer.put(keyOf(row), row, now)
+            buffer.enforceBound(isDue)
+          } ++ buffer.afterPut(isDue)
       }
 
-      val s = buffer.stats
-      commitTimeMs(store, disk)
-      longMetric("numOutputRows") += out.size
-      longMetric("numUpdatedStateRows") += s.buffered
-      longMetric("numRowsDroppedByWatermark") += lateDropped
-      longMetric("suppressionEmitTotal") += s.emitted
-      longMetric("intermediateResultSuppressionTotal") += s.absorbed
-      longMetric("suppressionBufferRecords") += s.records
-      longMetric("suppressionBufferBytes") += s.bytes
-      longMetric("suppressionBufferBytesMax").add(s.bytesMax)
-      longMetric("suppressionEvictTotal") += s.evicted
-      longMetric("suppressionDiskBufferBytes") += s.diskBytes
-      longMetric("lateRecordDropTotal") += lateDropped
-      if (latenessCount > 0) {
-        longMetric("recordLatenessMaxMs").add(latenessMax)
-        longMetric("recordLatenessAvgMs").asInstanceOf[CombinedMetric].addMany(latenessSum, latenessCount)
+      def complete(): Unit = {
+        beforeCommit()
+        val s = buffer.finish()
+        longMetric("commitTimeMs") += timeTakenMs {
+          val diskVersion = disk.map(_.commit())
+          val version = store.commit()
+          // Both stores committed: the indexes now reflect the versions just created.
+          diskPart.foreach(p => indexes.committed(disk.get, diskVersion.get, None, p.index))
+          val id = if (checkpointIds) store.getStateStoreCheckpointInfo().stateStoreCkptId else None
+          indexes.committed(store, version, id, memoryPart.index)
+        }
+        reportStoreMetrics(store)
+        longMetric("numOutputRows") += emitted
+        longMetric("numUpdatedStateRows") += s.buffered
+        longMetric("numRowsDroppedByWatermark") += lateDropped
+        longMetric("suppressionEmitTotal") += s.emitted
+        longMetric("intermediateResultSuppressionTotal") += s.absorbed
+        longMetric("suppressionBufferRecords") += s.records
+        longMetric("suppressionBufferBytes") += s.bytes
+        longMetric("suppressionBufferBytesMax").add(s.bytesMax)
+        longMetric("suppressionEvictTotal") += s.evicted
+        longMetric("suppressionDiskBufferBytes") += s.diskBytes
+        longMetric("suppressionIndexRebuildTotal") += indexes.rebuilt
+        longMetric("lateRecordDropTotal") += lateDropped
+        if (latenessCount > 0) {
+          longMetric("recordLatenessMaxMs").add(latenessMax)
+          longMetric("recordLatenessAvgMs").asInstanceOf[CombinedMetric].addMany(latenessSum, latenessCount)
+        }
+        if (s.minBufferTime != Long.MaxValue) nextTime.add(s.minBufferTime)
       }
-      if (s.minBufferTime != Long.MaxValue) nextTime.add(s.minBufferTime)
-      out.iterator
+
+      CompletionIterator[InternalRow, Iterator[InternalRow]](released.map { r => emitted += 1; r }, complete())
     }
   }
 
-  private def commitTimeMs(store: StateStore, disk: Option[StateStore]): Unit = {
-    longMetric("commitTimeMs") += timeTakenMs {
-      disk.foreach(_.commit())
-      store.commit()
-    }
-    reportStoreMetrics(store)
-  }
+  /**
+   * A bounded buffer's choices (which rows to evict or spill, whether it is full) depend on the
+   * order its rows arrive in, and a shuffle's output order is not fixed across attempts: such a
+   * buffer gets its rows sorted (by time then keys), so a replayed batch decides the same.
+   */
+  override def requiredChildOrdering: Seq[Seq[SortOrder]] =
+    if (suppressed.buffer.isBounded) Seq((time.toSeq ++ keys).map(SortOrder(_, Ascending)))
+    else Seq(Nil)
 
   /** The spill store: a RocksDB state store (local disk, checkpointed) beside the operator's own. */
   private def spillSettings(ctx: StreamContext): SpillStore = {

@@ -1,8 +1,7 @@
-package sluice.plugin
+package sluice.conf
 
 import org.apache.spark.SparkEnv
 
-import sluice.conf.SluiceConf
 
 /** An executor's record-cache budget C split evenly over its T task slots (KIP-63: C/T per thread). */
 final case class SlotBudget(
@@ -28,8 +27,8 @@ object SlotBudget {
 object MemoryBudget {
   @volatile private var installed: Option[SlotBudget] = None
 
-  private[plugin] def install(b: SlotBudget): Unit = installed = Some(b)
-  private[plugin] def uninstall(): Unit = installed = None
+  private[sluice] def install(b: SlotBudget): Unit = installed = Some(b)
+  private[sluice] def uninstall(): Unit = installed = None
 
   def current: SlotBudget = installed.getOrElse {
     val env = Option(SparkEnv.get)

@@ -1,0 +1,82 @@
+"""The one harness sluice's Python benchmarks run through.
+
+Every benchmark: prints what it compares and the comparator's settings first; runs a warm-up of
+each side that is not measured; runs N repeats with the sides alternating (A B, B A, A B, ...) so
+that no side is favoured by its place in the JVM's life; prints each target as met or missed; and
+writes one machine-readable result file per run under ``bench/results/`` (not committed), from
+which the READMEs' tables are copied.
+
+Usage from a benchmark script::
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from harness import Harness
+
+    h = Harness("cache_scan", "what is compared", {"comparator": "RocksDB, defaults", ...})
+    runs = h.alternating(["without", "with"], repeats=2, run=lambda side, i: {...}, warmup=...)
+    h.target("median batch time with/without", ratio, "<=", 1.1)
+    h.write()
+"""
+from __future__ import annotations
+
+import json
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+class Harness:
+    def __init__(self, name: str, description: str, settings: dict[str, Any]):
+        self.name, self.description, self.settings = name, description, settings
+        self.runs: dict[str, list[dict[str, Any]]] = {}
+        self.targets: list[dict[str, Any]] = []
+        self.started = datetime.now(timezone.utc)
+        print(f"== bench {name}: {description}")
+        for k, v in settings.items():
+            print(f"   {k}: {v}")
+
+    def alternating(self, sides: Sequence[str], repeats: int, run: Callable[[str, int], dict[str, Any]],
+                    warmup: Callable[[str], Any] | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Runs `run(side, repeat)` for every side, `repeats` times, the order alternating; a
+        `warmup(side)` per side first, not measured."""
+        if warmup is not None:
+            for side in sides:
+                warmup(side)
+        for i in range(repeats):
+            order = list(sides) if i % 2 == 0 else list(reversed(sides))
+            for side in order:
+                t0 = time.monotonic()
+                result = run(side, i)
+                result.setdefault("wall_s", round(time.monotonic() - t0, 3))
+                self.runs.setdefault(side, []).append(result)
+                print(f"   repeat {i + 1} {side}: " + ", ".join(
+                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in result.items() if not isinstance(v, (list, dict))))
+        return self.runs
+
+    def target(self, name: str, value: float, op: str, bound: float) -> bool:
+        """Prints and records one target: `value op bound`, op one of <=, >=."""
+        met = value <= bound if op == "<=" else value >= bound
+        self.targets.append({"name": name, "value": value, "op": op, "bound": bound, "met": met})
+        print(f"   target {name}: {value:.3f} (target {op} {bound}): {'met' if met else 'MISSED'}")
+        return met
+
+    def write(self, **extra: Any) -> Path:
+        """The run's result file: settings, every run's figures, every target."""
+        RESULTS.mkdir(exist_ok=True)
+        path = RESULTS / f"{self.name}-{self.started:%Y%m%dT%H%M%SZ}.json"
+        path.write_text(json.dumps({
+            "bench": self.name, "description": self.description, "started": self.started.isoformat(),
+            "machine": {"cpus": _cpus(), "python": platform.python_version()},
+            "settings": self.settings, "runs": self.runs, "targets": self.targets, **extra,
+        }, indent=1, default=str) + "\n")
+        print(f"   results: {path}")
+        return path
+
+
+def _cpus() -> int:
+    import os
+    return os.cpu_count() or 0

@@ -1,0 +1,119 @@
+package sluice.connect
+
+import java.util.Optional
+
+import org.apache.spark.SparkEnv
+import org.apache.spark.connect.proto.Relation
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.connect.planner.SparkConnectPlanner
+import org.apache.spark.sql.connect.plugin.RelationPlugin
+import org.apache.spark.sql.sluice.SuppressOfPlan
+// Spark Connect's jar carries its own (shaded) protobuf; the relation bytes come from it.
+import org.sparkproject.connect.protobuf.{Any => ProtoAny, CodedInputStream, WireFormat}
+
+import sluice.suppress._
+
+/**
+ * Spark Connect relation plugin for `suppress`: a Connect client (python/sluice/_connect.py)
+ * sends a `Relation` whose `extension` (a `google.protobuf.Any`) has type URL
+ * [[SuppressRelation.TypeUrl]]; this plugin turns it into the same plan the DataFrame API builds.
+ * Registered on the server with `spark.connect.extensions.relation.classes=sluice.connect.SuppressRelationPlugin`.
+ */
+class SuppressRelationPlugin extends RelationPlugin {
+  override def transform(relation: Array[Byte], planner: SparkConnectPlanner): Optional[LogicalPlan] = {
+    val any = ProtoAny.parseFrom(relation)
+    if (any.getTypeUrl != SuppressRelation.TypeUrl) return Optional.empty()
+    val msg = SuppressRelation.decode(any.getValue.toByteArray)
+    val child = planner.transformRelation(SuppressRelation.parseRelation(msg.input))
+    Optional.of(SuppressOfPlan(planner.session, child, msg.suppressed, msg.timeCol))
+  }
+}
+
+/**
+ * The extension message. Its schema, as protobuf would declare it:
+ * {{{
+ * // type URL: type.googleapis.com/sluice.connect.Suppress
+ * message Suppress {
+ *   bytes input = 1;        // a serialized spark.connect.Relation: the aggregation to suppress
+ *   string kind = 2;        // until_window_closes | until_time_limit | until_wall_clock_time_limit
+ *   int64 limit_ms = 3;     // the time limit of the two time-limit kinds
+ *   int64 max_records = 4;  // buffer bound per partition; absent = no bound
+ *   int64 max_bytes = 5;    // buffer bound per partition; absent = no bound
+ *   string when_full = 6;   // emit_early | shut_down | spill_to_disk
+ *   string name = 7;        // optional operator name (Suppressed.withName)
+ *   string time_col = 8;    // optional, until_time_limit's event-time column
+ * }
+ * }}}
+ * It is a real protobuf message, so that the client can write it with any protobuf library and
+ * fields can be added later (unknown fields are skipped), yet it is encoded and decoded by hand
+ * (a handful of tags) so neither side needs generated code or protoc in the build.
+ */
+object SuppressRelation {
+  val TypeUrl = "type.googleapis.com/sluice.connect.Suppress"
+
+  final case class Message(input: Array[Byte], suppressed: Suppressed, timeCol: Option[String])
+
+  private def invalid(msg: String): Nothing =
+    throw new IllegalArgumentException(s"Invalid sluice suppress relation from the Spark Connect client: $msg")
+
+  def decode(bytes: Array[Byte]): Message = {
+    val in = CodedInputStream.newInstance(bytes)
+    var input: Array[Byte] = null
+    var kind = ""
+    var limitMs = 0L
+    var maxRecords = Long.MaxValue
+    var maxBytes = Long.MaxValue
+    var whenFull = "shut_down"
+    var name: Option[String] = None
+    var timeCol: Option[String] = None
+    var tag = in.readTag()
+    while (tag != 0) {
+      WireFormat.getTagFieldNumber(tag) match {
+        case 1 => input = in.readByteArray()
+        case 2 => kind = in.readStringRequireUtf8()
+        case 3 => limitMs = in.readInt64()
+        case 4 => maxRecords = in.readInt64()
+        case 5 => maxBytes = in.readInt64()
+        case 6 => whenFull = in.readStringRequireUtf8()
+        case 7 => name = Some(in.readStringRequireUtf8())
+        case 8 => timeCol = Some(in.readStringRequireUtf8())
+        case _ => in.skipField(tag)
+      }
+      tag = in.readTag()
+    }
+    if (input == null) invalid("no input relation")
+    Message(input, suppressed(kind, limitMs, bufferConfig(maxRecords, maxBytes, whenFull), name), timeCol)
+  }
+
+  /** Parses the input relation with the Connect server's own nesting limit (deep plans). */
+  def parseRelation(bytes: Array[Byte]): Relation = {
+    val in = CodedInputStream.newInstance(bytes)
+    in.setRecursionLimit(SparkEnv.get.conf.getInt("spark.connect.grpc.marshallerRecursionLimit", 1024))
+    Relation.parseFrom(in)
+  }
+
+  private def bufferConfig(maxRecords: Long, maxBytes: Long, whenFull: String): BufferConfig = {
+    val bounded = BufferConfig.unbounded().withMaxRecords(maxRecords).withMaxBytes(maxBytes)
+    whenFull match {
+      case "emit_early" => bounded.emitEarlyWhenFull()
+      case "shut_down" => bounded.shutDownWhenFull()
+      case "spill_to_disk" => bounded.spillToDiskWhenFull()
+      case other => invalid(s"unknown when_full '$other'")
+    }
+  }
+
+  private def suppressed(kind: String, limitMs: Long, buffer: BufferConfig, name: Option[String]): Suppressed = {
+    val s: Suppressed = kind match {
+      case "until_window_closes" => buffer match {
+        case strict: StrictBufferConfig => Suppressed.untilWindowCloses(strict)
+        case _ => throw new SuppressUsageException(
+          s"until_window_closes needs a strict buffer config, got $buffer: emitting early would break the " +
+            "one-final-result guarantee")
+      }
+      case "until_time_limit" => Suppressed.untilTimeLimit(limitMs, buffer)
+      case "until_wall_clock_time_limit" => Suppressed.untilWallClockTimeLimit(limitMs, buffer)
+      case other => invalid(s"unknown suppress kind '$other'")
+    }
+    name.fold(s)(n => s.withName(n))
+  }
+}

@@ -1,0 +1,124 @@
+package sluice.inspect
+
+import java.nio.charset.StandardCharsets
+import java.util.{Collections, UUID, WeakHashMap}
+
+import scala.util.control.NonFatal
+
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.Path
+import org.json4s._
+import org.json4s.JsonDSL._
+import org.json4s.jackson.JsonMethods.{compact, render}
+
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.classic.{SparkSession => ClassicSession}
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+import org.apache.spark.sql.sluice.{EmitCacheNode, SluiceStatefulNode, StatefulOperatorSupport, SuppressNode}
+
+import sluice.cache.CachingStateStoreProvider
+import sluice.conf.SluiceConf
+import sluice.suppress._
+import sluice.windowstore.InMemoryWindowStoreProvider
+
+/**
+ * What a sluice operator's state means but the checkpoint does not say (the suppress mode and
+ * limit, the buffer bound, the emission cache's interval, the window store's retention), kept
+ * beside the operator's state as `<checkpoint>/state/<operator id>/_sluice_operator.json`, so that
+ * `sluice.inspect` can tell when each held row becomes due.
+ *
+ * Written on the driver when a query run first plans the operator, whole or not at all (a
+ * temporary file renamed into place); a restart with other settings replaces it. Spark's readers
+ * of the state directory look only at numbered partition directories and `_`-prefixed folders
+ * they know, so the file is invisible to them.
+ */
+object Sidecars extends Logging {
+  val FileName = "_sluice_operator.json"
+
+  /** Operator ids already recorded, per query run (the run id instance lives as long as the run). */
+  private val recorded = Collections.synchronizedMap(new WeakHashMap[UUID, java.util.Set[java.lang.Long]]())
+
+  /**
+   * Records `node`'s settings for the query run now planning it; does nothing outside a running
+   * query or once recorded for this run. Never fails the query: a sidecar that cannot be written
+   * is logged and `sluice.inspect` falls back to what the checkpoint alone says.
+   */
+  def record(session: SparkSession, node: SluiceStatefulNode): Unit =
+    try {
+      StatefulOperatorSupport.streamContext(session, node).foreach { ctx =>
+        val info = ctx.stateInfo
+        val ids = recorded.synchronized {
+          val s = recorded.get(info.queryRunId)
+          if (s != null) s else {
+            val n = Collections.synchronizedSet(new java.util.HashSet[java.lang.Long]())
+            recorded.put(info.queryRunId, n)
+            n
+          }
+        }
+        if (ids.add(info.operatorId)) {
+          val conf = session.asInstanceOf[ClassicSession].sessionState
+          write(new Path(new Path(info.checkpointLocation, info.operatorId.toString), FileName),
+            json(session, node, info.operatorId, info.queryRunId, ctx.batchId), conf.newHadoopConf())
+        }
+      }
+    } catch {
+      case NonFatal(e) => logWarning(s"Could not record the settings of ${node.nodeName} for sluice.inspect", e)
+    }
+
+  private[inspect] def json(session: SparkSession, node: SluiceStatefulNode, operatorId: Long, runId: UUID,
+      batchId: Long): String = {
+    val common: JObject = ("operatorId" -> operatorId) ~ ("runId" -> runId.toString) ~
+      ("firstBatchId" -> batchId) ~ ("stateStore" -> stateStoreJson(session))
+    val specific: JObject = node match {
+      case s: SuppressNode =>
+        val (mode, limit) = s.suppressed match {
+          case _: UntilWindowCloses => ("until_window_closes", None)
+          case t: UntilTimeLimit => ("until_time_limit", Some(t.limitMs))
+          case w: UntilWallClockTimeLimit => ("until_wall_clock_time_limit", Some(w.limitMs))
+        }
+        val b = s.suppressed.buffer
+        def bound(v: Long): Option[Long] = if (v == Long.MaxValue) None else Some(v)
+        ("kind" -> "suppress") ~ ("name" -> s.suppressed.name) ~ ("mode" -> mode) ~ ("limitMs" -> limit) ~
+          ("graceMs" -> (if (s.window.isDefined) Some(s.graceMs) else None)) ~
+          ("keys" -> s.keys.map(_.name).toList) ~
+          ("buffer" -> (("maxRecords" -> bound(b.maxRecords)) ~ ("maxBytes" -> bound(b.maxBytes)) ~
+            ("whenFull" -> b.whenFull.name.replace('-', '_'))))
+      case e: EmitCacheNode =>
+        ("kind" -> "emitCache") ~ ("intervalMs" -> e.intervalMs) ~ ("keys" -> e.keys.map(_.name).toList)
+      case other => ("kind" -> other.nodeName)
+    }
+    compact(render(specific merge common))
+  }
+
+  /** The query's state store provider and, when it is (or caches) the window store, its settings. */
+  private def stateStoreJson(session: SparkSession): JObject = {
+    val all = session.conf.getAll
+    val provider = all.getOrElse("spark.sql.streaming.stateStore.providerClass",
+      "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
+    val conf = SluiceConf(all)
+    val windowStore = provider == classOf[InMemoryWindowStoreProvider].getName ||
+      (provider == classOf[CachingStateStoreProvider].getName &&
+        all.get(SluiceConf.StateStoreCacheDelegate.key).exists(_.trim == "in_memory_window"))
+    val ws: Option[JObject] = if (!windowStore) None else Some(
+      ("name" -> conf.get(SluiceConf.WindowStoreName)) ~
+        ("retentionMs" -> conf.get(SluiceConf.WindowStoreRetention)) ~
+        ("snapshotInterval" -> conf.get(SluiceConf.WindowStoreSnapshotInterval)))
+    ("providerClass" -> provider) ~ ("windowStore" -> ws)
+  }
+
+  /** Writes `text` to `path` atomically (temporary file, then rename), replacing an older file. */
+  private[sluice] def write(path: Path, text: String, hadoopConf: Configuration): Unit = {
+    val fm = CheckpointFileManager.create(path.getParent, hadoopConf)
+    fm.mkdirs(path.getParent)
+    val out = fm.createAtomic(path, overwriteIfPossible = true)
+    try {
+      out.write(text.getBytes(StandardCharsets.UTF_8))
+      out.close()
+    } catch {
+      case e: Throwable =>
+        out.cancel()
+        throw e
+    }
+  }
+}

@@ -1,0 +1,307 @@
+"""Features compose (issue 11): one deterministic input through every combination of
+state store provider {HDFS-backed, RocksDB, in-memory window store} x record cache {off, on} x
+query {update-mode windowed count, suppress until_window_closes, suppress until_time_limit} x
+commit interval {0, 30 s} x input bound {off, small}, each result compared with what Python
+computes from the input.
+
+The input is a few steps of two JSON files each, with out-of-order and late events, moved into
+the source folder one step at a time (one directory rename, so the source sees a step at once).
+Without a bound a step is one micro-batch; the small bound (smaller than any file) splits it into
+one batch per file. Which events are late (window end <= watermark) is decided by the watermark at
+the start of a step and is the same for any split of the step (the generator drops events for
+which it would not be), so one expectation serves both bounds.
+
+Each query runs all data steps, is stopped, restarted on its checkpoint and fed a last step with
+events far in the future for many keys: it closes every data window (final results), moves every
+suppress partition's stream time past the time limit, and, with the interval set, is processed with
+a 1 ms interval so that the rows the emission cache held (30 s is longer than the test) are forwarded.
+Expected:
+- until_window_closes: each closed (window, user) exactly once, with its count; nothing else;
+- until_time_limit and the plain count: the last row emitted per (window, user) carries its count,
+  no row ever exceeds it, and no (window, user) is missing.
+No combination is dropped: each dimension changes a different operator or store under the others.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sluice import BufferConfig, Suppressed, suppress
+from conftest import sluice_session
+
+PROVIDERS = {
+    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "in_memory_window": "sluice.windowstore.InMemoryWindowStoreProvider",
+}
+CACHING = "sluice.cache.CachingStateStoreProvider"
+PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
+DELEGATE_KEY = "spark.sluice.statestore.cache.delegate"
+INTERVAL_KEY = "spark.sluice.commit.interval.ms"
+# Small enough that the record cache evicts (writing to its delegate mid-batch) on this input.
+CACHE_BYTES = 4096
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+WINDOW_S = 10
+DELAY_S = 5
+TIME_LIMIT_S = 15
+USERS = ["u0", "u1", "u2", "u3"]
+CLOSING_USERS = USERS + ["z0", "z1", "z2", "z3"]  # the last step's keys: enough to reach both partitions
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    yield sluice_session(statestore_cache_max_bytes=CACHE_BYTES)
+
+
+# ---------------------------------------------------------------------------------------------
+# input and expectations (all in seconds after T0)
+
+def window_of(t: int) -> int:
+    return t - t % WINDOW_S
+
+
+def make_steps(seed: int = 11, steps: int = 3) -> list[list[list[tuple[int, str]]]]:
+    """Data steps, each two files of (ts, user) events: time moves ~8 s a step, events arrive up to
+    12 s out of order, and some are clearly late."""
+    rnd = random.Random(seed)
+    out: list[list[list[tuple[int, str]]]] = []
+    max_ts: int | None = None
+    for s in range(steps):
+        base = 5 + 8 * s
+        files = [[(max(0, base + rnd.randint(-12, 6)), rnd.choice(USERS)) for _ in range(rnd.randint(4, 6))]
+                 for _ in range(2)]
+        if max_ts is not None:  # a late event for an already closed window
+            files[0].append((max_ts - DELAY_S - WINDOW_S - rnd.randint(0, 5), rnd.choice(USERS)))
+        wm_start = max_ts - DELAY_S if max_ts is not None else None
+        step_max = max([t for f in files for t, _ in f] + ([max_ts] if max_ts is not None else []))
+        wm_any_split = step_max - DELAY_S  # the highest watermark any batch of this step can see
+
+        def unambiguous(t: int) -> bool:
+            end = window_of(t) + WINDOW_S
+            late_at_start = wm_start is not None and end <= wm_start
+            return late_at_start or end > wm_any_split
+        files = [[e for e in f if unambiguous(e[0])] for f in files]
+        assert all(files), "a file lost all its events; pick another seed"
+        out.append(files)
+        max_ts = max([t for f in files for t, _ in f] + ([max_ts] if max_ts is not None else []))
+    return out
+
+
+def closing_step(steps: list[list[list[tuple[int, str]]]]) -> list[list[tuple[int, str]]]:
+    last = max(t for step in steps for f in step for t, _ in f)
+    far = window_of(last) + 10 * WINDOW_S
+    return [[(far + i % 3, u) for i, u in enumerate(CLOSING_USERS)]]
+
+
+def expected(steps: list[list[list[tuple[int, str]]]]) -> tuple[dict[tuple[int, str], int], int, int]:
+    """(count per (window start, user) of the events that are not late, late events, final watermark)."""
+    counts: dict[tuple[int, str], int] = {}
+    late = 0
+    max_ts: int | None = None
+    for step in steps:
+        wm = max_ts - DELAY_S if max_ts is not None else None
+        for f in step:
+            for t, u in f:
+                if wm is not None and window_of(t) + WINDOW_S <= wm:
+                    late += 1
+                else:
+                    counts[(window_of(t), u)] = counts.get((window_of(t), u), 0) + 1
+        max_ts = max([t for f in step for t, _ in f] + ([max_ts] if max_ts is not None else []))
+    assert max_ts is not None
+    return counts, late, max_ts - DELAY_S
+
+
+STEPS = make_steps()
+ALL_STEPS = STEPS + [closing_step(STEPS)]
+COUNTS, LATE, FINAL_WM = expected(ALL_STEPS)
+DATA_KEYS = set(expected(STEPS)[0])
+
+
+def test_the_input_exercises_what_the_matrix_needs() -> None:
+    assert LATE >= 2  # late events are dropped, not counted
+    closed = [k for k in COUNTS if k[0] + WINDOW_S <= FINAL_WM]
+    assert set(closed) == DATA_KEYS and len(closed) >= 8  # the last step closes every data window
+    assert any(n > 1 for n in COUNTS.values())  # keys are updated more than once
+    # events out of order inside a step and across files
+    assert any(a[0] > b[0] for step in STEPS for f in step for a, b in zip(f, f[1:]))
+
+
+def iso(t: int) -> str:
+    return (T0 + timedelta(seconds=t)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def start_string(t: int) -> str:
+    return (T0 + timedelta(seconds=t)).strftime("%Y-%m-%d %H:%M:%S")
+
+
+# ---------------------------------------------------------------------------------------------
+# the queries
+
+def windowed_counts(events: DataFrame) -> DataFrame:
+    return events.groupBy(F.window("ts", f"{WINDOW_S} seconds"), "user").count()
+
+
+QUERIES = {
+    "update": windowed_counts,
+    "window_closes": lambda e: suppress(windowed_counts(e), Suppressed.until_window_closes(BufferConfig.unbounded())),
+    "time_limit": lambda e: suppress(
+        e.groupBy(F.window("ts", f"{WINDOW_S} seconds"), "user").agg(F.count("*").alias("count"),
+                                                                        F.max("ts").alias("ts")),
+        Suppressed.until_time_limit(timedelta(seconds=TIME_LIMIT_S), BufferConfig.unbounded()), time_col="ts"),
+}
+
+
+class Run:
+    """One combination: its own SparkSession (shared SparkContext, own SQL conf, so runs can start
+    concurrently), input folder, checkpoint and emitted rows."""
+
+    def __init__(self, spark: SparkSession, root: Path, combo: "Combo"):
+        self.spark, self.root, self.combo = spark.newSession(), root, combo
+        if combo.record_cache:
+            self.spark.conf.set(PROVIDER_KEY, CACHING)
+            self.spark.conf.set(DELEGATE_KEY, combo.provider)
+        else:
+            self.spark.conf.set(PROVIDER_KEY, PROVIDERS[combo.provider])
+        self.src = root / "in"
+        self.src.mkdir(parents=True)
+        self.steps = 0
+        self.files = 0
+        self.emitted: list[tuple[str, str, int]] = []
+        self.progress: list[dict] = []
+
+    def start(self, interval: str) -> None:
+        self.spark.conf.set(INTERVAL_KEY, interval)
+        reader = self.spark.readStream.schema("ts timestamp, user string")
+        if self.combo.bound:
+            reader = reader.option("sluice.maxBytesPerTrigger", str(smallest_file_bytes() - 1))
+        events = reader.json(str(self.src / "*")).withWatermark("ts", f"{DELAY_S} seconds")
+
+        def sink(batch: DataFrame, _: int) -> None:
+            rows = batch.selectExpr("CAST(window.start AS STRING)", "user", "count").collect()
+            self.emitted.extend((r[0], r[1], r[2]) for r in rows)
+
+        self.q = (QUERIES[self.combo.query](events).writeStream.outputMode("update").foreachBatch(sink)
+                  .option("checkpointLocation", str(self.root / "ckpt")).start())
+
+    def feed(self, step: list[list[tuple[int, str]]]) -> None:
+        staging = self.root / f"staging-{self.steps}"
+        staging.mkdir()
+        now = time.time()
+        for f in step:
+            path = staging / f"{self.files:04d}.json"
+            path.write_text("".join(json.dumps({"ts": iso(t), "user": u}) + "\n" for t, u in f))
+            os.utime(path, (now + self.files, now + self.files))  # the source takes files in this order
+            self.files += 1
+        staging.rename(self.src / f"step-{self.steps:02d}")
+        self.steps += 1
+        self.q.processAllAvailable()
+
+    def stop(self) -> None:
+        self.progress += [json.loads(p.json) for p in self.q.recentProgress]
+        self.q.stop()
+
+    def data_batches(self) -> int:
+        return len([p for p in self.progress if p["numInputRows"] > 0])
+
+    def op_metrics(self, name: str) -> list[dict]:
+        return [op["customMetrics"] for p in self.progress for op in p.get("stateOperators", [])
+                if op["operatorName"] == name]
+
+    def run(self) -> "Run":
+        interval = self.combo.interval
+        self.start(interval)
+        for step in STEPS:
+            self.feed(step)
+        self.stop()
+        self.held_at_stop = [m.get("emitCacheBytes", 0) for m in self.op_metrics("emitCache")][-1:]
+        self.start("1ms" if interval != "0" else "0")  # held rows are due now
+        self.feed(ALL_STEPS[-1])
+        self.stop()
+        return self
+
+
+def smallest_file_bytes() -> int:
+    return min(len("".join(json.dumps({"ts": iso(t), "user": u}) + "\n" for t, u in f).encode())
+               for step in ALL_STEPS for f in step)
+
+
+
+
+@dataclass(frozen=True)
+class Combo:
+    provider: str
+    record_cache: bool
+    query: str
+    interval: str
+    bound: bool
+
+    @property
+    def id(self) -> str:
+        return "-".join([self.provider, "cache" if self.record_cache else "nocache", self.query,
+                         f"interval{self.interval}", "bound" if self.bound else "nobound"])
+
+
+COMBOS = [Combo(p, c, q, i, b) for p in PROVIDERS for c in (False, True) for q in QUERIES
+          for i in ("0", "30s") for b in (False, True)]
+WORKERS = int(os.environ.get("SLUICE_MATRIX_WORKERS", "4"))
+
+
+@pytest.fixture(scope="module")
+def runs(spark: SparkSession, request: pytest.FixtureRequest,
+         tmp_path_factory: pytest.TempPathFactory) -> dict[Combo, Any]:
+    """Runs every selected combination, WORKERS at a time (each run waits on its own micro-batches
+    most of the time), and returns each one's Run or the exception it raised."""
+    selected = [item.callspec.params["combo"] for item in request.session.items
+                if item.module is request.module and hasattr(item, "callspec") and "combo" in item.callspec.params]
+    root = tmp_path_factory.mktemp("matrix")
+
+    def one(combo: Combo) -> Any:
+        try:
+            return Run(spark, root / combo.id, combo).run()
+        except Exception as e:  # reported by the combination's own test
+            return e
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        return dict(zip(selected, pool.map(one, selected)))
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=[c.id for c in COMBOS])
+def test_composition(runs: dict[Combo, Any], combo: Combo) -> None:
+    run = runs[combo]
+    if isinstance(run, Exception):
+        raise run
+    if combo.interval != "0" and combo.query == "update":
+        # the 30 s interval outlasts the first run: the emission cache held rows when it stopped
+        assert run.held_at_stop and run.held_at_stop[0] > 0
+    # the bound splits every step into one batch per file; without it a step is one batch
+    files = sum(len(s) for s in ALL_STEPS)
+    assert run.data_batches() == (files if combo.bound else len(ALL_STEPS))
+    if combo.record_cache:
+        assert sum(m.get("cacheMisses", 0) for p in run.progress for op in p.get("stateOperators", [])
+                   for m in [op["customMetrics"]]) > 0, "the record cache was not in use"
+
+    truth = {(start_string(w), u): n for (w, u), n in COUNTS.items()}
+    got = run.emitted
+    if combo.query == "window_closes":
+        closed = {(start_string(w), u) for (w, u) in COUNTS if w + WINDOW_S <= FINAL_WM}
+        assert sorted(got) == sorted((s, u, n) for (s, u), n in truth.items() if (s, u) in closed)
+        return
+    last: dict[tuple[str, str], int] = {}
+    for s, u, n in got:
+        assert n <= truth[(s, u)], f"{(s, u)} emitted {n}, more than its {truth[(s, u)]} events"
+        last[(s, u)] = n
+    if combo.query == "time_limit":  # the last step's rows wait for stream time that never comes
+        truth = {(start_string(w), u): n for (w, u), n in COUNTS.items() if (w, u) in DATA_KEYS}
+        last = {k: v for k, v in last.items() if k in truth}
+    assert last == truth

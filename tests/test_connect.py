@@ -1,0 +1,198 @@
+"""Spark Connect: suppress, the conf keys and sluice's errors over a Connect server.
+
+The Connect side runs in a child process (tests/connect_client.py): it starts a local Connect
+server with ``sluice.configure(SparkSession.builder.remote("local[2]"))`` and runs its scenarios
+on input this module writes; the tests check its results against expectations computed here and,
+for errors, against what the classic API raises in this process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+import sluice
+from sluice import BufferConfig, Suppressed
+from sluice._connect import encode
+from connect_client import WATERMARK_DELAY_S, WINDOW_S, describe, misuse_cases
+
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+# (seconds after T0, user), one list per file and micro-batch. Every event is later than the
+# watermark its batch runs with, so none is dropped as late.
+FINAL_BATCHES = [[(0, "a"), (5, "a"), (20, "b")],
+                 [(30, "a"), (65, "b"), (100, "c")],
+                 [(110, "a"), (185, "b")]]
+INTERVAL_BATCHES = [[f"k{i}" for i in range(6)] * 2, [f"k{i}" for i in range(4)] * 3, [f"k{i}" for i in range(2, 6)]]
+CLIENT_TIMEOUT_S = 300
+
+
+def write_batches(folder: Path, rows_per_file: list[list[dict]]) -> None:
+    """One JSON file per batch, with increasing modification times (the file source's order)."""
+    folder.mkdir(parents=True)
+    for i, rows in enumerate(rows_per_file):
+        path = folder / f"{i:05d}.json"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        t = T0.timestamp() + 10 * i
+        os.utime(path, (t, t))
+
+
+def event(seconds: int, user: str) -> dict:
+    return {"ts": (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S"), "user": user}
+
+
+def expected_final_counts(batches: list[list[tuple[int, str]]]) -> list[list]:
+    """One row per window and user whose window the last watermark closed, with its full count."""
+    watermark = max(t for b in batches for t, _ in b) - WATERMARK_DELAY_S
+    counts = Counter((t // WINDOW_S * WINDOW_S, user) for b in batches for t, user in b)
+    start0 = int(T0.timestamp())
+    return sorted([start0 + start, user, n] for (start, user), n in counts.items() if start + WINDOW_S <= watermark)
+
+
+class ConnectClient:
+    """The child process and, once it has finished, its results by scenario."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.log = work / "client.log"
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "connect_client.py"), str(work)],
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._results: dict[str, Any] | None = None
+
+    def result(self, scenario: str) -> Any:
+        if self._results is None:
+            try:
+                self.proc.wait(timeout=CLIENT_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.close()
+            path = self.work / "results.json"
+            if not path.exists():
+                pytest.fail(f"the Connect client wrote no results (exit {self.proc.returncode}); "
+                            f"log tail:\n{self.log.read_text()[-4000:]}")
+            self._results = json.loads(path.read_text())
+        got = self._results.get(scenario)
+        if got is None or "error" in got:
+            pytest.fail(f"scenario {scenario} failed in the Connect client:\n{(got or {}).get('error')}")
+        return got["ok"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectClient]:
+    work = tmp_path_factory.mktemp("connect")
+    write_batches(work / "final_in", [[event(t, u) for t, u in b] for b in FINAL_BATCHES])
+    write_batches(work / "interval_in", [[{"k": k} for k in b] for b in INTERVAL_BATCHES])
+    c = ConnectClient(work)  # starts now; the tests below wait for it when they need its results
+    yield c
+    c.close()
+
+
+# --- no Spark needed ---------------------------------------------------------------------------
+
+def test_configure_registers_the_relation_plugin_and_keeps_sluices_plugin_on_a_local_server() -> None:
+    key = "spark.connect.extensions.relation.classes"
+    classic = sluice.configure(SparkSession.builder.config(key, "x.Other"))._options
+    assert classic[key] == "x.Other,sluice.connect.SuppressRelationPlugin"
+    assert "spark.plugins.defaultList" not in classic
+    # pyspark starts a local Connect server with spark.plugins replaced by Connect's own plugin
+    local = sluice.configure(SparkSession.builder.remote("local[2]"))._options
+    assert local["spark.plugins.defaultList"] == "sluice.plugin.SluicePlugin"
+    assert local[key] == "sluice.connect.SuppressRelationPlugin"
+    assert "spark.plugins.defaultList" not in sluice.configure(SparkSession.builder.remote("sc://host:1"))._options
+
+
+def test_the_extension_message_is_the_documented_protobuf_message() -> None:
+    """Decodes sluice._connect's hand-written bytes with protobuf, against the schema documented in
+    sluice.connect.SuppressRelation."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    F = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(name="sluice_suppress_test.proto", package="sluice.connect",
+                                               syntax="proto3")
+    message = proto.message_type.add(name="Suppress")
+    for number, name, kind in [(1, "input", F.TYPE_BYTES), (2, "kind", F.TYPE_STRING), (3, "limit_ms", F.TYPE_INT64),
+                               (4, "max_records", F.TYPE_INT64), (5, "max_bytes", F.TYPE_INT64),
+                               (6, "when_full", F.TYPE_STRING), (7, "name", F.TYPE_STRING),
+                               (8, "time_col", F.TYPE_STRING)]:
+        message.field.add(name=name, number=number, type=kind, label=F.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("sluice.connect.Suppress"))
+
+    limited = Suppressed.until_time_limit(timedelta(minutes=5), BufferConfig.max_bytes(1 << 40).with_max_records(7)
+                                          .spill_to_disk_when_full()).with_name("alerts")
+    m = cls.FromString(encode(b"\x00child\xff" * 300, limited, "window.end"))
+    assert (m.input, m.kind, m.limit_ms, m.max_records, m.max_bytes, m.when_full, m.name, m.time_col) == (
+        b"\x00child\xff" * 300, "until_time_limit", 300_000, 7, 1 << 40, "spill_to_disk", "alerts", "window.end")
+    final = cls.FromString(encode(b"", Suppressed.until_window_closes(BufferConfig.unbounded()), None))
+    # an unbounded buffer, no name and no time_col are absent fields
+    assert (final.kind, final.when_full, final.ListFields()[-1][0].name) == ("until_window_closes", "shut_down",
+                                                                           "when_full")
+    assert not any(f.name in ("max_records", "max_bytes", "name", "time_col") for f, _ in final.ListFields())
+
+
+# --- over Spark Connect --------------------------------------------------------------------------
+
+def test_the_client_runs_on_a_connect_session(client: ConnectClient) -> None:
+    assert client.result("session_kind") == {"session": "pyspark.sql.connect.session",
+                                             "suppressed": "pyspark.sql.connect.dataframe"}
+
+
+def test_suppress_emits_exactly_the_final_results_over_connect(client: ConnectClient) -> None:
+    got = client.result("final_results")
+    expected = expected_final_counts(FINAL_BATCHES)
+    assert len(expected) == 5  # windows [0, 60) and [60, 120) closed, [180, 240) open
+    assert sorted(got["rows"]) == expected
+    assert got["emitted"] == len(expected)
+    assert got["suppressed"] > 0  # window [0, 60) was updated in two batches before it closed
+
+
+def test_misuse_raises_the_classic_apis_errors_over_connect(client: ConnectClient, spark: SparkSession,
+                                                           tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    classic = {}
+    for name, call in misuse_cases(spark, tmp_path / "in").items():
+        with pytest.raises(Exception) as info:
+            call()
+        classic[name] = describe(info.value)
+    assert classic["no_window"]["types"][:2] == ["SluiceSuppressError", "SluiceError"]
+    assert "ValueError" in classic["no_window"]["types"]
+    assert client.result("misuse") == classic
+
+
+def test_a_non_update_output_mode_fails_at_start_over_connect(client: ConnectClient) -> None:
+    got = client.result("output_mode")
+    assert got is not None and "AnalysisException" in got["types"]
+    assert "suppress needs the query's output mode to be update, but it is Append" in got["message"]
+
+
+def test_commit_interval_set_over_connect_holds_updates(client: ConnectClient) -> None:
+    """The emission cache is switched on by a session conf only; over Connect the client sets it."""
+    got = client.result("commit_interval")
+    held_keys = set().union(*INTERVAL_BATCHES)
+    updates = sum(len(set(b)) for b in INTERVAL_BATCHES)  # the aggregation's rows, one per key and batch
+    assert got == {"rows": 0, "absorbed": updates - len(held_keys), "forwarded": 0}
+
+
+def test_jvm_only_helpers_fail_clearly_over_connect(client: ConnectClient) -> None:
+    got = client.result("jvm_helper")
+    assert got is not None and got["types"][0] == "SluiceError"
+    assert got["message"].startswith("this needs a classic SparkSession")
+
+
+def test_the_local_server_loads_sluices_spark_plugin(client: ConnectClient) -> None:
+    """pyspark replaces spark.plugins when it starts a local Connect server; configure() keeps
+    sluice's plugin in through spark.plugins.defaultList."""
+    assert client.result("server_plugin") == {"executors": 1}

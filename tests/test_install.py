@@ -1,0 +1,127 @@
+"""Install routes from a fresh clone of this repository's HEAD (commit what you want tested):
+`python -m build`, `pip install .`, `pip install -e .`, and the Maven artifact through
+`spark-submit --packages`. These run sbt in the clone: one full compile (~20-60 s), then no-op
+builds, since the later routes reuse the clone's sbt output and only the git-ignored jar folder is
+removed before each, which is what a fresh clone lacks. Deselect with `-m "not install"`."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.install
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+VERSION = "0.1.0"  # build.sbt and pyproject.toml
+
+
+def run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
+        timeout: float = 600) -> str:
+    p = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"{cmd} failed ({p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+    return p.stdout + p.stderr
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("install") / "sluice"
+    run(["git", "clone", "-q", ROOT, path])
+    assert not (path / "python" / "sluice" / "jars").exists()  # as in any fresh clone
+    return path
+
+
+def fresh_venv(path: Path) -> Path:
+    """A virtualenv without this project, seeing the test venv's other packages (pip, setuptools,
+    wheel, pyspark) through symlinks, so nothing is downloaded; returns its python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", path], check=True)
+    deps = path / "deps"
+    deps.mkdir()
+    for entry in SITE.iterdir():
+        name = entry.name.lower()
+        if name.endswith(".pth") or name.startswith(("sluice", "spark_sluice", "__editable__", "__pycache__")):
+            continue
+        (deps / entry.name).symlink_to(entry)
+    (path / "lib" / SITE.parent.name / "site-packages" / "deps.pth").write_text(f"{deps}\n")
+    return path / "bin" / "python"
+
+
+def forget_jar(clone: Path) -> None:
+    subprocess.run(["rm", "-rf", clone / "python" / "sluice" / "jars"], check=True)
+
+
+def installed_jar(python: Path) -> Path:
+    out = run([python, "-c", "import sluice; print(sluice.__file__); print(sluice.jar_path())"])
+    module, jar = out.split()[:2]
+    assert "deps" not in Path(module).parts, module  # not the test venv's sluice
+    with zipfile.ZipFile(jar) as z:
+        assert "sluice/plugin/SluicePlugin.class" in z.namelist()
+    return Path(jar)
+
+
+def test_python_build_makes_sdist_and_wheel_with_the_jar(clone: Path, tmp_path: Path) -> None:
+    out = run([sys.executable, "-m", "build", "--no-isolation", "--outdir", tmp_path, clone])
+    assert "compiling" in out  # the jar came from sbt in the clone, not from anywhere else
+    with zipfile.ZipFile(tmp_path / f"spark_sluice-{VERSION}-py3-none-any.whl") as whl:
+        names = whl.namelist()
+        assert "sluice/jars/sluice.jar" in names and "sluice/__init__.py" in names
+        meta = whl.read(f"spark_sluice-{VERSION}.dist-info/METADATA").decode()
+        assert "Name: spark-sluice" in meta and "Requires-Dist: pyspark==4.1.3" in meta
+    with tarfile.open(tmp_path / f"spark_sluice-{VERSION}.tar.gz") as sdist:
+        names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
+    assert {"build.sbt", "dev/sbt", "dev/build-jar", "project/build.properties",
+            "jvm/src/main/scala/sluice/plugin/SluicePlugin.scala", "python/sluice/jars/sluice.jar"} <= names
+
+
+def test_pip_install_from_clone(clone: Path, tmp_path: Path) -> None:
+    forget_jar(clone)
+    python = fresh_venv(tmp_path / "venv")
+    run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", clone])
+    jar = installed_jar(python)
+    assert jar.is_relative_to(tmp_path / "venv" / "lib")
+
+
+def test_pip_install_editable_from_clone(clone: Path, tmp_path: Path) -> None:
+    forget_jar(clone)
+    python = fresh_venv(tmp_path / "venv")
+    run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", clone])
+    assert installed_jar(python) == clone / "python" / "sluice" / "jars" / "sluice.jar"
+
+
+def test_spark_submit_packages_from_local_maven_repo(clone: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    run([clone / "dev" / "publish-maven", repo])
+    pom = (repo / "io" / "sluice" / "sluice_2.13" / VERSION / f"sluice_2.13-{VERSION}.pom").read_text()
+    scopes = re.findall(r"<artifactId>([^<]+)</artifactId>\s*<version>[^<]+</version>\s*<scope>(\w+)</scope>", pom)
+    assert ("spark-sql_2.13", "provided") in scopes and ("kafka-clients", "provided") in scopes
+    # nothing that --packages would fetch besides sluice: every dependency is provided or test-only
+    assert {s for _, s in scopes} == {"provided", "test"}
+
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.json").write_text("".join(json.dumps({"k": k}) + "\n" for k in "abacab"))
+    # user.home elsewhere: Spark's resolver chain starts with ~/.m2, which may hold another build
+    env = {**os.environ, "SPARK_SUBMIT_OPTS": f"-Duser.home={tmp_path / 'home'}",
+           "PYSPARK_PYTHON": sys.executable}
+    out = run([Path(sys.prefix) / "bin" / "spark-submit", "--master", "local[2]",
+               "--packages", f"io.sluice:sluice_2.13:{VERSION}", "--repositories", repo.as_uri(),
+               "--conf", f"spark.jars.ivy={tmp_path / 'ivy'}",
+               "--conf", "spark.plugins=sluice.plugin.SluicePlugin",
+               "--conf", "spark.sql.extensions=sluice.plugin.SluiceExtensions",
+               "--conf", "spark.sql.streaming.stateStore.providerClass=sluice.windowstore.InMemoryWindowStoreProvider",
+               "--conf", "spark.sluice.cache.max.bytes.buffering=1m",
+               "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.ui.enabled=false",
+               Path(__file__).parent / "packages_child.py", src, tmp_path / "ckpt"], env=env)
+    # only sluice itself was fetched (its POM declares everything else provided), from the repo given
+    assert re.findall(r"found (\S+) in (\S+)", out) == [(f"io.sluice#sluice_2.13;{VERSION}", "repo-1")]
+    result = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+    assert result["counts"] == {"a": 3, "b": 2, "c": 1}
+    assert "windowStoreSegments" in result["metrics"]  # the provider class came from the package
+    assert any("cache.max.bytes.buffering" in w for w in result["warnings"])  # so did the plugin
