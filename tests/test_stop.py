@@ -1,14 +1,22 @@
 """Stopping a stateful query while a batch runs logs nothing on sluice's in-memory window store
 that Spark's own providers (HDFS-backed, RocksDB) do not, and no StackOverflowError on any: with a
 sink, and with a foreachBatch function running the batch as a job (where Spark 4.1's own stop check
-overflows the stack on py4j's long error text unless `sluice.configure` is used; see sluice/_stop.py)."""
+overflows the stack on py4j's long error text unless `sluice.configure` is used; see sluice/_stop.py).
+Whether the stop reaches the batch function as an interruption or as its job's cancellation is a
+race, so each is also checked directly against Spark's stop check."""
 from __future__ import annotations
 
 import json
 import re
 import subprocess
 import sys
+import traceback
+import uuid
 from pathlib import Path
+from typing import Any
+
+import pytest
+from py4j.protocol import Py4JJavaError
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ("sink", "foreach_batch")
@@ -49,3 +57,55 @@ def test_mid_batch_stop_logs_no_more_on_window_store_than_builtin_providers(tmp_
     for shape in SHAPES:
         builtin = _noteworthy(runs["hdfs", shape]) | _noteworthy(runs["rocksdb", shape])
         assert _noteworthy(runs["window", shape]) <= builtin, (shape, _noteworthy(runs["window", shape]) - builtin)
+
+
+def _text_spark_gets(spark: Any, error: Exception) -> str:
+    """What the JVM receives when a foreachBatch function raises `error`: pyspark's callback
+    (as sluice.configure leaves it) runs the function, py4j sends back the formatted traceback."""
+    from pyspark.sql.utils import ForeachBatchFunction
+
+    def func(df: Any, batch_id: int) -> None:
+        raise error
+
+    try:
+        ForeachBatchFunction(spark, func).call(spark.range(1)._jdf, 0)
+    except Exception:
+        return traceback.format_exc()
+    raise AssertionError("the batch function's error was swallowed")
+
+
+@pytest.mark.parametrize("java_error", ["interrupted", "cancelled job"])
+def test_spark_sees_a_stop_in_a_foreach_batch_error_ended_by_the_stop(spark: Any, java_error: str) -> None:
+    """Which of the two ends the batch function's job when the query stops is a race; both must
+    reach Spark's stop check as a stop, short enough for its regex."""
+    jvm, sc = spark._jvm, spark.sparkContext
+    run_id = str(uuid.uuid4())
+    if java_error == "interrupted":
+        cause = jvm.org.apache.spark.SparkException("Job aborted", jvm.java.lang.InterruptedException())
+    else:
+        cause = jvm.org.apache.spark.SparkException(
+            f"[SPARK_JOB_CANCELLED] Job 5 cancelled Query [id = {uuid.uuid4()}, runId = {run_id}] was stopped")
+    sc.setLocalProperty("spark.jobGroup.id", run_id)  # as the query thread has it
+    try:
+        text = _text_spark_gets(spark, Py4JJavaError("An error occurred while calling o42.collectToPython.\n", cause))
+        assert "\tat " not in text.split("Py4JJavaError", 1)[1]  # no Java stack trace after py4j's line
+        stopped = jvm.org.apache.spark.sql.execution.streaming.runtime.StreamExecution.isInterruptionException(
+            jvm.py4j.Py4JException(text), sc._jsc.sc())
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    assert stopped
+
+
+def test_a_foreach_batch_error_not_ended_by_a_stop_reaches_spark_whole(spark: Any) -> None:
+    """A cancelled job that is not the query's own (another job group) is an error, not a stop."""
+    sc = spark.sparkContext
+    cause = spark._jvm.org.apache.spark.SparkException(
+        f"[SPARK_JOB_CANCELLED] Job 5 cancelled Query [id = {uuid.uuid4()}, runId = {uuid.uuid4()}] was stopped")
+    error = Py4JJavaError("An error occurred while calling o42.collectToPython.\n", cause)
+    sc.setLocalProperty("spark.jobGroup.id", str(uuid.uuid4()))
+    try:
+        text = _text_spark_gets(spark, error)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    assert str(error) in text  # the Java stack trace included, as py4j writes it
+    assert "\tat " in text.split("Py4JJavaError", 1)[1]
