@@ -93,6 +93,9 @@ def test_holds_updates_for_the_interval_and_loses_nothing_across_a_restart(
     assert q.metric("emitCacheAbsorbedTotal") == 8
     assert q.metric("emitCacheForwardedTotal") == 0
     assert q.ops("emitCache")[-1]["customMetrics"]["emitCacheBytes"] > 0
+    # each partition scans its store once, when the query starts; later batches keep the index
+    rebuilds = lambda: [op["customMetrics"]["emitCacheIndexRebuildTotal"] for op in q.ops("emitCache")]
+    assert rebuilds() == [2, 0, 0]
 
     last = _rows(keys[:1], 1)
     q.start("1ms")  # restarted on the same checkpoint; now every held row is due
@@ -102,6 +105,7 @@ def test_holds_updates_for_the_interval_and_loses_nothing_across_a_restart(
     assert sorted(r[0] for r in forwarded) == sorted(keys)  # each key exactly once
     assert {r[0]: (r[1], r[2]) for r in forwarded} == count_sum_by_key(batches + [last])  # with its latest value
     assert q.metric("emitCacheForwardedTotal") == len(keys)
+    assert rebuilds() == [2, 0, 0, 2]  # a restart rebuilds from the checkpointed rows
 
 
 def test_interval_zero_is_exactly_sparks_output(spark: SparkSession, tmp_path: Path) -> None:

@@ -2,16 +2,18 @@ package sluice.cache
 
 import java.util.{HashMap => JHashMap}
 
-import scala.collection.mutable.ArrayBuffer
-
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{BoundReference, GenericInternalRow, JoinedRow, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter
 import org.apache.spark.sql.types.{BinaryType, LongType, StructField, StructType}
 import org.apache.spark.unsafe.types.ByteArray
 
+import sluice.state.CommittedIndexCache
+
 /** The rows the emission cache keeps durably: one per key (get/put/remove/scan of one partition). */
 trait EmitStore {
+  /** The held value of `key`, or null. */
+  def get(key: UnsafeRow): UnsafeRow
   def put(key: UnsafeRow, value: UnsafeRow): Unit
   def remove(key: UnsafeRow): Unit
   def iterator(): Iterator[(UnsafeRow, UnsafeRow)]
@@ -66,11 +68,80 @@ final case class EmitStats(forwarded: Long, absorbed: Long, evicted: Long, bytes
     nextDueMs: Long)
 
 /**
+ * What the emission cache knows of one partition's held rows without reading them: their bytes,
+ * their forward order (batch of the last update, then the key's bytes) and how many entered the
+ * cache at each batch time. Built by one scan of the store when no cached index reflects the
+ * version opened ([[EmitIndexCache]]), then kept up to date batch by batch, so a batch reads only
+ * the rows it updates and the rows it forwards. It costs about a key's bytes and 40 bytes per held
+ * row, beside the held rows the cache's share bounds.
+ */
+final class EmitIndex {
+  import EmitIndex.Slot
+  private val order = new java.util.TreeSet[Slot]()
+  private val entered = new java.util.TreeMap[java.lang.Long, java.lang.Integer]() // insert ms -> rows
+  private var held = 0L
+
+  def bytes: Long = held
+  def size: Int = order.size
+  def isEmpty: Boolean = order.isEmpty
+  /** The earliest time a held row entered the cache, or Long.MaxValue when none is held. */
+  def oldestInsertMs: Long = if (entered.isEmpty) Long.MaxValue else entered.firstKey()
+
+  private[cache] def add(slot: Slot): Unit = {
+    if (order.add(slot)) {
+      held += slot.size
+      entered.merge(slot.insertMs, 1, (a: Integer, b: Integer) => a + b)
+    }
+  }
+
+  private[cache] def remove(slot: Slot): Unit = if (order.remove(slot)) forget(slot)
+
+  /** The held row forwarded next (least recently updated), removed; null when none is held. */
+  private[cache] def pollFirst(): Slot = {
+    val slot = order.pollFirst()
+    if (slot != null) forget(slot)
+    slot
+  }
+
+  private def forget(slot: Slot): Unit = {
+    held -= slot.size
+    val n = entered.get(slot.insertMs) - 1
+    if (n == 0) entered.remove(slot.insertMs) else entered.put(slot.insertMs, n)
+  }
+}
+
+object EmitIndex {
+  /** A held row in forward order: compared by (seq, key bytes) only. */
+  final class Slot(val seq: Long, val key: Array[Byte], val insertMs: Long, val size: Long) extends Comparable[Slot] {
+    override def compareTo(o: Slot): Int = {
+      val bySeq = java.lang.Long.compare(seq, o.seq)
+      if (bySeq != 0) bySeq else ByteArray.compareBinary(key, o.key)
+    }
+  }
+
+  def entryBytes(key: UnsafeRow, value: UnsafeRow): Long =
+    key.getSizeInBytes.toLong + value.getSizeInBytes + RecordCache.EntryOverheadBytes
+
+  def slot(layout: EmitLayout, key: UnsafeRow, value: UnsafeRow): Slot =
+    new Slot(layout.seq(value), key.getBytes, layout.insertMs(value), entryBytes(key, value))
+
+  /** The index of everything `store` holds (one full scan). */
+  def scan(layout: EmitLayout, store: EmitStore): EmitIndex = {
+    val index = new EmitIndex
+    store.iterator().foreach { case (k, v) => index.add(slot(layout, k.copy(), v)) }
+    index
+  }
+}
+
+/** The emission cache indexes of this executor, one per emission cache store. */
+object EmitIndexCache extends CommittedIndexCache[EmitIndex]
+
+/**
  * One partition's emission cache for one micro-batch (Kafka Streams' caching in front of
  * downstream forwarding, KIP-63). The latest row per key is held; all held rows are forwarded
  * together once the oldest has waited `intervalMs` (batch time, so a replayed batch does the same),
  * and least recently updated rows are forwarded early when the held bytes exceed `maxBytes`.
- * Held rows live in `store`, so a restart loses nothing.
+ * Held rows live in `store`, so a restart loses nothing; `index` describes them (see [[EmitIndex]]).
  *
  * Every decision is a function of the held rows and the batch's updates as a set, never of the order
  * the updates arrive in (a shuffle may deliver them in another order when a batch is replayed):
@@ -78,82 +149,72 @@ final case class EmitStats(forwarded: Long, absorbed: Long, evicted: Long, bytes
  * applied once the batch's updates are in. Between batches the cache holds at most `maxBytes`;
  * during one it also holds that batch's updates.
  */
-final class EmissionCache(layout: EmitLayout, store: EmitStore, maxBytes: Long, intervalMs: Long,
-    batchMs: Long, batchId: Long) {
-  private final class Entry(val key: UnsafeRow, val value: UnsafeRow, val changed: Boolean, val inStore: Boolean) {
-    def size: Long = key.getSizeInBytes.toLong + value.getSizeInBytes + RecordCache.EntryOverheadBytes
-  }
-  private val entries = new JHashMap[UnsafeRow, Entry]()
-  private var bytes = 0L
+final class EmissionCache(layout: EmitLayout, store: EmitStore, index: EmitIndex, maxBytes: Long,
+    intervalMs: Long, batchMs: Long, batchId: Long) {
+  private final class Entry(val key: UnsafeRow, val value: UnsafeRow, val inStore: Boolean)
+  // This batch's updates, latest per key.
+  private val pending = new JHashMap[UnsafeRow, Entry]()
   // Recency of this batch's updates; the shift keeps the scale of checkpoints that stored a
   // per-update sequence number below the batch id.
   private val seq = batchId << 32
   private var forwarded, absorbed, evicted = 0L
   private var nextDueMs = Long.MaxValue
 
-  store.iterator().foreach { case (k, v) =>
-    val e = new Entry(k.copy(), v.copy(), changed = false, inStore = true)
-    entries.put(e.key, e)
-    bytes += e.size
-  }
-
   /** Takes one updated row of `key` (a copy the cache may keep). */
   def update(key: UnsafeRow, row: InternalRow): Unit = {
-    val old = entries.get(key)
-    val insertMs = if (old == null) batchMs else {
+    val prev = pending.get(key)
+    val (insertMs, inStore) = if (prev != null) {
       absorbed += 1 // the previous update of this key is replaced without being forwarded
-      bytes -= old.size
-      layout.insertMs(old.value)
+      (layout.insertMs(prev.value), prev.inStore)
+    } else {
+      val held = store.get(key)
+      if (held == null) (batchMs, false) else {
+        absorbed += 1
+        index.remove(EmitIndex.slot(layout, key, held))
+        (layout.insertMs(held), true)
+      }
     }
-    val e = new Entry(key, layout.encode(row, insertMs, seq), changed = true, inStore = old != null && old.inStore)
-    entries.put(key, e)
-    bytes += e.size
+    pending.put(key, new Entry(key, layout.encode(row, insertMs, seq), inStore))
   }
 
   /**
-   * Applies the share and the interval, writes what stays, and returns the rows forwarded (least
-   * recently updated first). The store is up to date when this returns; [[stats]] is final.
+   * Applies the share and the interval and returns the rows forwarded (least recently updated
+   * first), as the caller pulls them. Once the iterator is exhausted the store and `index` are up
+   * to date and [[stats]] is final.
    */
   def finish(): Iterator[InternalRow] = {
-    val out = new ArrayBuffer[Entry]
-    if (bytes > maxBytes) {
-      val order = inForwardOrder(entries.values())
-      var i = 0
-      while (bytes > maxBytes && i < order.length) {
-        val e = order(i)
-        entries.remove(e.key)
-        bytes -= e.size
-        out += e
-        evicted += 1
-        i += 1
+    pending.values().forEach(e => index.add(EmitIndex.slot(layout, e.key, e.value)))
+    val early = new Iterator[InternalRow] {
+      override def hasNext: Boolean = index.bytes > maxBytes && !index.isEmpty
+      override def next(): InternalRow = { evicted += 1; forwardNext() }
+    }
+    early ++ {
+      val oldest = index.oldestInsertMs
+      if (oldest != Long.MaxValue && oldest + intervalMs <= batchMs) {
+        new Iterator[InternalRow] {
+          override def hasNext: Boolean = !index.isEmpty
+          override def next(): InternalRow = forwardNext()
+        }
+      } else {
+        pending.values().forEach(e => store.put(e.key, e.value))
+        pending.clear()
+        if (oldest != Long.MaxValue) nextDueMs = oldest + intervalMs
+        Iterator.empty
       }
     }
-    var oldest = Long.MaxValue
-    entries.values().forEach(e => oldest = math.min(oldest, layout.insertMs(e.value)))
-    if (oldest != Long.MaxValue && oldest + intervalMs <= batchMs) {
-      out ++= inForwardOrder(entries.values())
-      entries.clear()
-      bytes = 0L
-    } else {
-      entries.values().forEach(e => if (e.changed) store.put(e.key, e.value))
-      if (oldest != Long.MaxValue) nextDueMs = oldest + intervalMs
-    }
-    out.foreach(e => if (e.inStore) store.remove(e.key))
-    forwarded = out.size
-    out.iterator.map(e => layout.decode(e.value))
   }
 
-  def stats: EmitStats = EmitStats(forwarded, absorbed, evicted, bytes, entries.size.toLong, nextDueMs)
-
-  // Least recently updated first; among rows updated in the same batch, by the key's bytes.
-  private val forwardOrder: java.util.Comparator[Entry] = (a: Entry, b: Entry) => {
-    val bySeq = java.lang.Long.compare(layout.seq(a.value), layout.seq(b.value))
-    if (bySeq != 0) bySeq else ByteArray.compareBinary(a.key.getBytes, b.key.getBytes)
+  /** Removes the least recently updated held row and returns its output row. */
+  private def forwardNext(): InternalRow = {
+    val slot = index.pollFirst()
+    val key = new UnsafeRow(layout.keySchema.length)
+    key.pointTo(slot.key, slot.key.length)
+    val e = pending.remove(key)
+    val row = layout.decode(if (e != null) e.value else store.get(key)) // a copy: the store may reuse its row
+    if (e == null || e.inStore) store.remove(key)
+    forwarded += 1
+    row
   }
 
-  private def inForwardOrder(es: java.util.Collection[Entry]): Array[Entry] = {
-    val a = es.toArray(new Array[Entry](0))
-    java.util.Arrays.sort(a, forwardOrder)
-    a
-  }
+  def stats: EmitStats = EmitStats(forwarded, absorbed, evicted, index.bytes, index.size.toLong, nextDueMs)
 }

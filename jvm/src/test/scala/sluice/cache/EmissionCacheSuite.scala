@@ -17,18 +17,23 @@ class EmissionCacheSuite extends AnyFunSuite {
   /** A durable store: survives between batches like a committed state store. */
   private class MapStore extends EmitStore {
     val rows = mutable.LinkedHashMap.empty[UnsafeRow, UnsafeRow]
+    var index: Option[EmitIndex] = None // as EmitIndexCache keeps it between batches
+    override def get(k: UnsafeRow): UnsafeRow = rows.getOrElse(k, null)
     override def put(k: UnsafeRow, v: UnsafeRow): Unit = rows(k.copy()) = v.copy()
     override def remove(k: UnsafeRow): Unit = rows -= k
     override def iterator(): Iterator[(UnsafeRow, UnsafeRow)] = rows.iterator
   }
 
-  private def batch(store: MapStore, id: Long, ms: Long, updates: Seq[(Long, Long)], maxBytes: Long = 1 << 20)
-      : (Seq[(Long, Long)], EmitStats) = {
+  /** One batch; the index kept from the batch before unless `rescan` (as after a restart). */
+  private def batch(store: MapStore, id: Long, ms: Long, updates: Seq[(Long, Long)], maxBytes: Long = 1 << 20,
+      rescan: Boolean = false): (Seq[(Long, Long)], EmitStats) = {
     val out = mutable.ArrayBuffer.empty[(Long, Long)]
     val emit: InternalRow => Unit = r => out += ((r.getLong(0), r.getLong(1)))
-    val c = new EmissionCache(layout, store, maxBytes, intervalMs = 1000, batchMs = ms, batchId = id)
+    val index = store.index.filterNot(_ => rescan).getOrElse(EmitIndex.scan(layout, store))
+    val c = new EmissionCache(layout, store, index, maxBytes, intervalMs = 1000, batchMs = ms, batchId = id)
     updates.foreach { case (k, n) => c.update(key(k), InternalRow(k, n)) }
     c.finish().foreach(emit)
+    store.index = Some(index)
     (out.toSeq, c.stats)
   }
 
@@ -74,5 +79,27 @@ class EmissionCacheSuite extends AnyFunSuite {
     }.toSet
     // held 1 and 3 are the least recently updated; then this batch's rows by key bytes: 2 (updated) first
     assert(results == Set((Seq(1L -> 1L, 3L -> 1L, 2L -> 2L), 3L, Set(5L, 6L, 7L))))
+  }
+
+  test("an index kept between batches forwards what a scan of the store at every batch would") {
+    val probe = new MapStore
+    batch(probe, 0, 0, Seq(9L -> 9L))
+    val entryBytes = probe.rows.head match {
+      case (k, v) => k.getSizeInBytes + v.getSizeInBytes + RecordCache.EntryOverheadBytes
+    }
+    val rnd = new scala.util.Random(11)
+    val kept, scanned = new MapStore
+    for (id <- 0L until 200L) {
+      val updates = Seq.fill(rnd.nextInt(6))(rnd.nextInt(12).toLong -> rnd.nextInt(100).toLong)
+      val ms = id * 300 // the interval (1 s) elapses every few batches
+      val a = batch(kept, id, ms, updates, maxBytes = 5 * entryBytes)
+      val b = batch(scanned, id, ms, updates, maxBytes = 5 * entryBytes, rescan = true)
+      assert(a == b, s"batch $id")
+      assert(kept.rows == scanned.rows, s"batch $id")
+      val fresh = EmitIndex.scan(layout, kept)
+      assert((kept.index.get.bytes, kept.index.get.size, kept.index.get.oldestInsertMs) ==
+        (fresh.bytes, fresh.size, fresh.oldestInsertMs), s"batch $id")
+    }
+    assert(kept.rows.nonEmpty || scanned.rows.isEmpty)
   }
 }

@@ -22,7 +22,7 @@ import org.apache.spark.sql.streaming.OutputMode
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.util.CompletionIterator
 
-import sluice.cache.{CachingStateStoreProvider, EmissionCache, EmitLayout, EmitStore}
+import sluice.cache.{CachingStateStoreProvider, EmissionCache, EmitIndex, EmitIndexCache, EmitLayout, EmitStore}
 import sluice.conf.SluiceConf
 import sluice.conf.MemoryBudget
 import sluice.windowstore.InMemoryWindowStoreProvider
@@ -166,6 +166,7 @@ case class EmitCacheSkippedExec(reason: String, child: SparkPlan) extends UnaryE
 
 /** The emission cache's rows in a state store, keys wrapped as one binary column (see [[EmitLayout]]). */
 private[sluice] final class UnsafeStoreAdapter(store: StateStore, layout: EmitLayout) extends EmitStore {
+  override def get(key: UnsafeRow): UnsafeRow = store.get(layout.storeKey(key))
   override def put(key: UnsafeRow, value: UnsafeRow): Unit = store.put(layout.storeKey(key), value)
   override def remove(key: UnsafeRow): Unit = store.remove(layout.storeKey(key))
   override def iterator(): Iterator[(UnsafeRow, UnsafeRow)] =
@@ -188,7 +189,9 @@ case class EmitCacheExec(
     StatefulOperatorCustomSumMetric("emitCacheForwardedTotal", "rows forwarded downstream by the emission cache"),
     StatefulOperatorCustomSumMetric("emitCacheAbsorbedTotal", "updates replaced in the emission cache unforwarded"),
     StatefulOperatorCustomSumMetric("emitCacheBytes", "bytes held by the emission cache"),
-    StatefulOperatorCustomSumMetric("emitCacheEvictTotal", "rows forwarded early because the cache was full"))
+    StatefulOperatorCustomSumMetric("emitCacheEvictTotal", "rows forwarded early because the cache was full"),
+    StatefulOperatorCustomSumMetric("emitCacheIndexRebuildTotal",
+      "partitions whose emission cache index was rebuilt by a scan of the store (a restart, a replay, a moved partition)"))
 
   /** Earliest time a held row becomes due, over all partitions (driver side, after the batch). */
   @transient private lazy val nextDue: MinMetric = MinMetric.registered(sparkContext, "emission cache next flush time")
@@ -227,14 +230,25 @@ case class EmitCacheExec(
       val keyProj = UnsafeProjection.create(keyExprs, output)
       // The executor's own slot count (its conf), not the driver's.
       val share = EmitCacheExec.partitionShare(info.numPartitions, withRecordCache)
-      val cache = new EmissionCache(lay, new UnsafeStoreAdapter(store, lay), share, interval, batchMs, batchId)
+      // Indexes of stores this executor no longer has loaded (other runs, moved partitions) go.
+      EmitIndexCache.retain {
+        case p: StateStoreProviderId => StateStore.isLoaded(p)
+        case _ => true
+      }
+      val held = new UnsafeStoreAdapter(store, lay)
+      val cached = EmitIndexCache.take(id, store.version, None)
+      val index = cached.getOrElse(EmitIndex.scan(lay, held))
+      val cache = new EmissionCache(lay, held, index, share, interval, batchMs, batchId)
       iter.foreach(row => cache.update(keyProj(row).copy(), row))
       var forwardedRows = 0L
       val forwarded = cache.finish().map { r => forwardedRows += 1; r }
       // Rows leave as the sink pulls them; the store commits once the last has gone.
       CompletionIterator[InternalRow, Iterator[InternalRow]](forwarded, {
         val s = cache.stats
-        longMetric("commitTimeMs") += timeTakenMs { store.commit() }
+        var version = 0L
+        longMetric("commitTimeMs") += timeTakenMs { version = store.commit() }
+        EmitIndexCache.offer(id, version, None, index)
+        if (cached.isEmpty) longMetric("emitCacheIndexRebuildTotal") += 1
         // The store's provider differs from the query's: report only the provider-independent metrics.
         val storeMetrics = store.metrics
         longMetric("numTotalStateRows") += storeMetrics.numKeys
