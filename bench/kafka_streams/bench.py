@@ -220,6 +220,8 @@ def run_bench(a: argparse.Namespace, work: Path, bs: str) -> None:
     for r in runs[SL]:
         b = r.get("batches") or []
         print(f"   sluice batches (rows, ms): {[(x['rows'], x['ms']) for x in b][:40]}")
+        for x in b[:10]:
+            print(f"     batch {x['batch']}: {x['durations']} state {x.get('state')}")
 
     # Every run's result rows against the first Kafka Streams run's (and against the generator's).
     ref = runs[KS][0]["rows_file"]

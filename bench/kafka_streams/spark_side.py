@@ -105,7 +105,11 @@ def main() -> None:
                   for p in progress for op in p.get("stateOperators", []))
     batches = [{"batch": p["batchId"], "rows": p["numInputRows"],
                 "ms": p["durationMs"].get("triggerExecution", 0),
-                "durations": p["durationMs"]} for p in progress]
+                "durations": p["durationMs"],
+                "state": [{k: op.get(k) for k in ("numRowsTotal", "numRowsUpdated", "numRowsRemoved",
+                                                   "allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs",
+                                                   "memoryUsedBytes")}
+                          for op in p.get("stateOperators", [])]} for p in progress]
     print(json.dumps({"event": "stopped", "dropped_records": dropped,
                       "vm_hwm_kb": vm_hwm_kb(jvm_pid) + vm_hwm_kb(os.getpid()),
                       "jvm_hwm_kb": vm_hwm_kb(jvm_pid), "batches": batches,
