@@ -284,7 +284,8 @@ public final class Bench {
         Arrays.fill(maxTs, Long.MIN_VALUE);
         long[] closedUpTo = new long[parts]; // next window start (minute) not yet closed, per partition
         Arrays.fill(closedUpTo, Long.MIN_VALUE);
-        StringBuilder closes = new StringBuilder();
+        // "p windowStart sentMs" per closing record; its broker ack time is added by the send callback.
+        List<String> closes = Collections.synchronizedList(new ArrayList<>());
         long sent = 0, lateSends = 0;
         long startNs = System.nanoTime();
         try (KafkaProducer<String, String> prod = producer(bootstrap)) {
@@ -303,16 +304,21 @@ public final class Bench {
                 long ts = wall - jitter.nextLong(disorderMs + 1);
                 String key = key(k), v = value(k, sent);
                 int p = partitionOf(key, parts);
-                prod.send(new ProducerRecord<>(topic, p, ts, key, v));
                 exp.add(k, ts);
                 sent++;
+                List<String> closing = new ArrayList<>();
                 if (ts > maxTs[p]) {
                     maxTs[p] = ts;
                     long closable = Math.floorDiv(ts - GRACE_MS - WINDOW_MS, WINDOW_MS); // last closed window
                     if (closedUpTo[p] == Long.MIN_VALUE) closedUpTo[p] = closable + 1;
                     for (; closedUpTo[p] <= closable; closedUpTo[p]++)
-                        closes.append(p).append(' ').append(closedUpTo[p] * WINDOW_MS).append(' ').append(wall).append('\n');
+                        closing.add(p + " " + closedUpTo[p] * WINDOW_MS + " " + wall);
                 }
+                if (closing.isEmpty()) prod.send(new ProducerRecord<>(topic, p, ts, key, v));
+                else prod.send(new ProducerRecord<>(topic, p, ts, key, v), (md, e) -> {
+                    long acked = System.currentTimeMillis();
+                    for (String c : closing) closes.add(c + " " + acked);
+                });
             }
             long last = Arrays.stream(maxTs).max().getAsLong();
             flush(prod, topic, parts, Math.floorDiv(last, WINDOW_MS) * WINDOW_MS + 3_600_000L);
@@ -320,7 +326,7 @@ public final class Bench {
         }
         long[] rows = exp.rows();
         writeRows(Path.of(req(a, "expected")), exp.originMinute, rows);
-        Files.writeString(Path.of(req(a, "closes")), closes);
+        Files.write(Path.of(req(a, "closes")), closes);
         double secs = (System.nanoTime() - startNs) / 1e9;
         System.out.println("{\"records\": " + sent + ", \"expected_rows\": " + rows.length + ", \"produce_s\": "
                 + String.format("%.2f", secs) + ", \"achieved_rate\": " + String.format("%.0f", sent / secs)
@@ -439,21 +445,21 @@ public final class Bench {
      * partition) to the result's broker append time. */
     static void collect(Map<String, String> a) throws Exception {
         Rows expected = readRows(Path.of(req(a, "expected")));
-        Map<Long, Long>[] closes = null;
+        Map<Long, long[]>[] closes = null;
         int inputPartitions = Integer.parseInt(a.getOrDefault("input-partitions", "2"));
         if (a.containsKey("closes")) {
-            @SuppressWarnings("unchecked") Map<Long, Long>[] c = new Map[inputPartitions];
+            @SuppressWarnings("unchecked") Map<Long, long[]>[] c = new Map[inputPartitions];
             for (int i = 0; i < c.length; i++) c[i] = new HashMap<>();
             for (String l : Files.readAllLines(Path.of(a.get("closes")))) {
                 String[] f = l.split(" ");
-                c[Integer.parseInt(f[0])].put(Long.parseLong(f[1]), Long.parseLong(f[2]));
+                c[Integer.parseInt(f[0])].put(Long.parseLong(f[1]), new long[]{Long.parseLong(f[2]), Long.parseLong(f[3])});
             }
             closes = c;
         }
         long[] rows = new long[1 << 16];
         int n = 0, flushRows = 0;
         long firstAppend = Long.MAX_VALUE, lastAppend = Long.MIN_VALUE;
-        long[] lat = new long[1 << 16];
+        long[] lat = new long[1 << 16], latAck = new long[1 << 16];
         int nl = 0, unclosed = 0;
         try (KafkaConsumer<String, String> c = consumer(req(a, "bootstrap"))) {
             List<TopicPartition> tps = topicPartitions(c, req(a, "topic"));
@@ -474,10 +480,11 @@ public final class Bench {
                     rows[n++] = encode(Long.parseLong(r.key().substring(1)), Math.floorDiv(ws, WINDOW_MS)
                             - expected.originMinute, count);
                     if (closes != null) {
-                        Long closed = closes[partitionOf(r.key(), inputPartitions)].get(ws);
+                        long[] closed = closes[partitionOf(r.key(), inputPartitions)].get(ws);
                         if (closed == null) { unclosed++; continue; } // closed by the flush record
-                        if (nl == lat.length) lat = Arrays.copyOf(lat, nl * 2);
-                        lat[nl++] = r.timestamp() - closed;
+                        if (nl == lat.length) { lat = Arrays.copyOf(lat, nl * 2); latAck = Arrays.copyOf(latAck, nl * 2); }
+                        latAck[nl] = r.timestamp() - closed[1];
+                        lat[nl++] = r.timestamp() - closed[0];
                     }
                 }
             }
@@ -490,13 +497,16 @@ public final class Bench {
                 + ", \"expected_rows\": " + expected.rows.length
                 + ", \"differing_from_expected\": " + differing(sorted, expected.rows));
         if (closes != null) {
-            long[] l = Arrays.copyOf(lat, nl);
+            long[] l = Arrays.copyOf(lat, nl), la = Arrays.copyOf(latAck, nl);
             Arrays.sort(l);
+            Arrays.sort(la);
             s.append(", \"latency_rows\": ").append(nl).append(", \"rows_closed_by_flush\": ").append(unclosed);
             if (nl > 0)
                 s.append(", \"latency_p50_ms\": ").append(pct(l, 0.50)).append(", \"latency_p99_ms\": ")
                         .append(pct(l, 0.99)).append(", \"latency_max_ms\": ").append(l[nl - 1])
-                        .append(", \"latency_min_ms\": ").append(l[0]);
+                        .append(", \"latency_min_ms\": ").append(l[0])
+                        .append(", \"from_ack_p50_ms\": ").append(pct(la, 0.50))
+                        .append(", \"from_ack_p99_ms\": ").append(pct(la, 0.99));
         }
         System.out.println(s.append("}"));
     }
