@@ -136,6 +136,32 @@ def test_file_source_composes_with_max_files_per_trigger_smaller_wins(
     assert counts == [2] * 6, counts
 
 
+def test_session_bound_is_split_over_the_sources_that_share_it(
+        fspark: SparkSession, bound: None, tmp_path: Path) -> None:
+    """Two sources share the query-wide bound (half each); a third with its own source option is
+    bounded by that option alone."""
+    for name in ("a", "b", "c"):
+        write_files(tmp_path / name, [1000] * 6, start={"a": 0, "b": 100, "c": 200}[name])
+    fspark.conf.set(KEY, "4000")
+    df = (text_stream(fspark, tmp_path / "a").union(text_stream(fspark, tmp_path / "b"))
+          .union(text_stream(fspark, tmp_path / "c", **{MAX_BYTES_PER_TRIGGER: 1000})))
+    sink = FileRecorder()
+    q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp")).start()
+    try:
+        q.processAllAvailable()
+        admitted: dict[str, list[int]] = {"a": [], "b": [], "c": []}
+        for p in q.recentProgress:
+            for src in p["sources"]:
+                name = next(n for n in admitted if src["description"].rstrip("]").endswith(f"/{n}"))
+                got = int(src["metrics"].get(BYTES_METRIC, "0"))
+                if got:
+                    admitted[name].append(got)
+    finally:
+        q.stop()
+    assert len(sink.ids()) == 18
+    assert admitted == {"a": [2000] * 3, "b": [2000] * 3, "c": [1000] * 6}
+
+
 def test_trigger_available_now_drains_in_bounded_batches(fspark: SparkSession, tmp_path: Path) -> None:
     write_files(tmp_path / "in", [1500] * 10)
     sink = FileRecorder()

@@ -1,4 +1,4 @@
-package sluice.suppress
+package sluice.suppress.internal
 
 import scala.jdk.CollectionConverters._
 
@@ -16,7 +16,7 @@ import scala.jdk.CollectionConverters._
  * A version number stands for one content: an attempt that commits a version again (a replayed
  * batch) writes what the first wrote, as Spark's own providers assume when they cache versions.
  */
-object BufferIndexCache {
+private[sluice] object BufferIndexCache {
   private final case class Cached(version: Long, checkpointId: Option[String], index: BufferIndex)
 
   // Guarded by this. Keys identify a store (the operator builds them from Spark's provider ids).

@@ -1,4 +1,4 @@
-package sluice.suppress
+package sluice.suppress.internal
 
 import java.util.{Arrays, Comparator, TreeSet}
 
@@ -19,7 +19,7 @@ import org.apache.spark.unsafe.Platform
  * Also kept: the number of entries and their size in the store (key + value bytes), the figures the
  * buffer's bound is checked against.
  */
-final class BufferIndex {
+private[sluice] final class BufferIndex {
   import BufferIndex._
 
   private val entries = new TreeSet[Array[Byte]](Order)
@@ -58,7 +58,7 @@ final class BufferIndex {
   def iterator: Iterator[Array[Byte]] = entries.iterator().asScala
 }
 
-object BufferIndex {
+private[sluice] object BufferIndex {
   /** Unsigned lexicographic byte order; a prefix sorts first, as Kafka's `Bytes` do. */
   val Order: Comparator[Array[Byte]] = (a: Array[Byte], b: Array[Byte]) => Arrays.compareUnsigned(a, b)
 

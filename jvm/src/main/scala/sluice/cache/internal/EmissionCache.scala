@@ -1,4 +1,4 @@
-package sluice.cache
+package sluice.cache.internal
 
 import java.util.{HashMap => JHashMap}
 
@@ -10,8 +10,10 @@ import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter
 import org.apache.spark.sql.types.{BinaryType, LongType, StructField, StructType}
 import org.apache.spark.unsafe.types.ByteArray
 
+import sluice.cache.RecordCache
+
 /** The rows the emission cache keeps durably: one per key (get/put/remove/scan of one partition). */
-trait EmitStore {
+private[sluice] trait EmitStore {
   def put(key: UnsafeRow, value: UnsafeRow): Unit
   def remove(key: UnsafeRow): Unit
   def iterator(): Iterator[(UnsafeRow, UnsafeRow)]
@@ -21,7 +23,7 @@ trait EmitStore {
  * State layout of the emission cache: key = the aggregation's grouping columns; value = the latest
  * output row, the batch time its key entered the cache, and an update sequence number (its LRU order).
  */
-final class EmitLayout(val keySchema: StructType, rowSchema: StructType) extends Serializable {
+private[sluice] final class EmitLayout(val keySchema: StructType, rowSchema: StructType) extends Serializable {
   /**
    * The store's key: the grouping key's UnsafeRow bytes in one binary column. The bytes are the
    * same equality as the key itself, and no store sees a window column it could act on.
@@ -62,7 +64,7 @@ final class EmitLayout(val keySchema: StructType, rowSchema: StructType) extends
   def seq(value: UnsafeRow): Long = value.getLong(width + 1)
 }
 
-final case class EmitStats(forwarded: Long, absorbed: Long, evicted: Long, bytes: Long, entries: Long,
+private[sluice] final case class EmitStats(forwarded: Long, absorbed: Long, evicted: Long, bytes: Long, entries: Long,
     nextDueMs: Long)
 
 /**
@@ -78,7 +80,7 @@ final case class EmitStats(forwarded: Long, absorbed: Long, evicted: Long, bytes
  * applied once the batch's updates are in. Between batches the cache holds at most `maxBytes`;
  * during one it also holds that batch's updates.
  */
-final class EmissionCache(layout: EmitLayout, store: EmitStore, maxBytes: Long, intervalMs: Long,
+private[sluice] final class EmissionCache(layout: EmitLayout, store: EmitStore, maxBytes: Long, intervalMs: Long,
     batchMs: Long, batchId: Long) {
   private final class Entry(val key: UnsafeRow, val value: UnsafeRow, val changed: Boolean, val inStore: Boolean) {
     def size: Long = key.getSizeInBytes.toLong + value.getSizeInBytes + RecordCache.EntryOverheadBytes
