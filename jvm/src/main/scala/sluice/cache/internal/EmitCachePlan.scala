@@ -261,8 +261,8 @@ private[sluice] case class EmitCacheExec(
 private[sluice] object EmitCacheExec {
   /**
    * Bytes one partition of the emission cache may hold: the executor budget C (halved when the
-   * record cache takes the other half, [[MemoryBudget.bothCaches]]) over max(T, N), T the executor's task slots and N the
-   * operator's partitions.
+   * record cache takes the other half, see [[MemoryBudget.bothCaches]]) over max(T, N), T the
+   * executor's task slots and N the operator's partitions.
    *
    * Determinism rule: what a partition forwards early may depend only on its own state and input,
    * so that a replayed batch emits exactly what it emitted before. The share is therefore a function

@@ -2,8 +2,6 @@ package sluice.suppress.internal
 
 import java.util.{Arrays, Comparator, TreeSet}
 
-import scala.jdk.CollectionConverters._
-
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.unsafe.Platform
 
@@ -53,9 +51,6 @@ private[sluice] final class BufferIndex {
 
   /** The last entry in buffer order, or null. */
   def last: Array[Byte] = if (entries.isEmpty) null else entries.last()
-
-  /** All entries in buffer order (for tests and checks). */
-  def iterator: Iterator[Array[Byte]] = entries.iterator().asScala
 }
 
 private[sluice] object BufferIndex {
