@@ -101,8 +101,8 @@ def main() -> None:
                     {"live keys": sizes, "rows per batch": f"{args.batch_rows} (half updates, half new keys)",
                      "measured batches per run": args.batches - 1, "repeats": args.repeats,
                      "providers": {p: PROVIDERS[p] for p in providers},
-                     "comparator": "the same query at the small state; HDFS-backed and RocksDB providers, "
-                                   "their defaults; 2 shuffle partitions, noop sink"})
+                     "comparator": "the same query at the small state, and on the other providers listed (Spark "
+                                   "defaults); 2 shuffle partitions, noop sink"})
         sides = [f"{p}@{s}" for p in providers for s in sizes]
         runs = h.alternating(
             sides, args.repeats,
