@@ -149,16 +149,20 @@ def test_session_bound_is_split_over_the_sources_that_share_it(
     q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp")).start()
     try:
         q.processAllAvailable()
-        admitted: dict[str, list[int]] = {"a": [], "b": [], "c": []}
-        for p in q.recentProgress:
-            for src in p["sources"]:
-                name = next(n for n in admitted if src["description"].rstrip("]").endswith(f"/{n}"))
-                got = int(src["metrics"].get(BYTES_METRIC, "0"))
-                if got:
-                    admitted[name].append(got)
+        reported = {p["batchId"]: {next(n for n in "abc" if src["description"].rstrip("]").endswith(f"/{n}")):
+                                   int(src["metrics"][BYTES_METRIC]) for src in p["sources"]}
+                    for p in q.recentProgress if p["numInputRows"] > 0}
     finally:
         q.stop()
-    assert len(sink.ids()) == 18
+    assert sink.ids() == sorted(f"{i:06d}" for s in (0, 100, 200) for i in range(s, s + 6))
+    source = {"0": "a", "1": "b", "2": "c"}  # files f00NN, f01NN, f02NN
+    admitted: dict[str, list[int]] = {"a": [], "b": [], "c": []}
+    for i in sorted(sink.batches):
+        for name in admitted:
+            got = sum(1000 for _, f in sink.batches[i] if source[f[2]] == name)
+            assert reported[i][name] == got, (i, name, reported[i])  # 0 when it read nothing
+            if got:
+                admitted[name].append(got)
     assert admitted == {"a": [2000] * 3, "b": [2000] * 3, "c": [1000] * 6}
 
 
