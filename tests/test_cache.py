@@ -188,7 +188,8 @@ def test_stream_stream_join_identical(spark: SparkSession, tmp_path: Path, deleg
 
 def test_byte_bound_respected_with_dirty_evictions(spark: SparkSession, tmp_path: Path, delegate: str) -> None:
     (budget,) = executor_budgets(spark).values()
-    assert budget["cache_bytes_per_slot"] == CACHE_BYTES // 2
+    share = budget["cache_bytes_per_slot"]
+    assert share == CACHE_BYTES // 2
     # ~3000 distinct keys per batch need far more than the share: dirty entries are evicted and
     # written through mid-batch, and the results must still be exact.
     batches = _batches(4, 3, rows=6000, keys=3000)
