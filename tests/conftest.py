@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -79,6 +80,30 @@ def provider(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[st
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", classes[request.param])
     yield request.param
     spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+
+
+_BUDGET = re.compile(r"^SlotBudget\((.*),(\d+),(\d+),(\d+),(\d+)\)$")
+
+
+def executor_budgets(spark: SparkSession, executors: int = 1, attempts: int = 20) -> dict[str, dict[str, int]]:
+    """Each executor's slot budget as its tasks see it (``sluice.conf.MemoryBudget.current``, read
+    by ``java_method`` in tasks on the executors), by executor id. Runs one small job per attempt
+    until tasks have reported from ``executors`` executors (which executor runs a task is the
+    scheduler's choice)."""
+    found: dict[str, dict[str, int]] = {}
+    n = max(8, 4 * spark.sparkContext.defaultParallelism)
+    for _ in range(attempts):
+        rows = spark.range(0, n, 1, n).selectExpr(
+            "java_method('sluice.conf.MemoryBudget', 'current') AS b").distinct().collect()
+        for r in rows:
+            m = _BUDGET.match(r.b)
+            assert m, r.b
+            found[m.group(1)] = {"task_slots": int(m.group(2)), "cache_max_bytes": int(m.group(3)),
+                                 "cache_bytes_per_slot": int(m.group(4)),
+                                 "input_buffer_max_bytes": int(m.group(5))}
+        if len(found) >= executors:
+            break
+    return found
 
 
 def count_sum_by_key(batches: list[list[dict[str, Any]]]) -> dict[str, tuple[int, int]]:

@@ -150,22 +150,23 @@ def commit_interval(spark: SparkSession, work: Path) -> dict[str, Any]:
 
 
 def jvm_helper(spark: SparkSession, work: Path) -> dict[str, Any] | None:
-    from sluice._jvm import executor_budgets
+    from sluice._jvm import jvm
 
     try:
-        executor_budgets(spark)
+        jvm(spark)
     except Exception as e:
         return describe(e)
     return None
 
 
 def server_plugin(spark: SparkSession, work: Path) -> dict[str, Any]:
-    """Whether the local server loaded sluice's Spark plugin: its executor reported a budget to the
-    driver plugin (read from the server's JVM, which runs in this process). Run after queries, by
-    when the executor has long reported."""
+    """Whether the local server loaded sluice's Spark plugin: its executor part registered its
+    metrics (read from the server's JVM, which runs in this process; the local executor shares the
+    driver's metrics system)."""
     jvm = SparkContext._jvm
     assert jvm is not None
-    return {"executors": len(jvm.sluice.plugin.SluicePlugin.executorBudgetsJava())}
+    metrics = jvm.org.apache.spark.SparkEnv.get().metricsSystem()
+    return {"executors": metrics.getSourcesByName("plugin.sluice.plugin.SluicePlugin").size()}
 
 
 SCENARIOS = [session_kind, final_results, misuse, output_mode, commit_interval, jvm_helper, server_plugin]

@@ -13,8 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sluice
-from sluice._jvm import executor_budgets
-from conftest import count_sum_by_key, sluice_session
+from conftest import count_sum_by_key, executor_budgets, sluice_session
 
 CACHE_BYTES = 256 * 1024  # executor total; local[2] gives each slot half
 PLAIN = {
@@ -188,8 +187,8 @@ def test_stream_stream_join_identical(spark: SparkSession, tmp_path: Path, deleg
 
 
 def test_byte_bound_respected_with_dirty_evictions(spark: SparkSession, tmp_path: Path, delegate: str) -> None:
-    budgets = executor_budgets(spark)
-    share = next(iter(budgets.values()))["cache_bytes_per_slot"] if budgets else CACHE_BYTES // 2
+    (budget,) = executor_budgets(spark).values()
+    share = budget["cache_bytes_per_slot"]
     assert share == CACHE_BYTES // 2
     # ~3000 distinct keys per batch need far more than the share: dirty entries are evicted and
     # written through mid-batch, and the results must still be exact.

@@ -12,8 +12,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sluice._jvm import executor_budgets
-from conftest import count_sum_by_key, sluice_session
+from conftest import count_sum_by_key, executor_budgets, sluice_session
 
 CACHE_BYTES = 256 * 1024  # same session as test_cache.py; each of the 2 slots gets half
 INTERVAL_KEY = "spark.sluice.commit.interval.ms"
@@ -106,6 +105,28 @@ def test_holds_updates_for_the_interval_and_loses_nothing_across_a_restart(
     assert {r[0]: (r[1], r[2]) for r in forwarded} == count_sum_by_key(batches + [last])  # with its latest value
     assert q.metric("emitCacheForwardedTotal") == len(keys)
     assert rebuilds() == [2, 0, 0, 2]  # a restart rebuilds from the checkpointed rows
+
+
+def test_interval_set_back_to_zero_forwards_the_held_rows(spark: SparkSession, tmp_path: Path) -> None:
+    """A checkpoint with held rows restarted with interval 0 keeps the emission cache for one
+    purpose: its first batch forwards every held row, with the batch's own updates."""
+    keys = [f"k{i}" for i in range(4)]
+    first = _rows(keys, 2)
+    q = Query(spark, tmp_path)
+    q.start("1h")
+    q.feed(first)
+    q.stop()
+    assert q.rows == []
+    held = len(q.batches)
+    last = _rows(keys[:1], 1)
+    q.start("0")
+    q.feed(last)
+    assert [sorted(rows) for _, rows in q.batches[held:]] == [sorted(
+        (k, n, s) for k, (n, s) in count_sum_by_key([first, last]).items())]
+    q.feed(_rows(keys[1:2], 1))  # nothing held any more: only the batch's own update
+    q.stop()
+    assert sorted(q.batches[-1][1]) == [("k1", 3, 1)]
+    assert q.metric("emitCacheForwardedTotal") == len(keys) + 1
 
 
 def test_interval_zero_is_exactly_sparks_output(spark: SparkSession, tmp_path: Path) -> None:

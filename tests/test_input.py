@@ -136,6 +136,36 @@ def test_file_source_composes_with_max_files_per_trigger_smaller_wins(
     assert counts == [2] * 6, counts
 
 
+def test_session_bound_is_split_over_the_sources_that_share_it(
+        fspark: SparkSession, bound: None, tmp_path: Path) -> None:
+    """Two sources share the query-wide bound (half each); a third with its own source option is
+    bounded by that option alone."""
+    for name in ("a", "b", "c"):
+        write_files(tmp_path / name, [1000] * 6, start={"a": 0, "b": 100, "c": 200}[name])
+    fspark.conf.set(KEY, "4000")
+    df = (text_stream(fspark, tmp_path / "a").union(text_stream(fspark, tmp_path / "b"))
+          .union(text_stream(fspark, tmp_path / "c", **{MAX_BYTES_PER_TRIGGER: 1000})))
+    sink = FileRecorder()
+    q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp")).start()
+    try:
+        q.processAllAvailable()
+        reported = {p["batchId"]: {next(n for n in "abc" if src["description"].rstrip("]").endswith(f"/{n}")):
+                                   int(src["metrics"][BYTES_METRIC]) for src in p["sources"]}
+                    for p in q.recentProgress if p["numInputRows"] > 0}
+    finally:
+        q.stop()
+    assert sink.ids() == sorted(f"{i:06d}" for s in (0, 100, 200) for i in range(s, s + 6))
+    source = {"0": "a", "1": "b", "2": "c"}  # files f00NN, f01NN, f02NN
+    admitted: dict[str, list[int]] = {"a": [], "b": [], "c": []}
+    for i in sorted(sink.batches):
+        for name in admitted:
+            got = sum(1000 for _, f in sink.batches[i] if source[f[2]] == name)
+            assert reported[i][name] == got, (i, name, reported[i])  # 0 when it read nothing
+            if got:
+                admitted[name].append(got)
+    assert admitted == {"a": [2000] * 3, "b": [2000] * 3, "c": [1000] * 6}
+
+
 def test_trigger_available_now_drains_in_bounded_batches(fspark: SparkSession, tmp_path: Path) -> None:
     write_files(tmp_path / "in", [1500] * 10)
     sink = FileRecorder()

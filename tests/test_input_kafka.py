@@ -261,3 +261,19 @@ def test_restart_sizes_its_first_batch_from_the_sizes_measured_before(
     assert sink.bytes(done) <= 1.1 * BOUND and fresh.bytes(0) <= BOUND
     assert records(sink, done) >= 2 * records(fresh, 0), (records(sink, done), records(fresh, 0))
     assert all(sink.bytes(i) <= 1.1 * BOUND for i in sink.batches)
+
+
+def test_trigger_available_now_drains_the_backlog_in_bounded_batches(
+        kspark: SparkSession, broker: kh.Broker, tmp_path: Path) -> None:
+    kh.create_topic(kspark, broker.bootstrap, "avail", 2)
+    kh.produce(kspark, broker.bootstrap, "avail", 60, 2, min_bytes=1000, max_bytes=1001)
+    sink = Recorder()
+    q = (kafka_stream(kspark, broker, "avail", **{"sluice.maxBytesPerTrigger": "10000"}).writeStream
+         .foreachBatch(sink).trigger(availableNow=True).option("checkpointLocation", str(tmp_path / "cp")).start())
+    assert q.awaitTermination(120), "an availableNow query stops once the backlog is drained"
+    metrics = source_metrics(q)
+    sink.assert_exactly_once({0: 30, 1: 30})
+    assert len(sink.batches) >= 60 * 1000 // 10000
+    for i in sink.batches:
+        assert sink.bytes(i) <= 10000, (i, sink.bytes(i))
+        assert int(metrics[i]["inputBufferBytesTotal"]) == sink.bytes(i)

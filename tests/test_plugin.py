@@ -1,24 +1,12 @@
 """Foundation: configure(), conf validation at session start, the executor budget split."""
 from __future__ import annotations
 
-import time
 
 import pytest
 from pyspark.sql import SparkSession
 
 import sluice
-from sluice._jvm import executor_budgets
-from conftest import BASE_CONF, fresh_builder, sluice_session, stop_session
-
-
-def _wait_for_budgets(spark: SparkSession, count: int, timeout: float = 120.0) -> dict:
-    """Executors report asynchronously when they start; wait until `count` have reported."""
-    deadline = time.monotonic() + timeout
-    while True:
-        budgets = executor_budgets(spark)
-        if len(budgets) >= count or time.monotonic() > deadline:
-            return budgets
-        time.sleep(0.2)
+from conftest import BASE_CONF, executor_budgets, fresh_builder, sluice_session, stop_session
 
 
 def _builder(**conf: str) -> SparkSession.Builder:
@@ -74,7 +62,7 @@ def test_bad_conf_fails_session_start_naming_the_key(key: str, value: str, expec
 
 def test_alias_and_precedence() -> None:
     spark = sluice_session(conf={"spark.sluice.cache.max.bytes.buffering": "4m"})
-    budgets = _wait_for_budgets(spark, 1)
+    budgets = executor_budgets(spark)
     assert [b["cache_max_bytes"] for b in budgets.values()] == [4 << 20]
     warnings = list(spark.sparkContext._jvm.sluice.plugin.SluicePlugin.startupWarningsJava())
     assert warnings == ["spark.sluice.cache.max.bytes.buffering is deprecated: "
@@ -82,7 +70,7 @@ def test_alias_and_precedence() -> None:
 
     spark = sluice_session(conf={"spark.sluice.cache.max.bytes.buffering": "4m",
                                  "spark.sluice.statestore.cache.max.bytes": "6m"})
-    budgets = _wait_for_budgets(spark, 1)
+    budgets = executor_budgets(spark)
     assert [b["cache_max_bytes"] for b in budgets.values()] == [6 << 20]
     warnings = list(spark.sparkContext._jvm.sluice.plugin.SluicePlugin.startupWarningsJava())
     assert len(warnings) == 1 and "spark.sluice.statestore.cache.max.bytes is also set and wins" in warnings[0]
@@ -90,7 +78,7 @@ def test_alias_and_precedence() -> None:
 
 def test_per_slot_budget_is_total_over_task_slots_local() -> None:
     spark = sluice_session(master="local[2]", statestore_cache_max_bytes="10m")
-    (budget,) = _wait_for_budgets(spark, 1).values()
+    (budget,) = executor_budgets(spark).values()
     assert budget["task_slots"] == 2
     assert budget["cache_bytes_per_slot"] == (10 << 20) // 2
 
@@ -99,7 +87,7 @@ def test_multi_process_budget_and_jar_shipped_to_executors() -> None:
     """local-cluster starts two executor JVMs: each loads the plugin from the shipped jar."""
     spark = sluice_session(master="local-cluster[2,1,1024]", statestore_cache_max_bytes="8m",
                            conf={"spark.executor.memory": "512m"})
-    budgets = _wait_for_budgets(spark, 2)
+    budgets = executor_budgets(spark, 2)
     assert len(budgets) == 2, budgets
     for b in budgets.values():
         assert b["task_slots"] == 1

@@ -521,6 +521,40 @@ def test_spill_to_disk_results_identical_to_unbounded(spark: SparkSession, tmp_p
             r.stop()
 
 
+def test_spill_to_disk_keeps_spilled_rows_across_a_restart(spark: SparkSession, tmp_path: Path) -> None:
+    """Rows spilled to the disk store before a stop are emitted after the restart, as an unbounded
+    buffer run without a stop emits them."""
+    batches = [[(10 * i, f"u{i}") for i in range(6)], [(100, "u1"), (3700, "u7"), (3800, "u8")],
+               [(7300, "u9")], [(11000, "x")]]
+    runs = {"unbounded": Run(spark, tmp_path / "unbounded"), "spill": Run(spark, tmp_path / "spill")}
+    cfgs = {"unbounded": BufferConfig.unbounded(), "spill": BufferConfig.max_records(1).spill_to_disk_when_full()}
+
+    def start(name: str) -> None:
+        runs[name].start(suppress(hourly_counts(runs[name].events()), Suppressed.until_window_closes(cfgs[name])))
+
+    try:
+        for name in runs:
+            start(name)
+        for events in batches[:2]:
+            for r in runs.values():
+                r.feed(*events)
+        before = runs["spill"].progress_of()
+        assert before[-1]["customMetrics"]["suppressionDiskBufferBytes"] > 0  # held on disk at the stop
+        runs["spill"].stop()
+        start("spill")
+        for events in batches[2:]:
+            for r in runs.values():
+                r.feed(*events)
+        after = runs["spill"].progress_of()
+        # The restarted run opens both stores of both partitions afresh: one scan each.
+        assert after[0]["customMetrics"]["suppressionIndexRebuildTotal"] == 4
+        got = {n: sorted(map(windowed, r.rows())) for n, r in runs.items()}
+        assert got["spill"] == got["unbounded"] and len(got["spill"]) == 8
+    finally:
+        for r in runs.values():
+            r.stop()
+
+
 # --- until_wall_clock_time_limit ---------------------------------------------------------------
 
 def _wait_for(query: Any, predicate: Callable[[], bool], timeout: float = 60.0) -> None:

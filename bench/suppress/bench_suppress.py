@@ -1,11 +1,13 @@
-"""suppress benchmarks; each case prints its figures side by side and its target, met or missed.
+"""suppress benchmarks, each case through bench/harness.py: settings printed first, one warm-up
+run per side, repeats with the sides alternating, targets printed met/missed, and one result file
+per case in bench/results/ (suppress_<case>-<time>.json).
 
 throughput: a windowed count with and without suppress(until_window_closes) (the suppress operator,
     fusion off), the same N events (K users, increasing event time) in F parquet files, one file
-    per micro-batch, to a noop sink; the two queries alternate for R rounds and the best round of
+    per micro-batch, to a noop sink; the two queries alternate for R rounds and the median round of
     each is compared (>= 0.8x).
 fused: the same input through update mode + unbounded until_window_closes fused into the
-    aggregation, vs Spark's append and plain update modes (three cases rotating, one warm-up):
+    aggregation, vs Spark's append and plain update modes (three sides alternating):
     throughput fused/append and fused/update (>= 0.95x) and state memory fused/append (<= 1.1x).
 held: a per-user count under until_time_limit(10 years) (nothing ever due), with H keys held and
     10k of them updated per batch: the median batch time with many keys held over the one with
@@ -41,6 +43,9 @@ from pyspark.sql import functions as F
 
 import sluice
 from sluice import BufferConfig, Suppressed, suppress
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import Harness  # noqa: E402
 
 PROVIDERS = {
     "windowstore": "sluice.windowstore.InMemoryWindowStoreProvider",
@@ -78,21 +83,21 @@ def throughput(spark: SparkSession, work: Path, args: argparse.Namespace) -> Non
     spark.conf.set(FUSED_KEY, "false")  # this case measures the suppress operator's buffer
     src = work / "in"
     make_input(spark, src, args.rows, args.files, args.users, args.events_per_second)
-    best: dict[str, tuple[float, int]] = {}
-    for r in range(args.rounds):
-        for name, flag in (("plain", False), ("suppress", True)):
-            elapsed, emitted = run_once(spark, src, args.files, flag, work / f"ckpt-{name}-{r}")
-            print(f"round {r} {name:8s}: {elapsed:6.2f} s, {args.rows / elapsed:10.0f} rows/s, {emitted} rows emitted")
-            if name not in best or elapsed < best[name][0]:
-                best[name] = (elapsed, emitted)
-    plain_rate = args.rows / best["plain"][0]
-    supp_rate = args.rows / best["suppress"][0]
-    print(f"\ninput: {args.rows} rows, {args.files} micro-batches, {args.users} users, "
-          f"{args.events_per_second} events/s of event time, 1-minute windows, 10 s watermark delay")
-    print(f"plain aggregation (update mode): {plain_rate:10.0f} rows/s, {best['plain'][1]} rows emitted")
-    print(f"with until_window_closes       : {supp_rate:10.0f} rows/s, {best['suppress'][1]} rows emitted")
-    ratio = supp_rate / plain_rate
-    print(f"throughput ratio suppress/plain: {ratio:.2f} (target >= 0.8: {'met' if ratio >= 0.8 else 'missed'})")
+    h = Harness("suppress_throughput", "windowed count without (plain) and with suppress(until_window_closes)",
+                {"rows": args.rows, "micro-batches": args.files, "users": args.users,
+                 "event time": f"{args.events_per_second} events/s, 1-minute windows, 10 s watermark delay",
+                 "comparator": "the same aggregation in update mode, no suppress; 2 shuffle partitions, "
+                               "default state store (HDFS-backed), noop sink", "rounds": args.rounds})
+
+    def run(side: str, i: int) -> dict:
+        elapsed, emitted = run_once(spark, src, args.files, side == "suppress", work / f"ckpt-{side}-{i}")
+        return {"seconds": elapsed, "rows_per_s": args.rows / elapsed, "emitted": emitted}
+
+    runs = h.alternating(["plain", "suppress"], args.rounds, run,
+                         warmup=lambda side: run(side, -1))
+    rate = {side: statistics.median(r["rows_per_s"] for r in runs[side]) for side in runs}
+    h.target("median throughput suppress/plain", rate["suppress"] / rate["plain"], ">=", 0.8)
+    h.write()
 
 
 def user_file(spark: SparkSession, path: Path, ids: DataFrame, second: int) -> None:
@@ -114,53 +119,59 @@ def per_user_limited(spark: SparkSession, src: Path, cfg: BufferConfig, with_sup
 def held(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
     sizes = [int(x) for x in args.held.split(",")]
     per_batch = args.updates
-    print(f"held keys {' vs '.join(f'{h:,}' for h in sizes)}; {per_batch:,} of them updated per batch; "
-          f"until_time_limit(10 years, unbounded), nothing due; {args.batches} measured batches x "
-          f"{args.repeats} alternating repeats per size (the first batch after each start, which loads "
-          f"the store, not counted); 2 shuffle partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     variants = [("suppress", True)] + ([("plain", False)] if args.baseline else [])
     for provider in args.providers.split(","):
         spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[provider])
         for variant, with_suppress in variants:
-            times: dict[int, list[float]] = {h: [] for h in sizes}
-            second = {h: 0 for h in sizes}
-            files = {h: 0 for h in sizes}
+            h = Harness(f"suppress_held_{provider}_{variant}",
+                        "median batch time with many keys held over the one with few",
+                        {"held keys": sizes, "keys updated per batch": per_batch,
+                         "suppress": "until_time_limit(10 years, unbounded), nothing due" if with_suppress
+                         else "none (the aggregation alone)", "provider": PROVIDERS[provider],
+                         "measured batches per run": args.batches, "repeats": args.repeats,
+                         "not counted": "the first batch after each start (it loads the store)",
+                         "comparator": f"the same query holding {sizes[0]:,} keys", "shuffle partitions": 2})
+            second = {n: 0 for n in sizes}
+            files = {n: 0 for n in sizes}
 
-            def run(h: int, measure: bool) -> None:
-                src, ckpt = work / f"held-{provider}-{variant}-{h}", work / f"ckpt-held-{provider}-{variant}-{h}"
+            def add(n: int, ids: DataFrame) -> None:
+                second[n] += 1
+                user_file(spark, work / f"held-{provider}-{variant}-{n}" / f"f{files[n]:05d}", ids, second[n])
+                files[n] += 1
+
+            def query(n: int) -> list[float]:
+                src, ckpt = work / f"held-{provider}-{variant}-{n}", work / f"ckpt-held-{provider}-{variant}-{n}"
                 df = per_user_limited(spark, src, BufferConfig.unbounded(), with_suppress)
                 q = df.writeStream.format("noop").outputMode("update").option("checkpointLocation", str(ckpt)).start()
                 q.processAllAvailable()
                 durations = [p["durationMs"]["triggerExecution"] for p in q.recentProgress if p["numInputRows"] > 0]
                 q.stop()
-                if measure:
-                    times[h].extend(durations[1:])
+                return durations[1:]
 
-            def add(h: int, ids: DataFrame) -> None:
-                second[h] += 1
-                user_file(spark, work / f"held-{provider}-{variant}-{h}" / f"f{files[h]:05d}", ids, second[h])
-                files[h] += 1
+            def warmup(side: str) -> None:  # loads the held keys
+                n = int(side)
+                add(n, spark.range(0, n, numPartitions=2))
+                query(n)
 
-            t0 = time.perf_counter()
-            for h in sizes:
-                add(h, spark.range(0, h, numPartitions=2))
-                run(h, measure=False)
-            print(f"  [{provider}/{variant}] loaded in {time.perf_counter() - t0:.0f} s")
-            for r in range(args.repeats):
-                for h in (sizes if r % 2 == 0 else list(reversed(sizes))):
-                    stride = max(1, h // per_batch)
-                    for b in range(args.batches + 1):
-                        offset = (r * (args.batches + 1) + b) % stride
-                        add(h, spark.range(0, min(per_batch, h), numPartitions=1)
-                            .select((F.col("id") * stride + offset).alias("id")))
-                    run(h, measure=True)
-            med = {h: statistics.median(times[h]) for h in sizes}
-            line = ", ".join(f"{h:,} held: {med[h]:.0f} ms" for h in sizes)
+            def run(side: str, r: int) -> dict:
+                n = int(side)
+                stride = max(1, n // per_batch)
+                for b in range(args.batches + 1):
+                    offset = (r * (args.batches + 1) + b) % stride
+                    add(n, spark.range(0, min(per_batch, n), numPartitions=1)
+                        .select((F.col("id") * stride + offset).alias("id")))
+                times = query(n)
+                return {"median_batch_ms": statistics.median(times), "batch_ms": times}
+
+            runs = h.alternating([str(n) for n in sizes], args.repeats, run, warmup=warmup)
+            med = {n: statistics.median(t for r in runs[str(n)] for t in r["batch_ms"]) for n in sizes}
             ratio = med[sizes[-1]] / med[sizes[0]]
-            target = "" if variant == "plain" else f" (target <= 1.3: {'met' if ratio <= 1.3 else 'missed'})"
-            print(f"{provider:11s} {variant:8s}: median batch {line}; ratio {ratio:.2f}{target}")
-            print(f"  batch times ms: " + "; ".join(f"{h:,}: {sorted(int(x) for x in times[h])}" for h in sizes))
+            if with_suppress:
+                h.target(f"median batch {sizes[-1]:,} held / {sizes[0]:,} held", ratio, "<=", 1.3)
+            else:
+                print(f"   ratio (no target): {ratio:.2f}")
+            h.write(medians_ms=med)
         spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
 
 
@@ -180,24 +191,28 @@ def bounded(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
     entry = suppress_metrics(q)["suppressionBufferBytes"]
     q.stop()
     rows = args.updates_mb * 1_000_000 // entry
-    print(f"bounded buffer: max_bytes {bound:,} (one partition); one batch of {rows:,} new keys x {entry} bytes "
-          f"= {rows * entry / 1e6:.0f} MB of updates")
     src = work / "bounded-in"
     user_file(spark, src / "f0", spark.range(0, rows, numPartitions=2), 1)
-    for name, cfg in (("emit-early", BufferConfig.max_bytes(bound)),
-                      ("spill-to-disk", BufferConfig.max_bytes(bound).spill_to_disk_when_full())):
-        start = time.perf_counter()
-        q = (per_user_limited(spark, src, cfg).writeStream.format("noop").outputMode("update")
-             .option("checkpointLocation", str(work / f"ckpt-bounded-{name}")).start())
+    cfgs = {"emit-early": BufferConfig.max_bytes(bound),
+            "spill-to-disk": BufferConfig.max_bytes(bound).spill_to_disk_when_full()}
+    h = Harness("suppress_bounded", "largest in-memory size of a bounded buffer over its bound",
+                {"max_bytes": bound, "shuffle partitions": 1, "batch": f"{rows:,} new keys x {entry} bytes",
+                 "repeats": args.repeats, "comparator": "the bound itself (a memory figure: no timing)"})
+
+    def run(side: str, i: int) -> dict:
+        q = (per_user_limited(spark, src, cfgs[side]).writeStream.format("noop").outputMode("update")
+             .option("checkpointLocation", str(work / f"ckpt-bounded-{side}-{i}")).start())
         q.processAllAvailable()
-        elapsed = time.perf_counter() - start
         m = suppress_metrics(q)
         q.stop()
-        ratio = m["suppressionBufferBytesMax"] / bound
-        print(f"{name:13s}: largest in-memory size {m['suppressionBufferBytesMax']:,} bytes = {ratio:.4f}x the bound "
-              f"(target <= 1.1: {'met' if ratio <= 1.1 else 'missed'}); after the batch {m['suppressionBufferBytes']:,} "
-              f"in memory, {m['suppressionDiskBufferBytes']:,} on disk, {m['suppressionEvictTotal']:,} emitted early; "
-              f"{elapsed:.1f} s")
+        return {k: m[k] for k in ("suppressionBufferBytesMax", "suppressionBufferBytes",
+                                  "suppressionDiskBufferBytes", "suppressionEvictTotal")}
+
+    runs = h.alternating(list(cfgs), args.repeats, run)
+    for side in cfgs:
+        h.target(f"{side}: largest in-memory size / bound",
+                 max(r["suppressionBufferBytesMax"] for r in runs[side]) / bound, "<=", 1.1)
+    h.write()
     spark.conf.set("spark.sql.shuffle.partitions", "2")
 
 
@@ -238,10 +253,14 @@ def release(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
     after = [int(m.group(3)) * 1024 * 1024 for line in open(args.gc_log)
              if (m := GC_LINE.match(line)) and start_s <= float(m.group(1)) <= end_s]
     growth = max(after, default=base) - base
-    ratio = growth / held_bytes
-    print(f"release: one batch releases {emitted:,} due rows ({held_bytes / 1e6:.1f} MB as buffered); "
-          f"{len(after)} GCs during it; largest heap after a GC minus the heap before: {growth / 1e6:.1f} MB "
-          f"= {ratio:.2f}x the released bytes (target <= 2: {'met' if ratio <= 2 else 'missed'})")
+    h = Harness("suppress_release", "heap growth while one batch releases many due rows",
+                {"due rows": n, "state store": PROVIDERS["rocksdb"], "JVM": "-Xmn64m, GC log",
+                 "comparator": "the released rows' bytes as buffered (a memory figure, one run: no sides)"})
+    h.runs["release"] = [{"emitted": emitted, "held_bytes": held_bytes, "gcs": len(after), "growth_bytes": growth}]
+    print(f"   release: {emitted:,} rows ({held_bytes / 1e6:.1f} MB buffered), {len(after)} GCs, "
+          f"growth {growth / 1e6:.1f} MB")
+    h.target("heap growth / released bytes", growth / held_bytes, "<=", 2)
+    h.write()
 
 
 # --- fused final results: fused until_window_closes vs Spark's append and update modes ---
@@ -278,38 +297,23 @@ def run_fused_case(spark: SparkSession, src: Path, case: str, ckpt: Path) -> dic
 
 
 def bench_fused(spark: SparkSession, src: Path, work: Path, rows: int, rounds: int) -> None:
-    """Alternates the three cases (the order rotates every round, after one uncounted warm-up run),
-    then compares each case's best and median round."""
-    results: dict[str, list[dict[str, float]]] = {c: [] for c in FUSED_CASES}
-    run_fused_case(spark, src, "fused", work / "ckpt-fused-section-warmup")  # JIT warm-up, not counted
-    for r in range(rounds):
-        order = FUSED_CASES[r % 3:] + FUSED_CASES[:r % 3]
-        for case in order:
-            res = run_fused_case(spark, src, case, work / f"ckpt-fused-section-{case}-{r}")
-            results[case].append(res)
-            print(f"round {r} {case:7s}: {res['seconds']:6.2f} s, {rows / res['seconds']:10.0f} rows/s, "
-                  f"{res['emitted']} rows emitted, state peak {res['state_bytes'] / 1e6:.2f} MB, "
-                  f"operators {res['operators']}")
-    assert results["fused"][0]["operators"] == ["stateStoreSave"], "the suppress operator was not fused"
-    assert results["fused"][0]["emitted"] == results["append"][0]["emitted"], "fused and append emit different rows"
-
-    def rate(case: str, pick: str) -> float:
-        secs = sorted(x["seconds"] for x in results[case])
-        return rows / (secs[0] if pick == "best" else statistics.median(secs))
-
-    state = {c: max(x["state_bytes"] for x in results[c]) for c in FUSED_CASES}
-    print(f"\n{'case':7s} {'best rows/s':>12s} {'median rows/s':>14s} {'emitted':>8s} {'state peak':>11s}")
-    for c in FUSED_CASES:
-        print(f"{c:7s} {rate(c, 'best'):12.0f} {rate(c, 'median'):14.0f} {results[c][0]['emitted']:8d} "
-              f"{state[c] / 1e6:9.2f} MB")
-    for pick in ("best", "median"):
-        ratios = {"fused/append throughput": rate("fused", pick) / rate("append", pick),
-                  "fused/update throughput": rate("fused", pick) / rate("update", pick),
-                  "fused/append state memory": state["fused"] / state["append"]}
-        for name, value in ratios.items():
-            op, target = FUSED_TARGETS[name]
-            met = value >= target if op == ">=" else value <= target
-            print(f"{pick:6s} {name:26s}: {value:5.2f} (target {op} {target}) {'met' if met else 'MISSED'}")
+    h = Harness("suppress_fused", "fused until_window_closes vs Spark's append and update modes",
+                {"rows": rows, "comparators": "the plain windowed count in append mode and in update mode, "
+                 "default state store, 2 shuffle partitions, noop sink", "rounds": rounds})
+    runs = h.alternating(list(FUSED_CASES), rounds,
+                         lambda case, i: run_fused_case(spark, src, case, work / f"ckpt-fused-{case}-{i}"),
+                         warmup=lambda case: run_fused_case(spark, src, case, work / f"ckpt-fused-{case}-warmup"))
+    assert runs["fused"][0]["operators"] == ["stateStoreSave"], "the suppress operator was not fused"
+    assert runs["fused"][0]["emitted"] == runs["append"][0]["emitted"], "fused and append emit different rows"
+    rate = {c: rows / statistics.median(x["seconds"] for x in runs[c]) for c in FUSED_CASES}
+    state = {c: max(x["state_bytes"] for x in runs[c]) for c in FUSED_CASES}
+    ratios = {"fused/append throughput": rate["fused"] / rate["append"],
+              "fused/update throughput": rate["fused"] / rate["update"],
+              "fused/append state memory": state["fused"] / state["append"]}
+    for name, value in ratios.items():
+        op, bound = FUSED_TARGETS[name]
+        h.target(f"median {name}" if "throughput" in name else name, value, op, bound)
+    h.write()
 
 
 def fused(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:

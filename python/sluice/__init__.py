@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from sluice import _conf, _stop
 from sluice._conf import EXTENSIONS_CLASS, LOADING_SETTINGS, PLUGIN_CLASS  # noqa: F401
 from sluice._jvm import SluiceBufferFullError, SluiceConfError, SluiceError, translating
-from sluice.stores import InMemoryWindowStoreSupplier, Stores
+from sluice.windowstore import InMemoryWindowStoreSupplier, Stores
 from sluice.suppress import BufferConfig, SluiceSuppressError, Suppressed, suppress
 
 __all__ = [

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
-# The provider class of the record cache (a sluice class, not one of the delegate names).
-CACHING_PROVIDER = "sluice.cache.CachingStateStoreProvider"
 PROVIDER_CLASS_KEY = "spark.sql.streaming.stateStore.providerClass"
 
 PLUGIN_CLASS = "sluice.plugin.SluicePlugin"
@@ -163,7 +161,7 @@ def options() -> dict[str, Option]:
         PROVIDER_CLASS_KEY, spec()["forms"]["choice"]["expected"].replace("{values}", ", ".join(providers)),
         lambda v: providers.get(v.strip().lower()) if isinstance(v, str) else None)
     out["state_store_cache"] = _FlagOption(PROVIDER_CLASS_KEY, "True or False", lambda v: v,
-                                           value_if_true=CACHING_PROVIDER)
+                                           value_if_true=spec()["caching_provider"])
     return out
 
 

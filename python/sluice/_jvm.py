@@ -88,17 +88,3 @@ def jvm(spark: Any) -> Any:
             "this needs a classic SparkSession: a Spark Connect client has no JVM to call (sluice's "
             "conf keys, suppress and the query metrics work over Connect)")
     return spark.sparkContext._jvm
-
-
-def executor_budgets(spark: Any) -> dict[str, dict[str, int]]:
-    """The record-cache budget each executor reported to the driver plugin, by executor id."""
-    budgets = jvm(spark).sluice.plugin.SluicePlugin.executorBudgetsJava()
-    return {
-        str(k): {
-            "task_slots": int(v.taskSlots()),
-            "cache_max_bytes": int(v.cacheMaxBytes()),
-            "cache_bytes_per_slot": int(v.cacheBytesPerSlot()),
-            "input_buffer_max_bytes": int(v.inputBufferMaxBytes()),
-        }
-        for k, v in budgets.items()
-    }

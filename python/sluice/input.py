@@ -5,6 +5,8 @@ file and rate source of a query once sluice is configured.
 for one source; ``BYTES_METRIC`` and ``THROTTLED_METRIC`` are the keys sluice adds to each bounded
 source's ``metrics`` in the query progress.
 """
+__all__ = ["MAX_BYTES_PER_TRIGGER", "BYTES_METRIC", "THROTTLED_METRIC"]
+
 MAX_BYTES_PER_TRIGGER = "sluice.maxBytesPerTrigger"
 BYTES_METRIC = "inputBufferBytesTotal"
 THROTTLED_METRIC = "inputBufferThrottledPartitions"

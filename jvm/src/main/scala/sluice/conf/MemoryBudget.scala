@@ -41,6 +41,15 @@ object MemoryBudget {
       conf.inputBufferMaxBytes)
   }
 
+  /**
+   * Whether a query runs both caches, which then take half of each slot's share each: the record
+   * cache when the query's provider is the caching one, the emission cache when the commit
+   * interval is > 0. Both caches size themselves by this one test, so their halves add up to the
+   * share.
+   */
+  def bothCaches(providerClass: String, commitIntervalMs: Long): Boolean =
+    providerClass == SluiceConf.CachingProviderClass && commitIntervalMs > 0
+
   /** Bytes one task slot may hold in its record cache (C/T). */
   def cacheBytesPerSlot: Long = current.cacheBytesPerSlot
 }

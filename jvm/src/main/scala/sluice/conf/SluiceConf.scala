@@ -141,6 +141,9 @@ object SluiceConf {
     p.fieldNames().asScala.map(n => n -> p.get(n).asText()).toMap
   }
 
+  /** The record cache's provider class (sluice.cache.CachingStateStoreProvider; a name users type). */
+  val CachingProviderClass: String = spec.get("caching_provider").asText()
+
   // --- suppress (sluice.suppress) ---
   /**
    * Whether an unbounded `untilWindowCloses` directly above a windowed aggregation (the query's only

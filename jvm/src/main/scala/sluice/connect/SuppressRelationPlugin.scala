@@ -7,7 +7,7 @@ import org.apache.spark.connect.proto.Relation
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.connect.planner.SparkConnectPlanner
 import org.apache.spark.sql.connect.plugin.RelationPlugin
-import org.apache.spark.sql.sluice.SuppressOfPlan
+import sluice.suppress.internal.SuppressPlanner
 // Spark Connect's jar carries its own (shaded) protobuf; the relation bytes come from it.
 import org.sparkproject.connect.protobuf.{Any => ProtoAny, CodedInputStream, WireFormat}
 
@@ -25,7 +25,7 @@ class SuppressRelationPlugin extends RelationPlugin {
     if (any.getTypeUrl != SuppressRelation.TypeUrl) return Optional.empty()
     val msg = SuppressRelation.decode(any.getValue.toByteArray)
     val child = planner.transformRelation(SuppressRelation.parseRelation(msg.input))
-    Optional.of(SuppressOfPlan(planner.session, child, msg.suppressed, msg.timeCol))
+    Optional.of(SuppressPlanner.ofPlan(planner.session, child, msg.suppressed, msg.timeCol))
   }
 }
 

@@ -46,6 +46,8 @@ final class BoundedFileSource(val inner: FileStreamSource, budget: Budget)
       case other => other
     }
     tightened = bounded != limit
+    // getBatch sets it when this batch reads from the source; a batch that does not reports 0.
+    lastBytes = 0L
     inner.latestOffset(start, bounded)
   }
 

@@ -183,6 +183,7 @@ final class BoundedMicroBatchStream private[input] (
   override def latestOffset(start: Offset, limit: ReadLimit): Offset = {
     lanes.absorb()
     batchBytes = 0L
+    lastExecuted = null // set by planInputPartitions when the batch reads from this source
     val proposed = inner match {
       case s: SupportsAdmissionControl => s.latestOffset(start, limit)
       case s => Option(availableNowEnd).getOrElse(s.latestOffset())

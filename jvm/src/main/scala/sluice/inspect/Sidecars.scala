@@ -15,11 +15,9 @@ import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.classic.{SparkSession => ClassicSession}
 import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
-import org.apache.spark.sql.sluice.{EmitCacheNode, SluiceStatefulNode, StatefulOperatorSupport, SuppressNode}
+import org.apache.spark.sql.sluice.{SluiceStatefulNode, StatefulOperatorSupport}
 
-import sluice.cache.CachingStateStoreProvider
 import sluice.conf.SluiceConf
-import sluice.suppress._
 import sluice.windowstore.InMemoryWindowStoreProvider
 
 /**
@@ -28,7 +26,9 @@ import sluice.windowstore.InMemoryWindowStoreProvider
  * beside the operator's state as `<checkpoint>/state/<operator id>/_sluice_operator.json`, so that
  * `sluice.inspect` can tell when each held row becomes due.
  *
- * Written on the driver when a query run first plans the operator, whole or not at all (a
+ * Each feature's planner says what its operator's settings are (`settings`, with a `kind`); this
+ * object adds what all share (operator id, run, first batch, state store) and writes the file
+ * when a query run first plans the operator, whole or not at all (a
  * temporary file renamed into place); a restart with other settings replaces it. Spark's readers
  * of the state directory look only at numbered partition directories and `_`-prefixed folders
  * they know, so the file is invisible to them.
@@ -44,7 +44,7 @@ object Sidecars extends Logging {
    * query or once recorded for this run. Never fails the query: a sidecar that cannot be written
    * is logged and `sluice.inspect` falls back to what the checkpoint alone says.
    */
-  def record(session: SparkSession, node: SluiceStatefulNode): Unit =
+  def record(session: SparkSession, node: SluiceStatefulNode, settings: => JObject): Unit =
     try {
       StatefulOperatorSupport.streamContext(session, node).foreach { ctx =>
         val info = ctx.stateInfo
@@ -59,36 +59,18 @@ object Sidecars extends Logging {
         if (ids.add(info.operatorId)) {
           val conf = session.asInstanceOf[ClassicSession].sessionState
           write(new Path(new Path(info.checkpointLocation, info.operatorId.toString), FileName),
-            json(session, node, info.operatorId, info.queryRunId, ctx.batchId), conf.newHadoopConf())
+            json(session, settings, info.operatorId, info.queryRunId, ctx.batchId), conf.newHadoopConf())
         }
       }
     } catch {
       case NonFatal(e) => logWarning(s"Could not record the settings of ${node.nodeName} for sluice.inspect", e)
     }
 
-  private[inspect] def json(session: SparkSession, node: SluiceStatefulNode, operatorId: Long, runId: UUID,
+  private[inspect] def json(session: SparkSession, settings: JObject, operatorId: Long, runId: UUID,
       batchId: Long): String = {
     val common: JObject = ("operatorId" -> operatorId) ~ ("runId" -> runId.toString) ~
       ("firstBatchId" -> batchId) ~ ("stateStore" -> stateStoreJson(session))
-    val specific: JObject = node match {
-      case s: SuppressNode =>
-        val (mode, limit) = s.suppressed match {
-          case _: UntilWindowCloses => ("until_window_closes", None)
-          case t: UntilTimeLimit => ("until_time_limit", Some(t.limitMs))
-          case w: UntilWallClockTimeLimit => ("until_wall_clock_time_limit", Some(w.limitMs))
-        }
-        val b = s.suppressed.buffer
-        def bound(v: Long): Option[Long] = if (v == Long.MaxValue) None else Some(v)
-        ("kind" -> "suppress") ~ ("name" -> s.suppressed.name) ~ ("mode" -> mode) ~ ("limitMs" -> limit) ~
-          ("graceMs" -> (if (s.window.isDefined) Some(s.graceMs) else None)) ~
-          ("keys" -> s.keys.map(_.name).toList) ~
-          ("buffer" -> (("maxRecords" -> bound(b.maxRecords)) ~ ("maxBytes" -> bound(b.maxBytes)) ~
-            ("whenFull" -> b.whenFull.name.replace('-', '_'))))
-      case e: EmitCacheNode =>
-        ("kind" -> "emitCache") ~ ("intervalMs" -> e.intervalMs) ~ ("keys" -> e.keys.map(_.name).toList)
-      case other => ("kind" -> other.nodeName)
-    }
-    compact(render(specific merge common))
+    compact(render(settings merge common))
   }
 
   /** The query's state store provider and, when it is (or caches) the window store, its settings. */
@@ -98,7 +80,7 @@ object Sidecars extends Logging {
       "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
     val conf = SluiceConf(all)
     val windowStore = provider == classOf[InMemoryWindowStoreProvider].getName ||
-      (provider == classOf[CachingStateStoreProvider].getName &&
+      (provider == SluiceConf.CachingProviderClass &&
         all.get(SluiceConf.StateStoreCacheDelegate.key).exists(_.trim == "in_memory_window"))
     val ws: Option[JObject] = if (!windowStore) None else Some(
       ("name" -> conf.get(SluiceConf.WindowStoreName)) ~

@@ -9,12 +9,12 @@ import org.apache.spark.sql.SparkSessionExtensions
 class SluiceExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(ext: SparkSessionExtensions): Unit = {
     // suppress (KIP-328/539)
-    ext.injectPlannerStrategy(org.apache.spark.sql.sluice.SuppressStrategy(_))
-    ext.injectCheckRule(org.apache.spark.sql.sluice.SuppressChecks.checkRule)
-    ext.injectTableFunction(org.apache.spark.sql.sluice.SuppressTableFunction.description) // SQL form
+    ext.injectPlannerStrategy(sluice.suppress.internal.SuppressStrategy(_))
+    ext.injectCheckRule(sluice.suppress.internal.SuppressChecks.checkRule)
+    ext.injectTableFunction(sluice.suppress.internal.SuppressTableFunction.description) // SQL form
     // emission cache (KIP-63)
-    ext.injectOptimizerRule(org.apache.spark.sql.sluice.EmitCacheRule(_))
-    ext.injectPlannerStrategy(org.apache.spark.sql.sluice.EmitCacheStrategy(_))
+    ext.injectOptimizerRule(sluice.cache.internal.EmitCacheRule(_))
+    ext.injectPlannerStrategy(sluice.cache.internal.EmitCacheStrategy(_))
     // input bound (KIP-770)
     ext.injectResolutionRule(session => new sluice.input.InputBoundRule(session))
   }

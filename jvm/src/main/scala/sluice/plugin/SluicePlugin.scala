@@ -1,7 +1,6 @@
 package sluice.plugin
 
 import java.util.{Map => JMap}
-import java.util.concurrent.ConcurrentHashMap
 
 import scala.jdk.CollectionConverters._
 
@@ -16,7 +15,7 @@ import sluice.conf.{MemoryBudget, SlotBudget, SluiceConf}
  * The Spark plugin (`spark.plugins=sluice.plugin.SluicePlugin`).
  *
  * Driver part: validates every `spark.sluice.*` key when the SparkContext starts, so a bad value
- * fails startup instead of a query minutes later; collects the executors' budget reports.
+ * fails startup instead of a query minutes later.
  * Executor part: owns the executor-wide record-cache budget and splits it over the task slots.
  */
 class SluicePlugin extends SparkPlugin {
@@ -28,22 +27,11 @@ object SluicePlugin {
   /** Key of the driver's view of executor cores, handed to executors through the plugin's extra conf. */
   private[plugin] val ExecutorCoresKey = "executorCores"
 
-  private val budgets = new ConcurrentHashMap[String, SlotBudget]()
-
-  /** Budgets reported by the executors of the running application (driver side), by executor id. */
-  def executorBudgets: Map[String, SlotBudget] = budgets.asScala.toMap
-
-  /** [[executorBudgets]] for py4j callers. */
-  def executorBudgetsJava: JMap[String, SlotBudget] = new java.util.HashMap(budgets)
-
   /** The warnings the driver plugin logged when the running application started. */
   @volatile var startupWarnings: Seq[String] = Nil
 
   /** [[startupWarnings]] for py4j callers. */
   def startupWarningsJava: java.util.List[String] = startupWarnings.asJava
-
-  private[plugin] def reportBudget(b: SlotBudget): Unit = budgets.put(b.executorId, b)
-  private[plugin] def clearBudgets(): Unit = budgets.clear()
 
   /** Task slots of an executor as the driver sees them: local[N] counts N, local-cluster[n,c,m] counts c. */
   private[plugin] def executorCores(master: String, confCores: Option[Int]): Option[Int] = {
@@ -67,19 +55,12 @@ class SluiceDriverPlugin extends DriverPlugin {
     val warnings = SluiceConf.deprecationWarnings(conf.settings)
     warnings.foreach(w => log.warn(w))
     SluicePlugin.startupWarnings = warnings
-    SluicePlugin.clearBudgets()
     val cores = SluicePlugin.executorCores(sc.master, sc.getConf.getOption("spark.executor.cores").map(_.toInt))
     cores.map(c => Map(SluicePlugin.ExecutorCoresKey -> c.toString)).getOrElse(Map.empty[String, String]).asJava
-  }
-
-  override def receive(message: Any): AnyRef = message match {
-    case b: SlotBudget => SluicePlugin.reportBudget(b); null // a one-way message: no reply
-    case other => throw new IllegalArgumentException(s"sluice driver plugin: unexpected message $other")
   }
 }
 
 class SluiceExecutorPlugin extends ExecutorPlugin {
-  private val log = LoggerFactory.getLogger(classOf[SluicePlugin])
 
   override def init(ctx: PluginContext, extraConf: JMap[String, String]): Unit = {
     val conf = SluiceConf(ctx.conf.getAll)
@@ -97,9 +78,6 @@ class SluiceExecutorPlugin extends ExecutorPlugin {
     gauge("cacheMaxBytes", budget.cacheMaxBytes)
     gauge("cacheBytesPerSlot", budget.cacheBytesPerSlot)
     gauge("inputBufferMaxBytes", budget.inputBufferMaxBytes)
-
-    try ctx.send(budget)
-    catch { case e: Exception => log.warn(s"could not report the sluice budget to the driver: $e") }
   }
 
   override def shutdown(): Unit = MemoryBudget.uninstall()

@@ -18,10 +18,10 @@ import scala.jdk.CollectionConverters._
  * batch) writes what the first wrote, as Spark's own providers assume when they cache versions.
  */
 class CommittedIndexCache[T <: AnyRef] {
-  private final case class Cached(version: Long, checkpointId: Option[String], index: T)
+  import CommittedIndexCache.Cached
 
   // Guarded by this. Keys identify a store (operators use Spark's provider ids).
-  private val cached = new java.util.HashMap[AnyRef, Cached]()
+  private val cached = new java.util.HashMap[AnyRef, Cached[T]]()
 
   /** The index of `store` at `version`, removed from the cache; None when none reflects it. */
   def take(store: AnyRef, version: Long, checkpointId: Option[String]): Option[T] = synchronized {
@@ -44,4 +44,8 @@ class CommittedIndexCache[T <: AnyRef] {
   def clear(): Unit = synchronized(cached.clear())
 
   def size: Int = synchronized(cached.size)
+}
+
+private object CommittedIndexCache {
+  final case class Cached[T](version: Long, checkpointId: Option[String], index: T)
 }

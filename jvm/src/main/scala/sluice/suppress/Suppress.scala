@@ -1,7 +1,7 @@
 package sluice.suppress
 
 import org.apache.spark.sql.DataFrame
-import org.apache.spark.sql.sluice.SuppressPlanner
+import sluice.suppress.internal.SuppressPlanner
 
 /**
  * `suppress` (KIP-328, KIP-539): holds back the updates of a streaming aggregation and emits, per

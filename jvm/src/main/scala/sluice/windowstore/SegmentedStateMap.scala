@@ -329,10 +329,6 @@ private[windowstore] final class SegmentedStateMap(
    *  on (see [[RowTable.freeze]]); the caller holds off the writer during the call. */
   def freeze(): (Seq[RowTable.Frozen], Long) = (allSegments.map(_.table.freeze()).toList, streamTime)
 
-  /** Entries whose window starts in [from, to] (microseconds), segment by segment. */
-  def rangeIterator(from: Long, to: Long): Iterator[UnsafeRowPair] =
-    pairs(segments.subMap(from, true, to, true).values().iterator().asScala)
-
   private def pairs(segs: Iterator[Segment]): Iterator[UnsafeRowPair] = {
     val pair = new UnsafeRowPair()
     segs.flatMap(_.table.entries()).map { case (k, v) => pair.withRows(k, v) }

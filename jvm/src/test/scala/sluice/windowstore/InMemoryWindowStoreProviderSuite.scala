@@ -84,8 +84,6 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
     assert(p.liveMap.numSegments == 3)
     assert(s.get(wkey("a", 10)).getLong(0) == 3)
     assert(s.get(wkey("a", 30)) == null)
-    val inRange = p.liveMap.rangeIterator(5 * sec, 20 * sec).map(_.value.getLong(0)).toSet
-    assert(inRange == Set(3L, 4L))
     s.remove(wkey("a", 10))
     s.commit()
     assert(p.liveMap.numSegments == 2, "an emptied segment leaves the map at commit")
@@ -221,6 +219,32 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
     assert(contents(fresh.getReadStore(10)).size == 10)
   }
 
+  test("a snapshot written while the next batch changes the store holds the version it froze") {
+    val dir = tempDir()
+    val conf = new Configuration()
+    conf.set("spark.sql.streaming.checkpointFileManagerClass", classOf[PausingSnapshotFileManager].getName)
+    val p = newProvider(dir, s = settings(snapshotInterval = 2), hadoopConf = conf)
+    for (v <- 0L until 2L) commitVersion(p, v)(s => s.put(wkey(s"k$v", v), value(v)))
+    val frozen = contents(p.getReadStore(2))
+    PausingSnapshotFileManager.reset()
+    val maintenance = new Thread(() => p.doMaintenance())
+    maintenance.start()
+    // The maintenance thread has frozen version 2 and is about to write its snapshot: the next
+    // batch overwrites, removes and adds keys of that version meanwhile.
+    assert(PausingSnapshotFileManager.writing.await(60, java.util.concurrent.TimeUnit.SECONDS))
+    commitVersion(p, 2) { s =>
+      s.put(wkey("k0", 0), value(100)); s.remove(wkey("k1", 1)); s.put(wkey("k2", 2), value(2))
+    }
+    PausingSnapshotFileManager.resume.countDown()
+    maintenance.join(60000)
+    assert(!maintenance.isAlive)
+    assert(p.storeFiles.contains((2L, true)), p.storeFiles)
+    // Version 2 from its snapshot alone (the deltas before it gone), and version 3 on top.
+    (1 to 2).foreach(v => java.nio.file.Files.delete(java.nio.file.Paths.get(dir, "0", "0", s"$v.wdelta")))
+    assert(contents(newProvider(dir).getReadStore(2)) == frozen)
+    assert(contents(newProvider(dir).getReadStore(3)) == Map("k0@0" -> 100L, "k2@2" -> 2L))
+  }
+
   test("a replayed batch rebuilds the older version and overwrites the newer one") {
     val dir = tempDir()
     val p = newProvider(dir)
@@ -295,5 +319,27 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
       classOf[InMemoryWindowStoreProvider].getName)
     val parsed = WindowStoreSettings(supplier.settings)
     assert(parsed == WindowStoreSettings("s", 3600000L, 10))
+  }
+}
+
+/** Spark's file manager, pausing before it writes a snapshot file until the test resumes it. */
+class PausingSnapshotFileManager(path: org.apache.hadoop.fs.Path, hadoopConf: Configuration)
+    extends org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager(path, hadoopConf) {
+  override def createAtomic(p: org.apache.hadoop.fs.Path, overwriteIfPossible: Boolean)
+      : org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.CancellableFSDataOutputStream = {
+    if (p.getName.endsWith(".wsnapshot")) {
+      PausingSnapshotFileManager.writing.countDown()
+      PausingSnapshotFileManager.resume.await(60, java.util.concurrent.TimeUnit.SECONDS)
+    }
+    super.createAtomic(p, overwriteIfPossible)
+  }
+}
+
+object PausingSnapshotFileManager {
+  @volatile var writing = new java.util.concurrent.CountDownLatch(1)
+  @volatile var resume = new java.util.concurrent.CountDownLatch(1)
+  def reset(): Unit = {
+    writing = new java.util.concurrent.CountDownLatch(1)
+    resume = new java.util.concurrent.CountDownLatch(1)
   }
 }

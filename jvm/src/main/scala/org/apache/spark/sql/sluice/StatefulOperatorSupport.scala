@@ -20,7 +20,7 @@ import org.apache.spark.sql.execution.streaming.runtime.{IncrementalExecution, S
 import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.streaming.OutputMode
 import org.apache.spark.sql.types.StructType
-import org.apache.spark.util.SerializableConfiguration
+import org.apache.spark.util.{CompletionIterator, SerializableConfiguration}
 
 /**
  * A sluice stateful logical node (suppress, emission cache). Its state operator id is
@@ -144,6 +144,9 @@ object StatefulOperatorSupport {
         .map(id => new StreamContext(exec, stateInfo(exec, id)))
     }
 
+  /** `iter`, then `f` once it is exhausted (Spark's CompletionIterator is `private[spark]`). */
+  def onCompletion[A](iter: Iterator[A])(f: => Unit): Iterator[A] = CompletionIterator[A, Iterator[A]](iter, f)
+
   /** State info of operator `id` in the micro-batch `exec` plans, as Spark builds it for its own operators. */
   def stateInfo(exec: IncrementalExecution, id: Long): StatefulOperatorStateInfo =
     StatefulOperatorStateInfo(
@@ -213,7 +216,7 @@ trait SluiceStateStoreExec extends UnaryExecNode with StateStoreWriter {
 }
 
 /** Minimum across tasks of the earliest time something is due, for `shouldRunAnotherBatch`. */
-private[sluice] final class MinMetric extends org.apache.spark.util.AccumulatorV2[Long, Long] {
+final class MinMetric extends org.apache.spark.util.AccumulatorV2[Long, Long] {
   private var min = Long.MaxValue
   override def isZero: Boolean = min == Long.MaxValue
   override def copy(): MinMetric = { val m = new MinMetric; m.min = min; m }
@@ -226,7 +229,7 @@ private[sluice] final class MinMetric extends org.apache.spark.util.AccumulatorV
   override def value: Long = min
 }
 
-private[sluice] object MinMetric {
+object MinMetric {
   /** A driver-registered minimum: operators use it to learn, after a batch, when something is next due. */
   def registered(sc: org.apache.spark.SparkContext, name: String): MinMetric = {
     val m = new MinMetric

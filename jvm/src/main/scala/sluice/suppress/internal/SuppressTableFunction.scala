@@ -1,4 +1,4 @@
-package org.apache.spark.sql.sluice
+package sluice.suppress.internal
 
 import java.util.Locale
 
@@ -8,7 +8,8 @@ import org.apache.spark.sql.catalyst.FunctionIdentifier
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Expression, ExpressionInfo, FunctionTableSubqueryArgumentExpression, NamedExpression}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project, SubqueryAlias, View}
 import org.apache.spark.sql.catalyst.util.IntervalUtils
-import org.apache.spark.sql.classic.{Dataset => ClassicDataset, SparkSession => ClassicSession}
+import org.apache.spark.sql.classic.{SparkSession => ClassicSession}
+import org.apache.spark.sql.sluice.DatasetAccess
 import org.apache.spark.sql.types.{CalendarIntervalType, DayTimeIntervalType, StringType}
 import org.apache.spark.unsafe.types.{CalendarInterval, UTF8String}
 
@@ -28,7 +29,7 @@ import sluice.suppress._
  * `spill_to_disk_when_full` — the same choices as the Python and Scala APIs, which build the same
  * plan (SuppressPlanner.build) and report the same misuse, here as an AnalysisException.
  */
-object SuppressTableFunction {
+private[sluice] object SuppressTableFunction {
   val Name = "sluice_suppress"
 
   private val Usage =
@@ -45,10 +46,7 @@ object SuppressTableFunction {
   val description: (FunctionIdentifier, ExpressionInfo, Seq[Expression] => LogicalPlan) =
     (FunctionIdentifier(Name), Info, build)
 
-  // Spark's message-only error condition: the text shows as it is, and pyspark (which formats
-  // analysis errors by their condition) raises it as an AnalysisException.
-  private def analysisError(msg: String): AnalysisException =
-    new AnalysisException("_LEGACY_ERROR_TEMP_1332", Map("errorMessage" -> msg))
+  private def analysisError(msg: String): AnalysisException = DatasetAccess.analysisError(msg)
 
   private def fail(msg: String): Nothing = throw analysisError(s"$Name: $msg. Usage: $Usage")
 
@@ -77,8 +75,7 @@ object SuppressTableFunction {
     }
     val session = ClassicSession.active
     try {
-      SuppressPlanner.build(ClassicDataset.ofRows(session, unwrapView(input)), suppressed, timeCol)
-        .queryExecution.analyzed
+      SuppressPlanner.ofPlan(session, unwrapView(input), suppressed, timeCol)
     } catch {
       case e: SuppressUsageException => throw analysisError(s"$Name: ${e.getMessage}")
     }

@@ -1,8 +1,6 @@
-package sluice.suppress
+package sluice.suppress.internal
 
 import java.util.{Arrays, Comparator, TreeSet}
-
-import scala.jdk.CollectionConverters._
 
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.unsafe.Platform
@@ -19,7 +17,7 @@ import org.apache.spark.unsafe.Platform
  * Also kept: the number of entries and their size in the store (key + value bytes), the figures the
  * buffer's bound is checked against.
  */
-final class BufferIndex {
+private[sluice] final class BufferIndex {
   import BufferIndex._
 
   private val entries = new TreeSet[Array[Byte]](Order)
@@ -53,12 +51,9 @@ final class BufferIndex {
 
   /** The last entry in buffer order, or null. */
   def last: Array[Byte] = if (entries.isEmpty) null else entries.last()
-
-  /** All entries in buffer order (for tests and checks). */
-  def iterator: Iterator[Array[Byte]] = entries.iterator().asScala
 }
 
-object BufferIndex {
+private[sluice] object BufferIndex {
   /** Unsigned lexicographic byte order; a prefix sorts first, as Kafka's `Bytes` do. */
   val Order: Comparator[Array[Byte]] = (a: Array[Byte], b: Array[Byte]) => Arrays.compareUnsigned(a, b)
 

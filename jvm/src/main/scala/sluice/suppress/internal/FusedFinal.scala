@@ -1,4 +1,4 @@
-package org.apache.spark.sql.sluice
+package sluice.suppress.internal
 
 import java.nio.charset.StandardCharsets
 import java.util.UUID
@@ -12,6 +12,7 @@ import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan, Proj
 import org.apache.spark.sql.execution.{ProjectExec, SparkPlan}
 import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
 import org.apache.spark.sql.execution.streaming.operators.stateful.{StateStoreRestoreExec, StateStoreSaveExec}
+import org.apache.spark.sql.sluice.{StatefulOperatorSupport, StreamContext}
 import org.apache.spark.sql.streaming.OutputMode
 
 import sluice.conf.{SluiceConf, SluiceConfException}
@@ -40,7 +41,7 @@ import sluice.suppress.{SuppressUsageException, UntilWindowCloses}
  * with a message saying why: the fused state has no buffer to hand over, and the open windows'
  * final results would be lost.
  */
-object FusedFinal extends Logging {
+private[sluice] object FusedFinal extends Logging {
   val MarkerName = "_sluice_fused_final"
 
   /** Spark's id of the aggregation: its only stateful operator. */

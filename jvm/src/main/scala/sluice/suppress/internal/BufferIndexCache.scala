@@ -1,6 +1,6 @@
-package sluice.suppress
+package sluice.suppress.internal
 
 import sluice.state.CommittedIndexCache
 
 /** The suppression buffer indexes of this executor, one per buffer store. */
-object BufferIndexCache extends CommittedIndexCache[BufferIndex]
+private[sluice] object BufferIndexCache extends CommittedIndexCache[BufferIndex]

@@ -1,188 +1,20 @@
-package org.apache.spark.sql.sluice
+package sluice.suppress.internal
 
 import org.apache.spark.TaskContext
 import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.rdd.RDD
-import org.apache.spark.sql.{AnalysisException, DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
-import org.apache.spark.sql.catalyst.plans.logical._
-import org.apache.spark.sql.catalyst.streaming.{InternalOutputModes, WriteToStream}
-import org.apache.spark.sql.classic.{Dataset => ClassicDataset}
-import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy}
-import org.apache.spark.sql.execution.metric.SQLMetric
+import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.streaming.operators.stateful.{StatefulOperatorCustomMetric, StatefulOperatorCustomSumMetric, StatefulOperatorStateInfo}
 import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.internal.SQLConf
-import org.apache.spark.sql.types.{StructType, TimestampNTZType, TimestampType}
-import org.apache.spark.util.{CompletionIterator, SerializableConfiguration}
+import org.apache.spark.sql.sluice.{CombinedCustomMetric, CombinedMetric, MinMetric, SluiceStateStoreExec, StatefulOperatorSupport, StreamContext}
+import org.apache.spark.sql.types.StructType
+import org.apache.spark.util.SerializableConfiguration
 
 import sluice.suppress._
-
-
-/**
- * `suppress` above a streaming aggregation. `keys` are the aggregation's grouping columns (child
- * attributes), `window` the time-window struct among them, `graceMs` its watermark delay and
- * `time` the `time_col` expression of `untilTimeLimit`.
- */
-case class SuppressNode(
-    suppressed: Suppressed,
-    keys: Seq[Attribute],
-    window: Option[Attribute],
-    graceMs: Long,
-    time: Option[Expression],
-    child: LogicalPlan) extends SluiceStatefulNode {
-  override protected def withNewChildInternal(newChild: LogicalPlan): SuppressNode = copy(child = newChild)
-  override def operatorIdBase: Long = StatefulOperatorSupport.SuppressIdBase
-}
-
-object SuppressPlanner {
-  private def fail(msg: String): Nothing = throw new SuppressUsageException(msg)
-
-  /** Builds `suppress(df)`, checking every misuse that the plan reveals. */
-  def build(df: DataFrame, suppressed: Suppressed, timeCol: Option[String]): DataFrame = {
-    val ds = df.asInstanceOf[ClassicDataset[_]]
-    val plan = ds.queryExecution.analyzed
-    if (!plan.isStreaming) {
-      fail("suppress needs a streaming DataFrame (from spark.readStream); for a batch DataFrame the " +
-        "aggregation result is already final.")
-    }
-    val agg = findAggregate(plan).getOrElse(fail(
-      "suppress needs the result of a streaming aggregation, e.g. df.groupBy(F.window(\"ts\", \"1 hour\"), " +
-        "\"user\").count(); apply suppress directly to that result."))
-    val keys = groupingOutput(agg)
-    val missing = keys.filterNot(k => plan.output.exists(_.exprId == k.exprId))
-    if (missing.nonEmpty) {
-      fail(s"suppress needs the aggregation's grouping columns in its input; " +
-        s"${missing.map(_.name).mkString(", ")} were dropped: keep them in the DataFrame.")
-    }
-    if (keys.exists(k => k.metadata.contains(SessionWindow.marker))) {
-      fail("suppress does not support session windows: Spark does not run session-window aggregations in " +
-        "update mode, and its append output mode already emits one final result per session; use " +
-        "outputMode(\"append\") without suppress.")
-    }
-    val window = keys.find(k => k.metadata.contains(TimeWindow.marker))
-    var graceMs = 0L
-    suppressed match {
-      case _: UntilWindowCloses =>
-        val w = window.getOrElse(fail("suppress(until_window_closes) needs a time window among the grouping " +
-          "columns: group by F.window(<event-time column>, <duration>) (and other keys) before suppress."))
-        if (!w.metadata.contains(EventTimeWatermark.delayKey)) {
-          fail("suppress(until_window_closes) needs a watermark on the window's event-time column: call " +
-            "df.withWatermark(\"<event-time column>\", \"<grace period>\") before the aggregation; the watermark " +
-            "delay is the grace period.")
-        }
-        graceMs = w.metadata.getLong(EventTimeWatermark.delayKey)
-      case _ =>
-    }
-    val time = (suppressed, timeCol) match {
-      case (_: UntilTimeLimit, None) =>
-        fail("suppress(until_time_limit) needs time_col: the timestamp column whose value is a row's event time " +
-          "(e.g. F.max(\"ts\").alias(\"ts\") in the aggregation, or \"window.end\").")
-      case (_: UntilTimeLimit, Some(name)) =>
-        val e = scala.util.Try(ds.resolve(name)).getOrElse(
-          fail(s"time_col '$name' is not a column of the DataFrame; columns: ${plan.output.map(_.name).mkString(", ")}"))
-        if (e.dataType != TimestampType && e.dataType != TimestampNTZType) {
-          fail(s"time_col '$name' must be a timestamp column, but it is ${e.dataType.simpleString}.")
-        }
-        Some(e match { case Alias(child, _) => child; case other => other })
-      case (_, Some(name)) =>
-        fail(s"time_col ('$name') is only used by until_time_limit; ${suppressed.describe} takes its time from " +
-          "the window end or the wall clock.")
-      case _ => None
-    }
-    ClassicDataset.ofRows(ds.sparkSession, SuppressNode(suppressed, keys, window, graceMs, time, plan))
-  }
-
-  /** The aggregation whose result `plan` is, looking through aliases and column-keeping projections. */
-  private def findAggregate(plan: LogicalPlan): Option[Aggregate] = plan match {
-    case a: Aggregate => Some(a)
-    case s: SubqueryAlias => findAggregate(s.child)
-    case p: Project if p.projectList.forall(_.isInstanceOf[Attribute]) => findAggregate(p.child)
-    case s: SuppressNode => findAggregate(s.child) // suppress of a suppressed aggregation
-    case _ => None
-  }
-
-  /**
-   * Output attributes of `agg` that are its grouping expressions, in grouping order (so that the
-   * aggregation's hash partitioning already satisfies suppress: no extra shuffle).
-   */
-  private def groupingOutput(agg: Aggregate): Seq[Attribute] = agg.groupingExpressions.flatMap { g =>
-    agg.aggregateExpressions.collectFirst {
-      case a: Attribute if g.isInstanceOf[Attribute] && g.asInstanceOf[Attribute].exprId == a.exprId => a
-      case al @ Alias(child, _) if child.semanticEquals(g) => al.toAttribute
-    }
-  }
-}
-
-/** Plans [[SuppressNode]]s; installed by sluice.plugin.SluiceExtensions. */
-case class SuppressStrategy(session: SparkSession) extends SparkStrategy {
-  override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
-    case n: SuppressNode =>
-      val ctx = StatefulOperatorSupport.streamContext(session, n)
-      ctx.foreach(c => SuppressChecks.requireUpdateMode(c.outputMode.toString))
-      // The sidecar (mode, limit and bound for sluice.inspect) only beside a suppress operator's own
-      // state: on the fused path there is none, and its directory would read as unfused state.
-      FusedFinal.plan(session, n, ctx).getOrElse {
-        sluice.inspect.Sidecars.record(session, n)
-        SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, ctx, planLater(n.child))
-      } :: Nil
-    case _ => Nil
-  }
-}
-
-object SuppressChecks {
-  def outputModeError(mode: String): AnalysisException = new AnalysisException(
-    s"suppress needs the query's output mode to be update, but it is $mode: start the query with " +
-      "writeStream.outputMode(\"update\"). (Suppress itself turns an update-mode aggregation into final " +
-      "or rate-limited results.)",
-    None, None, None, None, Map.empty[String, String], Array.empty)
-
-  def requireUpdateMode(mode: String): Unit =
-    if (!mode.equalsIgnoreCase("update")) throw outputModeError(mode)
-
-  /** Check rule: a streaming write of a plan with suppress must use update mode (fails `start()`). */
-  def checkRule(session: SparkSession): LogicalPlan => Unit = plan => plan.foreach {
-    case w: WriteToStream if w.outputMode != InternalOutputModes.Update &&
-        w.inputQuery.exists(_.isInstanceOf[SuppressNode]) =>
-      throw outputModeError(w.outputMode.toString)
-    case _ =>
-  }
-}
-
-/** Custom SQLMetrics combined by max or average instead of sum (across tasks). */
-private[sluice] final class CombinedMetric(kind: String) extends SQLMetric("sum", -1L) {
-  private var sum = 0L
-  private var count = 0L
-  private var max = -1L
-  override def copy(): CombinedMetric = {
-    val m = new CombinedMetric(kind); m.sum = sum; m.count = count; m.max = max; m
-  }
-  override def reset(): Unit = { sum = 0; count = 0; max = -1 }
-  override def isZero: Boolean = count == 0
-  override def add(v: Long): Unit = if (v >= 0) { sum += v; count += 1; max = math.max(max, v) }
-  override def set(v: Long): Unit = { reset(); add(v) }
-  override def merge(other: org.apache.spark.util.AccumulatorV2[Long, Long]): Unit = other match {
-    case o: CombinedMetric => sum += o.sum; count += o.count; max = math.max(max, o.max)
-    case _ => throw new UnsupportedOperationException(s"cannot merge ${other.getClass}")
-  }
-  override def value: Long = if (count == 0) 0 else if (kind == "max") max else sum / count
-  /** For an average: adds `total` over `n` observations. */
-  def addMany(total: Long, n: Long): Unit = if (n > 0) {
-    sum += total; count += n; max = math.max(max, total / n)
-  }
-}
-
-private[sluice] case class CombinedCustomMetric(name: String, desc: String, kind: String)
-    extends StatefulOperatorCustomMetric {
-  override def createSQLMetric(sparkContext: org.apache.spark.SparkContext): SQLMetric = {
-    val m = new CombinedMetric(kind)
-    m.register(sparkContext, Some(desc), countFailedValues = false)
-    m
-  }
-}
-
 
 /**
  * The buffer indexes of one task's stores, from [[BufferIndexCache]] (keyed by the store's
@@ -219,7 +51,7 @@ private[sluice] final class StateStoreBuffer(store: StateStore) extends BufferSt
   override def iterator(): Iterator[(UnsafeRow, UnsafeRow)] = store.iterator().map(p => (p.key, p.value))
 }
 
-case class SuppressExec(
+private[sluice] case class SuppressExec(
     suppressed: Suppressed,
     keys: Seq[Attribute],
     window: Option[Attribute],
@@ -385,7 +217,7 @@ case class SuppressExec(
         if (s.minBufferTime != Long.MaxValue) nextTime.add(s.minBufferTime)
       }
 
-      CompletionIterator[InternalRow, Iterator[InternalRow]](released.map { r => emitted += 1; r }, complete())
+      StatefulOperatorSupport.onCompletion(released.map { r => emitted += 1; r })(complete())
     }
   }
 

@@ -1,4 +1,4 @@
-package sluice.cache
+package sluice.cache.internal
 
 import scala.collection.mutable
 
@@ -6,6 +6,8 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
 import org.scalatest.funsuite.AnyFunSuite
+
+import sluice.cache.RecordCache
 
 class EmissionCacheSuite extends AnyFunSuite {
   private val keySchema = StructType(Seq(StructField("k", LongType)))

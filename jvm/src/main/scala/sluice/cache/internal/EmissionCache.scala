@@ -1,4 +1,4 @@
-package sluice.cache
+package sluice.cache.internal
 
 import java.util.{HashMap => JHashMap}
 
@@ -8,10 +8,11 @@ import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter
 import org.apache.spark.sql.types.{BinaryType, LongType, StructField, StructType}
 import org.apache.spark.unsafe.types.ByteArray
 
+import sluice.cache.RecordCache
 import sluice.state.CommittedIndexCache
 
 /** The rows the emission cache keeps durably: one per key (get/put/remove/scan of one partition). */
-trait EmitStore {
+private[sluice] trait EmitStore {
   /** The held value of `key`, or null. */
   def get(key: UnsafeRow): UnsafeRow
   def put(key: UnsafeRow, value: UnsafeRow): Unit
@@ -23,7 +24,7 @@ trait EmitStore {
  * State layout of the emission cache: key = the aggregation's grouping columns; value = the latest
  * output row, the batch time its key entered the cache, and an update sequence number (its LRU order).
  */
-final class EmitLayout(val keySchema: StructType, rowSchema: StructType) extends Serializable {
+private[sluice] final class EmitLayout(val keySchema: StructType, rowSchema: StructType) extends Serializable {
   /**
    * The store's key: the grouping key's UnsafeRow bytes in one binary column. The bytes are the
    * same equality as the key itself, and no store sees a window column it could act on.
@@ -64,7 +65,7 @@ final class EmitLayout(val keySchema: StructType, rowSchema: StructType) extends
   def seq(value: UnsafeRow): Long = value.getLong(width + 1)
 }
 
-final case class EmitStats(forwarded: Long, absorbed: Long, evicted: Long, bytes: Long, entries: Long,
+private[sluice] final case class EmitStats(forwarded: Long, absorbed: Long, evicted: Long, bytes: Long, entries: Long,
     nextDueMs: Long)
 
 /**
@@ -75,7 +76,7 @@ final case class EmitStats(forwarded: Long, absorbed: Long, evicted: Long, bytes
  * the rows it updates and the rows it forwards. It costs about a key's bytes and 40 bytes per held
  * row, beside the held rows the cache's share bounds.
  */
-final class EmitIndex {
+private[sluice] final class EmitIndex {
   import EmitIndex.Slot
   private val order = new java.util.TreeSet[Slot]()
   private val entered = new java.util.TreeMap[java.lang.Long, java.lang.Integer]() // insert ms -> rows
@@ -110,7 +111,7 @@ final class EmitIndex {
   }
 }
 
-object EmitIndex {
+private[sluice] object EmitIndex {
   /** A held row in forward order: compared by (seq, key bytes) only. */
   final class Slot(val seq: Long, val key: Array[Byte], val insertMs: Long, val size: Long) extends Comparable[Slot] {
     override def compareTo(o: Slot): Int = {
@@ -134,7 +135,7 @@ object EmitIndex {
 }
 
 /** The emission cache indexes of this executor, one per emission cache store. */
-object EmitIndexCache extends CommittedIndexCache[EmitIndex]
+private[sluice] object EmitIndexCache extends CommittedIndexCache[EmitIndex]
 
 /**
  * One partition's emission cache for one micro-batch (Kafka Streams' caching in front of
@@ -149,7 +150,7 @@ object EmitIndexCache extends CommittedIndexCache[EmitIndex]
  * applied once the batch's updates are in. Between batches the cache holds at most `maxBytes`;
  * during one it also holds that batch's updates.
  */
-final class EmissionCache(layout: EmitLayout, store: EmitStore, index: EmitIndex, maxBytes: Long,
+private[sluice] final class EmissionCache(layout: EmitLayout, store: EmitStore, index: EmitIndex, maxBytes: Long,
     intervalMs: Long, batchMs: Long, batchId: Long) {
   private final class Entry(val key: UnsafeRow, val value: UnsafeRow, val inStore: Boolean)
   // This batch's updates, latest per key.

@@ -1,13 +1,16 @@
-package org.apache.spark.sql.sluice
+package sluice
 
 import org.apache.spark.sql.catalyst.expressions.AttributeReference
 import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, Project}
 import org.apache.spark.sql.types.LongType
+import org.apache.spark.sql.sluice.StatefulOperatorSupport
 import org.scalatest.funsuite.AnyFunSuite
 
+import sluice.cache.internal.EmitCacheNode
 import sluice.suppress.{BufferConfig, Suppressed}
+import sluice.suppress.internal.SuppressNode
 
-class StatefulOperatorSupportSuite extends AnyFunSuite {
+class StatefulOperatorIdsSuite extends AnyFunSuite {
   private val k = AttributeReference("k", LongType)()
   private def node(child: org.apache.spark.sql.catalyst.plans.logical.LogicalPlan) =
     SuppressNode(Suppressed.untilWindowCloses(BufferConfig.unbounded()), Seq(k), None, 0L, None, child)

@@ -1,4 +1,4 @@
-package org.apache.spark.sql.sluice
+package sluice.cache.internal
 
 import scala.util.Try
 
@@ -20,15 +20,18 @@ import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.streaming.OutputMode
 import org.apache.spark.sql.types.StructType
-import org.apache.spark.util.CompletionIterator
 
-import sluice.cache.{CachingStateStoreProvider, EmissionCache, EmitIndex, EmitIndexCache, EmitLayout, EmitStore}
-import sluice.conf.SluiceConf
-import sluice.conf.MemoryBudget
+import org.apache.spark.sql.sluice.{MinMetric, SluiceStateStoreExec, SluiceStatefulNode, StatefulOperatorSupport, StreamContext}
+import org.json4s.JsonDSL._
+
+import sluice.cache.CachingStateStoreProvider
+import sluice.conf.{MemoryBudget, SluiceConf}
+import sluice.inspect.Sidecars
+import sluice.suppress.internal.SuppressNode
 import sluice.windowstore.InMemoryWindowStoreProvider
 
 /** The emission cache above one update-mode streaming aggregation; `keys` are its grouping columns. */
-case class EmitCacheNode(keys: Seq[Attribute], intervalMs: Long, child: LogicalPlan) extends SluiceStatefulNode {
+private[sluice] case class EmitCacheNode(keys: Seq[Attribute], intervalMs: Long, child: LogicalPlan) extends SluiceStatefulNode {
   override protected def withNewChildInternal(newChild: LogicalPlan): EmitCacheNode = copy(child = newChild)
   override def operatorIdBase: Long = StatefulOperatorSupport.EmitCacheIdBase
 }
@@ -37,7 +40,7 @@ case class EmitCacheNode(keys: Seq[Attribute], intervalMs: Long, child: LogicalP
  * Marks where an emission cache was asked for (commit interval > 0) but not placed, and why: it
  * does nothing at run time and exists so that `explain()` shows the reason.
  */
-case class EmitCacheSkipped(reason: String, child: LogicalPlan) extends UnaryNode {
+private[sluice] case class EmitCacheSkipped(reason: String, child: LogicalPlan) extends UnaryNode {
   override def output: Seq[Attribute] = child.output
   override protected def withNewChildInternal(newChild: LogicalPlan): EmitCacheSkipped = copy(child = newChild)
 }
@@ -59,7 +62,7 @@ case class EmitCacheSkipped(reason: String, child: LogicalPlan) extends UnaryNod
  * execution); with interval 0 it still keeps a node where the checkpoint already has emission-cache
  * state, so rows held before the change are forwarded instead of lost.
  */
-case class EmitCacheRule(session: SparkSession) extends Rule[LogicalPlan] with Logging {
+private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[LogicalPlan] with Logging {
   override def apply(plan: LogicalPlan): LogicalPlan = {
     if (!plan.isStreaming || plan.exists(p => p.isInstanceOf[EmitCacheNode] || p.isInstanceOf[EmitCacheSkipped])) {
       return plan
@@ -138,16 +141,18 @@ case class EmitCacheRule(session: SparkSession) extends Rule[LogicalPlan] with L
   }
 }
 
-object EmitCacheRule {
+private[sluice] object EmitCacheRule {
   /** Query runs whose skipped emission cache was already logged. */
   private val loggedQueries = java.util.concurrent.ConcurrentHashMap.newKeySet[java.util.UUID]()
 }
 
 /** Plans [[EmitCacheNode]]s and [[EmitCacheSkipped]] markers. */
-case class EmitCacheStrategy(session: SparkSession) extends SparkStrategy {
+private[sluice] case class EmitCacheStrategy(session: SparkSession) extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
     case n: EmitCacheNode =>
-      sluice.inspect.Sidecars.record(session, n) // the interval, for sluice.inspect
+      // The interval, for sluice.inspect to tell when each held row is due.
+      Sidecars.record(session, n,
+        ("kind" -> "emitCache") ~ ("intervalMs" -> n.intervalMs) ~ ("keys" -> n.keys.map(_.name).toList))
       EmitCacheExec(n.keys, n.intervalMs, StatefulOperatorSupport.streamContext(session, n), planLater(n.child)) :: Nil
     case EmitCacheSkipped(reason, child) => EmitCacheSkippedExec(reason, planLater(child)) :: Nil
     case _ => Nil
@@ -155,7 +160,7 @@ case class EmitCacheStrategy(session: SparkSession) extends SparkStrategy {
 }
 
 /** Physical form of [[EmitCacheSkipped]]: passes its child's rows through unchanged. */
-case class EmitCacheSkippedExec(reason: String, child: SparkPlan) extends UnaryExecNode {
+private[sluice] case class EmitCacheSkippedExec(reason: String, child: SparkPlan) extends UnaryExecNode {
   override def output: Seq[Attribute] = child.output
   override def outputPartitioning = child.outputPartitioning
   override def outputOrdering: Seq[SortOrder] = child.outputOrdering
@@ -173,7 +178,7 @@ private[sluice] final class UnsafeStoreAdapter(store: StateStore, layout: EmitLa
     store.iterator().map(p => (layout.groupingKey(p.key), p.value))
 }
 
-case class EmitCacheExec(
+private[sluice] case class EmitCacheExec(
     keys: Seq[Attribute],
     intervalMs: Long,
     context: Option[StreamContext],
@@ -217,7 +222,7 @@ case class EmitCacheExec(
     val info = ctx.stateInfo
     val storeConf = EmitCacheExec.storeConf(session)
     val hadoopConf = StatefulOperatorSupport.runHadoopConf(session, info.queryRunId)
-    val withRecordCache = conf.stateStoreProviderClass == classOf[CachingStateStoreProvider].getName
+    val bothCaches = MemoryBudget.bothCaches(conf.stateStoreProviderClass, intervalMs)
 
     child.execute().mapPartitionsWithIndex { (partition, iter) =>
       // The aggregation's restore leaves its read store in this thread-local (see
@@ -229,7 +234,7 @@ case class EmitCacheExec(
       TaskContext.get().addTaskCompletionListener[Unit](_ => if (!store.hasCommitted) store.abort())
       val keyProj = UnsafeProjection.create(keyExprs, output)
       // The executor's own slot count (its conf), not the driver's.
-      val share = EmitCacheExec.partitionShare(info.numPartitions, withRecordCache)
+      val share = EmitCacheExec.partitionShare(info.numPartitions, bothCaches)
       // Indexes of stores this executor no longer has loaded (other runs, moved partitions) go.
       EmitIndexCache.retain {
         case p: StateStoreProviderId => StateStore.isLoaded(p)
@@ -243,7 +248,7 @@ case class EmitCacheExec(
       var forwardedRows = 0L
       val forwarded = cache.finish().map { r => forwardedRows += 1; r }
       // Rows leave as the sink pulls them; the store commits once the last has gone.
-      CompletionIterator[InternalRow, Iterator[InternalRow]](forwarded, {
+      StatefulOperatorSupport.onCompletion(forwarded) {
         val s = cache.stats
         var version = 0L
         longMetric("commitTimeMs") += timeTakenMs { version = store.commit() }
@@ -260,18 +265,18 @@ case class EmitCacheExec(
         longMetric("emitCacheBytes") += s.bytes
         longMetric("emitCacheEvictTotal") += s.evicted
         if (s.nextDueMs != Long.MaxValue) due.add(s.nextDueMs)
-      })
+      }
     }
   }
 
   override protected def withNewChildInternal(newChild: SparkPlan): EmitCacheExec = copy(child = newChild)
 }
 
-object EmitCacheExec {
+private[sluice] object EmitCacheExec {
   /**
    * Bytes one partition of the emission cache may hold: the executor budget C (halved when the
-   * record cache takes the other half) over max(T, N), T the executor's task slots and N the
-   * operator's partitions.
+   * record cache takes the other half, see [[MemoryBudget.bothCaches]]) over max(T, N), T the
+   * executor's task slots and N the operator's partitions.
    *
    * Determinism rule: what a partition forwards early may depend only on its own state and input,
    * so that a replayed batch emits exactly what it emitted before. The share is therefore a function
@@ -281,9 +286,9 @@ object EmitCacheExec {
    * emission cache holds at most C on any executor (even with all N partitions there) and a
    * partition never more than its slot's share C/T.
    */
-  def partitionShare(numPartitions: Int, withRecordCache: Boolean): Long = {
+  def partitionShare(numPartitions: Int, bothCaches: Boolean): Long = {
     val budget = MemoryBudget.current
-    val total = CachingStateStoreProvider.sharedSlotBytes(budget.cacheMaxBytes, withRecordCache)
+    val total = CachingStateStoreProvider.sharedSlotBytes(budget.cacheMaxBytes, bothCaches)
     total / math.max(1, math.max(budget.taskSlots, numPartitions))
   }
 

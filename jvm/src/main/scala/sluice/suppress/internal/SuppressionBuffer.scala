@@ -1,15 +1,17 @@
-package sluice.suppress
+package sluice.suppress.internal
 
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
+
+import sluice.suppress._
 
 /**
  * Key-value storage for buffered entries, one value per key. The operator backs it with its
  * state store (and, for spill-to-disk, a second store on local disk); tests back it with a map.
  * Rows returned by `get`/`iterator` may be reused by the store: copy what is kept.
  */
-trait BufferStore {
+private[sluice] trait BufferStore {
   def get(key: UnsafeRow): UnsafeRow // null when absent
   def put(key: UnsafeRow, value: UnsafeRow): Unit
   def remove(key: UnsafeRow): Unit
@@ -21,7 +23,7 @@ trait BufferStore {
  * a key whose struct is null holds the operator's own metadata (its stream time). A value is
  * (buffer time in ms, the latest row).
  */
-final class BufferLayout(val keyStruct: StructType, val rowSchema: StructType) extends Serializable {
+private[sluice] final class BufferLayout(val keyStruct: StructType, val rowSchema: StructType) extends Serializable {
   val keySchema: StructType = StructType(Seq(StructField("key", keyStruct, nullable = true)))
   val valueSchema: StructType = StructType(Seq(
     StructField("bufferTime", LongType, nullable = false),
@@ -50,7 +52,7 @@ final class BufferLayout(val keyStruct: StructType, val rowSchema: StructType) e
 }
 
 /** Counters of one partition's buffer for one micro-batch (the operator's custom metrics). */
-final class BufferStats {
+private[sluice] final class BufferStats {
   var buffered = 0L         // rows put into the buffer
   var emitted = 0L          // rows emitted because they were due
   var absorbed = 0L         // updates that replaced a buffered row (intermediate results suppressed)
@@ -64,9 +66,9 @@ final class BufferStats {
 }
 
 /** A buffer store with the index of its entries. */
-final class IndexedStore(val store: BufferStore, val index: BufferIndex)
+private[sluice] final class IndexedStore(val store: BufferStore, val index: BufferIndex)
 
-object IndexedStore {
+private[sluice] object IndexedStore {
   /** Indexes `store` from a full scan (the buffer's metadata entry is not an entry). */
   def scan(layout: BufferLayout, store: BufferStore): BufferIndex = {
     val index = new BufferIndex
@@ -95,7 +97,7 @@ object IndexedStore {
  * Streams, which sees one record at a time); the operator gives a bounded buffer its rows in a
  * fixed order, so that a replayed batch makes the same choices.
  */
-final class SuppressionBuffer(
+private[sluice] final class SuppressionBuffer(
     layout: BufferLayout,
     memory: IndexedStore,
     disk: Option[IndexedStore],

@@ -1,4 +1,4 @@
-package sluice.suppress
+package sluice.suppress.internal
 
 import scala.collection.mutable
 import scala.util.Random
@@ -8,6 +8,8 @@ import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, UnsafeProj
 import org.apache.spark.sql.types.{LongType, StringType, StructField, StructType}
 import org.apache.spark.unsafe.types.UTF8String
 import org.scalatest.funsuite.AnyFunSuite
+
+import sluice.suppress._
 
 class SuppressionBufferSuite extends AnyFunSuite {
   private val keyStruct = StructType(Seq(StructField("user", StringType)))

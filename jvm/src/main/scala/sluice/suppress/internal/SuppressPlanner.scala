@@ -1,0 +1,111 @@
+package sluice.suppress.internal
+
+import org.apache.spark.sql.{DataFrame, SparkSession}
+import org.apache.spark.sql.catalyst.expressions._
+import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.sluice.{DatasetAccess, SluiceStatefulNode, StatefulOperatorSupport}
+import org.apache.spark.sql.types.{TimestampNTZType, TimestampType}
+
+import sluice.suppress._
+
+/**
+ * `suppress` above a streaming aggregation. `keys` are the aggregation's grouping columns (child
+ * attributes), `window` the time-window struct among them, `graceMs` its watermark delay and
+ * `time` the `time_col` expression of `untilTimeLimit`.
+ */
+private[sluice] case class SuppressNode(
+    suppressed: Suppressed,
+    keys: Seq[Attribute],
+    window: Option[Attribute],
+    graceMs: Long,
+    time: Option[Expression],
+    child: LogicalPlan) extends SluiceStatefulNode {
+  override protected def withNewChildInternal(newChild: LogicalPlan): SuppressNode = copy(child = newChild)
+  override def operatorIdBase: Long = StatefulOperatorSupport.SuppressIdBase
+}
+
+private[sluice] object SuppressPlanner {
+  private def fail(msg: String): Nothing = throw new SuppressUsageException(msg)
+
+  /** Builds `suppress(df)`, checking every misuse that the plan reveals. */
+  def build(df: DataFrame, suppressed: Suppressed, timeCol: Option[String]): DataFrame = {
+    val plan = df.queryExecution.analyzed
+    if (!plan.isStreaming) {
+      fail("suppress needs a streaming DataFrame (from spark.readStream); for a batch DataFrame the " +
+        "aggregation result is already final.")
+    }
+    val agg = findAggregate(plan).getOrElse(fail(
+      "suppress needs the result of a streaming aggregation, e.g. df.groupBy(F.window(\"ts\", \"1 hour\"), " +
+        "\"user\").count(); apply suppress directly to that result."))
+    val keys = groupingOutput(agg)
+    val missing = keys.filterNot(k => plan.output.exists(_.exprId == k.exprId))
+    if (missing.nonEmpty) {
+      fail(s"suppress needs the aggregation's grouping columns in its input; " +
+        s"${missing.map(_.name).mkString(", ")} were dropped: keep them in the DataFrame.")
+    }
+    if (keys.exists(k => k.metadata.contains(SessionWindow.marker))) {
+      fail("suppress does not support session windows: Spark does not run session-window aggregations in " +
+        "update mode, and its append output mode already emits one final result per session; use " +
+        "outputMode(\"append\") without suppress.")
+    }
+    val window = keys.find(k => k.metadata.contains(TimeWindow.marker))
+    var graceMs = 0L
+    suppressed match {
+      case _: UntilWindowCloses =>
+        val w = window.getOrElse(fail("suppress(until_window_closes) needs a time window among the grouping " +
+          "columns: group by F.window(<event-time column>, <duration>) (and other keys) before suppress."))
+        if (!w.metadata.contains(EventTimeWatermark.delayKey)) {
+          fail("suppress(until_window_closes) needs a watermark on the window's event-time column: call " +
+            "df.withWatermark(\"<event-time column>\", \"<grace period>\") before the aggregation; the watermark " +
+            "delay is the grace period.")
+        }
+        graceMs = w.metadata.getLong(EventTimeWatermark.delayKey)
+      case _ =>
+    }
+    val time = (suppressed, timeCol) match {
+      case (_: UntilTimeLimit, None) =>
+        fail("suppress(until_time_limit) needs time_col: the timestamp column whose value is a row's event time " +
+          "(e.g. F.max(\"ts\").alias(\"ts\") in the aggregation, or \"window.end\").")
+      case (_: UntilTimeLimit, Some(name)) =>
+        val e = DatasetAccess.resolve(df, name).getOrElse(
+          fail(s"time_col '$name' is not a column of the DataFrame; columns: ${plan.output.map(_.name).mkString(", ")}"))
+        if (e.dataType != TimestampType && e.dataType != TimestampNTZType) {
+          fail(s"time_col '$name' must be a timestamp column, but it is ${e.dataType.simpleString}.")
+        }
+        Some(e match { case Alias(child, _) => child; case other => other })
+      case (_, Some(name)) =>
+        fail(s"time_col ('$name') is only used by until_time_limit; ${suppressed.describe} takes its time from " +
+          "the window end or the wall clock.")
+      case _ => None
+    }
+    DatasetAccess.ofRows(df.sparkSession, SuppressNode(suppressed, keys, window, graceMs, time, plan))
+  }
+
+  /**
+   * [[build]] for callers that hold a plan instead of a DataFrame (the Spark Connect relation
+   * plugin gets its input as a plan), with the same checks and messages; the analyzed plan.
+   */
+  def ofPlan(session: SparkSession, child: LogicalPlan, suppressed: Suppressed, timeCol: Option[String]): LogicalPlan =
+    build(DatasetAccess.ofRows(session, child), suppressed, timeCol).queryExecution.analyzed
+
+  /** The aggregation whose result `plan` is, looking through aliases and column-keeping projections. */
+  private def findAggregate(plan: LogicalPlan): Option[Aggregate] = plan match {
+    case a: Aggregate => Some(a)
+    case s: SubqueryAlias => findAggregate(s.child)
+    case p: Project if p.projectList.forall(_.isInstanceOf[Attribute]) => findAggregate(p.child)
+    case s: SuppressNode => findAggregate(s.child) // suppress of a suppressed aggregation
+    case _ => None
+  }
+
+  /**
+   * Output attributes of `agg` that are its grouping expressions, in grouping order (so that the
+   * aggregation's hash partitioning already satisfies suppress: no extra shuffle).
+   */
+  private def groupingOutput(agg: Aggregate): Seq[Attribute] = agg.groupingExpressions.flatMap { g =>
+    agg.aggregateExpressions.collectFirst {
+      case a: Attribute if g.isInstanceOf[Attribute] && g.asInstanceOf[Attribute].exprId == a.exprId => a
+      case al @ Alias(child, _) if child.semanticEquals(g) => al.toAttribute
+    }
+  }
+}
+

@@ -1,0 +1,66 @@
+package sluice.suppress.internal
+
+import org.apache.spark.sql.{AnalysisException, SparkSession}
+import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.catalyst.streaming.WriteToStream
+import org.apache.spark.sql.streaming.OutputMode
+import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy}
+import org.apache.spark.sql.sluice.StatefulOperatorSupport
+import org.json4s._
+import org.json4s.JsonDSL._
+
+import sluice.inspect.Sidecars
+import sluice.suppress._
+
+/** Plans [[SuppressNode]]s; installed by sluice.plugin.SluiceExtensions. */
+private[sluice] case class SuppressStrategy(session: SparkSession) extends SparkStrategy {
+  override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
+    case n: SuppressNode =>
+      val ctx = StatefulOperatorSupport.streamContext(session, n)
+      ctx.foreach(c => SuppressChecks.requireUpdateMode(c.outputMode.toString))
+      // The sidecar (mode, limit and bound for sluice.inspect) only beside a suppress operator's own
+      // state: on the fused path there is none, and its directory would read as unfused state.
+      FusedFinal.plan(session, n, ctx).getOrElse {
+        Sidecars.record(session, n, SuppressStrategy.sidecar(n))
+        SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, ctx, planLater(n.child))
+      } :: Nil
+    case _ => Nil
+  }
+}
+
+private[sluice] object SuppressStrategy {
+  /** What sluice.inspect needs to tell when each buffered row is due (see [[Sidecars]]). */
+  def sidecar(s: SuppressNode): JObject = {
+    val (mode, limit) = s.suppressed match {
+      case _: UntilWindowCloses => ("until_window_closes", None)
+      case t: UntilTimeLimit => ("until_time_limit", Some(t.limitMs))
+      case w: UntilWallClockTimeLimit => ("until_wall_clock_time_limit", Some(w.limitMs))
+    }
+    val b = s.suppressed.buffer
+    def bound(v: Long): Option[Long] = if (v == Long.MaxValue) None else Some(v)
+    ("kind" -> "suppress") ~ ("name" -> s.suppressed.name) ~ ("mode" -> mode) ~ ("limitMs" -> limit) ~
+      ("graceMs" -> (if (s.window.isDefined) Some(s.graceMs) else None)) ~
+      ("keys" -> s.keys.map(_.name).toList) ~
+      ("buffer" -> (("maxRecords" -> bound(b.maxRecords)) ~ ("maxBytes" -> bound(b.maxBytes)) ~
+        ("whenFull" -> b.whenFull.name.replace('-', '_'))))
+  }
+}
+
+private[sluice] object SuppressChecks {
+  def outputModeError(mode: String): AnalysisException = new AnalysisException(
+    s"suppress needs the query's output mode to be update, but it is $mode: start the query with " +
+      "writeStream.outputMode(\"update\"). (Suppress itself turns an update-mode aggregation into final " +
+      "or rate-limited results.)",
+    None, None, None, None, Map.empty[String, String], Array.empty)
+
+  def requireUpdateMode(mode: String): Unit =
+    if (!mode.equalsIgnoreCase("update")) throw outputModeError(mode)
+
+  /** Check rule: a streaming write of a plan with suppress must use update mode (fails `start()`). */
+  def checkRule(session: SparkSession): LogicalPlan => Unit = plan => plan.foreach {
+    case w: WriteToStream if w.outputMode != OutputMode.Update() &&
+        w.inputQuery.exists(_.isInstanceOf[SuppressNode]) =>
+      throw outputModeError(w.outputMode.toString)
+    case _ =>
+  }
+}

@@ -1,0 +1,127 @@
+package sluice
+
+import java.io.{ByteArrayInputStream, DataInputStream, File}
+import java.nio.file.Files
+import java.util.zip.ZipFile
+
+import scala.jdk.CollectionConverters._
+
+import org.scalatest.funsuite.AnyFunSuite
+
+/**
+ * The package layering of ARCHITECTURE.md, checked on the compiled classes: every class name a
+ * class file refers to (its constant pool's class entries and type descriptors) is mapped to its
+ * layer, and a class may refer only to its own layer and the ones below it. A feature's
+ * `…internal` package belongs to the feature's layer.
+ */
+class LayeringSuite extends AnyFunSuite {
+  import LayeringSuite._
+
+  private lazy val classes: Map[String, Array[Byte]] = {
+    val root = new File(classOf[sluice.conf.SluiceConf].getProtectionDomain.getCodeSource.getLocation.toURI)
+    if (root.isDirectory) {
+      Files.walk(root.toPath).iterator().asScala.filter(_.toString.endsWith(".class")).map { p =>
+        root.toPath.relativize(p).toString.replace(File.separatorChar, '/').stripSuffix(".class") -> Files.readAllBytes(p)
+      }.toMap
+    } else {
+      val zip = new ZipFile(root)
+      try zip.entries().asScala.filter(_.getName.endsWith(".class")).map { e =>
+        e.getName.stripSuffix(".class") -> zip.getInputStream(e).readAllBytes()
+      }.toMap
+      finally zip.close()
+    }
+  }
+
+  /** Layer of each sluice class -> layers of the sluice classes it refers to. */
+  private lazy val edges: Seq[(String, String, String)] = classes.toSeq.flatMap { case (name, bytes) =>
+    layerOf(name).toSeq.flatMap { from =>
+      referencedClasses(bytes).flatMap(c => layerOf(c).map(to => (from, to, s"$name -> $c")))
+    }
+  }
+
+  test("the class files of every layer were found") {
+    val found = classes.keys.flatMap(layerOf).toSet
+    assert(found == Layers.toSet, s"layers with classes: $found")
+  }
+
+  test("the scan sees references between layers") {
+    val pairs = edges.map(e => (e._1, e._2)).toSet
+    assert(Set(("cache", "suppress"), ("suppress", Bridge), ("plugin", "cache"), ("inspect", "windowstore")).subsetOf(pairs),
+      pairs)
+  }
+
+  test("no layer refers to a layer above it (so the packages have no cycle)") {
+    assert(violations(edges).isEmpty, violations(edges).mkString("\n"))
+  }
+
+  test("the bridge refers to no sluice package and holds only its declared adapters") {
+    val fromBridge = edges.collect { case (Bridge, to, why) if to != Bridge => why }
+    assert(fromBridge.isEmpty, fromBridge.mkString("\n"))
+    val bridgeClasses = classes.keys.filter(n => layerOf(n).contains(Bridge))
+      .map(n => n.stripPrefix(BridgePackage + "/").takeWhile(_ != '$')).toSet
+    assert(bridgeClasses == BridgeAdapters, s"the bridge's classes differ from its declared adapters")
+  }
+
+  test("the checker finds a reference upwards and a cycle") {
+    assert(violations(Seq(("cache", "plugin", "up"))).nonEmpty)
+    assert(violations(Seq(("suppress", "cache", "a"), ("cache", "suppress", "b"))).nonEmpty)
+    assert(violations(Seq(("cache", "suppress", "down"), ("cache", "conf", "down"))).isEmpty)
+    val desc = "(Lsluice/cache/RecordCache;[Lorg/apache/spark/sql/sluice/MinMetric;)Lscala/Option<Lsluice/suppress/internal/SuppressNode;>;"
+    assert(classNamesIn(desc).toSet == Set("sluice/cache/RecordCache", "org/apache/spark/sql/sluice/MinMetric",
+      "sluice/suppress/internal/SuppressNode"))
+  }
+}
+
+object LayeringSuite {
+  val Bridge = "bridge"
+  val BridgePackage = "org/apache/spark/sql/sluice"
+
+  /** Lowest first: each layer may use only those before it. */
+  val Layers: Seq[String] =
+    Seq("conf", "state", Bridge, "windowstore", "inspect", "suppress", "cache", "input", "connect", "plugin")
+
+  /** The bridge's classes: each adapts a Spark API that is `private[sql]` or `private[spark]`. */
+  val BridgeAdapters: Set[String] = Set("StatefulOperatorSupport", "SluiceStatefulNode", "StreamContext",
+    "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric",
+    "DatasetAccess")
+
+  def layerOf(className: String): Option[String] = {
+    val pkg = className.split('/').dropRight(1).toList
+    pkg match {
+      case List("org", "apache", "spark", "sql", "sluice") => Some(Bridge)
+      case "sluice" :: feature :: rest if Layers.contains(feature) && (rest == Nil || rest == List("internal")) =>
+        Some(feature)
+      case _ => None
+    }
+  }
+
+  def violations(edges: Seq[(String, String, String)]): Seq[String] = edges.collect {
+    case (from, to, why) if Layers.indexOf(to) > Layers.indexOf(from) => s"$from uses $to above it: $why"
+  }
+
+  private val ClassInDescriptor = """(?:^|[\[(;)<>]L?|^L)((?:org/apache/spark/sql/)?sluice/[\w/$]+)""".r
+
+  def classNamesIn(s: String): Seq[String] = ClassInDescriptor.findAllMatchIn(s).map(_.group(1)).toSeq
+
+  /** The sluice class names in a class file's constant pool (class entries and descriptors). */
+  def referencedClasses(bytes: Array[Byte]): Seq[String] = {
+    val in = new DataInputStream(new ByteArrayInputStream(bytes))
+    require(in.readInt() == 0xCAFEBABE, "not a class file")
+    in.readUnsignedShort(); in.readUnsignedShort()
+    val count = in.readUnsignedShort()
+    val strings = Seq.newBuilder[String]
+    var i = 1
+    while (i < count) {
+      in.readUnsignedByte() match {
+        case 1 => strings += in.readUTF()
+        case 3 | 4 | 9 | 10 | 11 | 12 | 17 | 18 => in.skipBytes(4)
+        case 5 | 6 => in.skipBytes(8); i += 1 // takes two entries
+        case 7 | 8 | 16 | 19 | 20 => in.skipBytes(2)
+        case 15 => in.skipBytes(3)
+        case tag => throw new IllegalStateException(s"constant pool tag $tag")
+      }
+      i += 1
+    }
+    strings.result().flatMap(classNamesIn).distinct
+  }
+}
