@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -191,6 +192,7 @@ def test_deleted_commit_replay_emits_the_same_rows(spark: SparkSession, tmp_path
     last = max(b for b in first if first[b])  # the last batch that emitted rows
     for b in [b for b in first if b >= last]:
         (q.ckpt / "commits" / str(b)).unlink()
+        (q.ckpt / "commits" / f".{b}.crc").unlink(missing_ok=True)
         del q.by_batch[b]
     q.start("1h")
     q.query.processAllAvailable()
@@ -237,6 +239,7 @@ def test_kill_at_a_held_batch_loses_nothing_and_emits_no_window_twice(
     batches = _batches(7, 8, rows=40, keys=6)
     for f, rows in enumerate(batches):
         (src / f"{f:03d}.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        os.utime(src / f"{f:03d}.json", (1_700_000_000 + f, 1_700_000_000 + f))  # the file source's order
     kill_after_batches("cache_kill_child.py", [str(src), str(ckpt), str(out), delegate_name, "windowed"],
                        out, batches=4)
     assert len(list(out.glob("*.json"))) < 8 + 2  # killed mid-stream

@@ -481,9 +481,12 @@ class CachingStateStoreProvider extends StateStoreProvider {
       if (writer != null) writer.abort() else reader.release()
     }
 
+    // In a batch where the delegate did not commit, its own custom metrics describe its last commit,
+    // not this batch: only its key count and memory are reported (0 for a delegate whose read store
+    // has no metrics, the HDFS-backed one).
     override def metrics: StateStoreMetrics = {
-      val m = inner match {
-        case s: StateStore => s.metrics
+      val m = if (writer != null) writer.metrics else reader match {
+        case s: StateStore => val r = s.metrics; StateStoreMetrics(r.numKeys, r.memoryUsedBytes, Map.empty)
         case _ => StateStoreMetrics(0L, 0L, Map.empty)
       }
       m.copy(customMetrics = m.customMetrics ++ counters.metrics)
