@@ -269,3 +269,23 @@ def test_kill_at_a_held_batch_loses_nothing_and_emits_no_window_twice(
     # the last two windows of the input
     closed = sorted((w, k, n, s) for (w, k), (n, s) in expected.items() if w < "2024-01-01 00:01:00")
     assert got == closed and len({(w, k) for w, k, _, _ in got}) == len(got)
+
+
+def test_changed_rows_outgrowing_half_the_share_commit_the_delegate(
+        spark: SparkSession, tmp_path: Path, delegate: str) -> None:
+    """With 1 h interval but more changed rows than half the store's share (64 KiB here: 256 KiB
+    per executor, 2 slots, halved for the emission cache), the delegate commits in the batch where
+    they outgrow it and the log starts again from there; results stay exact across a restart."""
+    rnd = random.Random(8)
+    batches = [[{"k": f"key-{b}-{i:04d}", "v": rnd.randrange(100), "ts": T0.isoformat()} for i in range(300)]
+               for b in range(6)]
+    plain = _run(spark, tmp_path / "plain", PLAIN[delegate], delegate, _dedup, batches, ["0"])
+    held = _run(spark, tmp_path / "held", CACHING, delegate, _dedup, batches, ["1h", "1h"])
+    assert held.rows == plain.rows and len(held.rows) == 1800
+    commits, logged = held.metric("delegateCommits"), held.metric("writeBehindRows")
+    assert 0 in commits and max(commits) > 0  # some batches held, some committed
+    for c, n in zip(commits, logged):
+        if c == 2:  # both partitions committed: nothing left in their logs
+            assert n == 0
+    assert sum(held.metric("delegateWrites")) == sum(
+        w for w, c in zip(held.metric("delegateWrites"), commits) if c > 0)  # only committing batches write
