@@ -8,7 +8,7 @@ with:     sluice.cache.CachingStateStoreProvider over RocksDB (changelog checkpo
 
 Prints rows reaching the sink, delegate reads, writes and commits of the aggregation's store,
 RocksDB's own get/put counters, processing throughput, and ratios; runs through bench/harness.py.
-Usage: .venv/bin/python bench/cache/bench.py [--batches 75] [--rows 20000] [--keys 1000]
+Usage: .venv/bin/python bench/cache/bench.py [--batches 75] [--rows 20000] [--keys 1000] [--repeat 2]
 """
 from __future__ import annotations
 
@@ -102,6 +102,7 @@ def run(spark: SparkSession, name: str, inputs: Path, ckpt: Path, provider: str,
         "agg_delegate_writes": (sum(op["customMetrics"].get("delegateWrites", 0) for op in agg_ops)
                                 if provider == CACHING else
                                 sum(op["customMetrics"].get("rocksdbPutCount", 0) for op in agg_ops)),
+        "agg_delegate_reads": sum(op["customMetrics"].get("delegateReads", 0) for op in agg_ops),
         "agg_delegate_commits": (sum(op["customMetrics"].get("delegateCommits", 0) for op in agg_ops)
                                  if provider == CACHING else sum(op["numShufflePartitions"] for op in agg_ops)),
         "emit_forwarded": metric("emitCacheForwardedTotal"),
@@ -163,13 +164,15 @@ def main() -> None:
               f"with {wi['agg_delegate_commits']} / without {wo['agg_delegate_commits']}, delegate writes "
               f"with {wi['agg_delegate_writes']} / without {wo['agg_delegate_writes']}")
         print(f"   repeat {i + 1}: rocksdb writes with/without {ratio(wi['rocksdb_puts'], wo['rocksdb_puts']):.2f}, "
-              f"RocksDB gets incl. its get-before-put {ratio(wi['rocksdb_gets'], wo['rocksdb_gets']):.2f}")
+              f"RocksDB gets incl. its get-before-put {ratio(wi['rocksdb_gets'], wo['rocksdb_gets']):.2f} "
+              "(with: RocksDB's counters of the batches where it committed)")
         h.target(f"rows to sink without/with, repeat {i + 1}", ratio(wo["rows_to_sink"], wi["rows_to_sink"]), ">=", 20)
         # Point reads the operator sent to its store: RocksDB's get count less the get it adds to
         # every put to count rows (trackTotalNumberOfRows, on by default; nothing is removed here).
+        # (with: the cache's own count, since RocksDB's counters are left out of the batches where
+        # the delegate did not commit)
         h.target(f"delegate reads with/without, repeat {i + 1}",
-                 ratio(wi["agg_rocksdb_gets"] - wi["agg_rocksdb_puts"], wo["agg_rocksdb_gets"] - wo["agg_rocksdb_puts"]),
-                 "<=", 0.5)
+                 ratio(wi["agg_delegate_reads"], wo["agg_rocksdb_gets"] - wo["agg_rocksdb_puts"]), "<=", 0.5)
         h.target(f"delegate writes with/without, repeat {i + 1}",
                  ratio(wi["agg_delegate_writes"], wo["agg_delegate_writes"]), "<=", 0.1)
         h.target(f"delegate commits with/without, repeat {i + 1}",
