@@ -289,3 +289,19 @@ def test_changed_rows_outgrowing_half_the_share_commit_the_delegate(
             assert n == 0
     assert sum(held.metric("delegateWrites")) == sum(
         w for w, c in zip(held.metric("delegateWrites"), commits) if c > 0)  # only committing batches write
+
+
+def test_checkpoint_format_v2_is_refused_naming_the_keys(spark: SparkSession, tmp_path: Path) -> None:
+    """Write-behind numbers the delegate's versions itself, which checkpoint format v2's store
+    checkpoint ids cannot follow: the first batch fails naming both keys."""
+    key = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+    spark.conf.set(key, "2")
+    try:
+        q = Query(spark, tmp_path, CACHING, "rocksdb", _dedup)
+        q.start("1h")
+    finally:
+        spark.conf.unset(key)
+    with pytest.raises(Exception) as failure:
+        q.feed(_batches(9, 1)[0])
+    q.query.stop()
+    assert INTERVAL in str(failure.value) and key in str(failure.value)
