@@ -193,8 +193,9 @@ class CachingStateStoreProvider extends StateStoreProvider {
   private def clearPending(): Unit = { pending.clear(); pendingBytes = 0L }
 
   private def addPending(key: CacheKey, value: UnsafeRow): Unit = {
-    val old = pending.remove(key) // re-inserted last: the log keeps the order rows were last changed
-    if (old != null || pending.containsKey(key)) pendingBytes -= RecordCache.entrySize(key, old)
+    if (pending.containsKey(key)) { // re-inserted last: the log keeps the order rows were last changed
+      pendingBytes -= RecordCache.entrySize(key, pending.remove(key))
+    }
     pending.put(key, value)
     pendingBytes += RecordCache.entrySize(key, value)
   }
