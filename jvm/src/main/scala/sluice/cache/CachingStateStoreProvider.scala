@@ -40,13 +40,27 @@ class CachingStateStoreProvider extends StateStoreProvider {
   private var delegate: StateStoreProvider = _
   private var delegateName: String = _
   private var marker: DelegateMarker = _
+  private var log: WriteBehindLog = _
+  private var storeConf: StateStoreConf = _
+  private var hadoopConfiguration: Configuration = _
   // The slot cache holding this store's rows (null before the first store opens).
   private var home: RecordCache = _
-  // The version (and its checkpoint id) the cache's rows belong to; -1 when empty/unknown.
+  // The batch version (and its checkpoint id) the cache's rows and `pending` belong to; -1 when unknown.
   private var cachedVersion = -1L
   private var cachedCkptId: Option[String] = None
+  // Write-behind state of `cachedVersion`: the delegate version it builds on and every row changed
+  // since (value null: removed), in the order they were first changed. Provider-level, not in the
+  // slot cache, so another store's inserts can never evict a row only this holds.
+  private var delegateVersion = -1L
+  private val pending = new java.util.LinkedHashMap[CacheKey, UnsafeRow]()
+  private var pendingBytes = 0L
+  // Wall clock of the delegate's last commit: it only decides *when* the delegate commits, never
+  // what a batch reads or emits (the logical state after each batch is the same either way).
+  private var lastDelegateCommitMs = 0L
   // Column families known to hold one value per key: only those are cached.
   private val singleValueFamilies = Collections.synchronizedSet(new java.util.HashSet[String]())
+  // Key encoders by column family: iterators merge logged rows only where no order is promised.
+  private val encoders = new java.util.concurrent.ConcurrentHashMap[String, KeyStateEncoderSpec]()
 
   override def init(
       stateStoreId: StateStoreId,
@@ -62,9 +76,13 @@ class CachingStateStoreProvider extends StateStoreProvider {
     marker = new DelegateMarker(stateStoreId.storeCheckpointLocation(), hadoopConf)
     marker.check(name) // before the delegate reads anything another kind of store wrote
     delegateName = name
+    storeConf = storeConfs
+    hadoopConfiguration = hadoopConf
+    log = new WriteBehindLog(stateStoreId.storeCheckpointLocation(), hadoopConf)
     delegate = StateStoreProvider.create(delegateClassName(name))
     delegate.init(stateStoreId, keySchema, valueSchema, keyStateEncoderSpec, useColumnFamilies,
       storeConfs, hadoopConf, useMultipleValuesPerKey, stateSchemaProvider)
+    encoders.put(StateStore.DEFAULT_COL_FAMILY_NAME, keyStateEncoderSpec)
     if (!useMultipleValuesPerKey) singleValueFamilies.add(StateStore.DEFAULT_COL_FAMILY_NAME)
   }
 
@@ -76,26 +94,41 @@ class CachingStateStoreProvider extends StateStoreProvider {
   }
 
   override def getStore(version: Long, stateStoreCkptId: Option[String]): StateStore = {
-    val slot = prepare(version, stateStoreCkptId)
-    new CachingStateStore(delegate.getStore(version, stateStoreCkptId), slot, new Counters)
+    val (slot, wb, d) = prepare(version, stateStoreCkptId)
+    if (wb) new CachingStateStore(version, delegate.getReadStore(d, None), null, slot, new Counters)
+    else {
+      val w = delegate.getStore(d, if (d == version) stateStoreCkptId else None)
+      new CachingStateStore(version, w, w, slot, new Counters)
+    }
   }
 
   override def getReadStore(version: Long, uniqueId: Option[String]): ReadStateStore = {
-    val slot = prepare(version, uniqueId)
-    new CachingReadStore(delegate.getReadStore(version, uniqueId), slot)
+    val (slot, _, d) = prepare(version, uniqueId)
+    new CachingReadStore(version, delegate.getReadStore(d, if (d == version) uniqueId else None), slot)
   }
 
   override def upgradeReadStoreToWriteStore(
       readStore: ReadStateStore, version: Long, uniqueId: Option[String]): StateStore = {
-    val (inner, counters) = readStore match {
-      case r: CachingStateStoreProvider#CachingReadStore => (r.inner, r.counters)
-      case other => (other, new Counters)
+    readStore match {
+      case r: CachingStateStoreProvider#CachingReadStore if r.version == version =>
+        val (slot, wb, d) = prepare(version, uniqueId)
+        if (wb) new CachingStateStore(version, r.inner, null, slot, r.counters)
+        else {
+          val w = delegate.upgradeReadStoreToWriteStore(r.inner, d, if (d == version) uniqueId else None)
+          new CachingStateStore(version, w, w, slot, r.counters)
+        }
+      case _ => getStore(version, uniqueId)
     }
-    val slot = prepare(version, uniqueId)
-    new CachingStateStore(delegate.upgradeReadStoreToWriteStore(inner, version, uniqueId), slot, counters)
   }
 
-  override def doMaintenance(): Unit = delegate.doMaintenance()
+  /** The delegate cleans its own versions; write-behind files no retained batch version needs go. */
+  override def doMaintenance(): Unit = {
+    delegate.doMaintenance()
+    if (log != null) {
+      val versions = log.versions()
+      if (versions.nonEmpty) log.deleteBelow(versions.last - storeConf.minVersionsToRetain)
+    }
+  }
 
   // Spark asks an uninitialized instance (on the driver) which metrics its stores report.
   private def delegateOrBlank: StateStoreProvider =
@@ -109,43 +142,80 @@ class CachingStateStoreProvider extends StateStoreProvider {
 
   override def toString: String = s"CachingStateStoreProvider[$delegate]"
 
-  // Capacity of the store being opened (read once per store: it depends on the task's conf).
+  // Capacity of the store being opened (read once per store: it depends on the task's conf), its
+  // slot share, and the commit interval of the query that opened it (0: the delegate commits every batch).
   @volatile private var storeCapacity = 0L
+  @volatile private var storeShare = 0L
+  @volatile private var intervalMs = 0L
 
   /**
    * Takes the task's slot cache and keeps this store's rows in it only when they are still valid:
-   * the requested version is the one this instance committed last, in that same slot cache.
+   * the requested version is the one this instance committed last. Otherwise the version is
+   * loaded: its write-behind file gives the delegate version and the rows changed since (no file:
+   * the delegate's version of the same number). Returns the slot, whether the delegate commits only
+   * when the interval is due (write-behind), and the delegate version to open.
    */
-  private def prepare(version: Long, ckptId: Option[String]): RecordCache = {
+  private def prepare(version: Long, ckptId: Option[String]): (RecordCache, Boolean, Long) = {
     val slot = SlotCaches.forTask(synchronized(home))
+    val interval = if (TaskContext.get() == null) 0L else commitInterval()
+    val wb = interval > 0 && writeBehindApplies(delegateName)
+    if (wb && storeConf.enableStateStoreCheckpointIds) throw new SluiceConfException(
+      s"${SluiceConf.CommitIntervalMs.key}=${interval}ms with ${CachingStateStoreProvider.getClass.getName
+        .stripSuffix("$")} needs state store checkpoint format version 1 (the write-behind cache " +
+        s"numbers its delegate's versions itself): unset ${SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key} " +
+        s"or set it to 1, or set ${SluiceConf.CommitIntervalMs.key}=0")
     synchronized {
-      storeCapacity = if (slot.pooled) capacity() else 0L
+      intervalMs = interval
+      storeShare = if (slot.pooled) capacity() else 0L
       if (home != null && (home ne slot)) home.dropOwner(this)
       home = slot
       val sameCkpt = ckptId.isEmpty || cachedCkptId.isEmpty || ckptId == cachedCkptId
       if (version != cachedVersion || !sameCkpt) {
         slot.dropOwner(this)
+        clearPending()
+        cachedVersion = -1L
+        val entry = log.read(version)
+        delegateVersion = entry.map(_.delegateVersion).getOrElse(version)
+        entry.foreach(_.rows.foreach(r => addPending(CacheKey(r.colFamily, r.key, this), r.value)))
+        if (entry.isDefined && storeConf.enableStateStoreCheckpointIds) throw new SluiceConfException(
+          s"the state in ${log.dir.getParent} was written by sluice's write-behind cache, which needs state " +
+            s"store checkpoint format version 1: unset ${SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key}")
         cachedVersion = version
         cachedCkptId = ckptId
+        if (lastDelegateCommitMs == 0L) lastDelegateCommitMs = System.currentTimeMillis()
       }
-      slot
+      // Rows held only by the write-behind log count against the store's share of the slot.
+      storeCapacity = math.max(0L, storeShare - pendingBytes)
+      (slot, wb, delegateVersion)
     }
+  }
+
+  private def clearPending(): Unit = { pending.clear(); pendingBytes = 0L }
+
+  private def addPending(key: CacheKey, value: UnsafeRow): Unit = {
+    if (pending.containsKey(key)) { // re-inserted last: the log keeps the order rows were last changed
+      pendingBytes -= RecordCache.entrySize(key, pending.remove(key))
+    }
+    pending.put(key, value)
+    pendingBytes += RecordCache.entrySize(key, value)
   }
 
   private def invalidate(): Unit = synchronized {
     if (home != null) home.dropOwner(this)
+    clearPending()
     cachedVersion = -1L
     cachedCkptId = None
   }
 
-  private def committed(version: Long, ckptId: Option[String]): Unit = synchronized {
+  private def committed(version: Long, ckptId: Option[String], d: Long): Unit = synchronized {
     cachedVersion = version
     cachedCkptId = ckptId
+    delegateVersion = d
   }
 
   private def isCached(colFamily: String): Boolean = singleValueFamilies.contains(colFamily)
 
-  /** Reads through the slot cache; shared by the read-only and the writable store. */
+  /** Reads through the slot cache, then the write-behind rows; shared by the read-only and the writable store. */
   private def cachedGet(inner: ReadStateStore, cache: RecordCache, counters: Counters, key: UnsafeRow,
       colFamily: String, writer: DirtyWriter): UnsafeRow = {
     if (!isCached(colFamily)) {
@@ -158,8 +228,12 @@ class CachingStateStoreProvider extends StateStoreProvider {
         entry.value
       case None =>
         counters.misses += 1
-        counters.delegateReads += 1
-        val value = inner.get(key, colFamily)
+        val ck = CacheKey(colFamily, key, this)
+        val logged = synchronized(if (pending.containsKey(ck)) Some(pending.get(ck)) else None)
+        val value = logged.getOrElse {
+          counters.delegateReads += 1
+          inner.get(key, colFamily)
+        }
         // Only rows that exist are cached (as Kafka does); the delegate may reuse its row.
         if (value != null) {
           val copy = value.copy()
@@ -169,44 +243,122 @@ class CachingStateStoreProvider extends StateStoreProvider {
     }
   }
 
-  private final class CachingReadStore(val inner: ReadStateStore, cache: RecordCache) extends ReadStateStore {
+  /** The write-behind rows of one column family now (a copy: the scan's caller may write meanwhile). */
+  private def pendingOf(colFamily: String): Seq[(UnsafeRow, UnsafeRow)] = synchronized {
+    val b = Seq.newBuilder[(UnsafeRow, UnsafeRow)]
+    pending.forEach((k, v) => if (k.colFamily == colFamily) b += (k.key -> v))
+    b.result()
+  }
+
+  /**
+   * The delegate's rows at its version with the write-behind rows laid over them: a delegate row
+   * whose key was changed since is skipped, and the changed rows that exist follow. Order: the
+   * delegate's, then the order rows were last changed; used where no order is promised.
+   */
+  private def overlay(base: StateStoreIterator[UnsafeRowPair], colFamily: String,
+      keep: UnsafeRow => Boolean): StateStoreIterator[UnsafeRowPair] = {
+    val changed = pendingOf(colFamily).filter { case (k, _) => keep(k) }
+    if (changed.isEmpty) return base
+    val keys = new java.util.HashSet[UnsafeRow]()
+    changed.foreach { case (k, _) => keys.add(k) }
+    val pair = new UnsafeRowPair()
+    val rows = base.iter.filterNot(p => keys.contains(p.key)) ++
+      changed.iterator.collect { case (k, v) if v != null => pair.withRows(k, v) }
+    new StateStoreIterator(rows, base.onClose)
+  }
+
+  /** Whether `key` starts with `prefix` under the family's prefix encoder (read stores only). */
+  private def prefixMatcher(prefix: UnsafeRow, colFamily: String): UnsafeRow => Boolean =
+    encoders.get(colFamily) match {
+      case PrefixKeyScanStateEncoderSpec(keySchema, n) =>
+        val types = keySchema.fields.take(n).map(_.dataType)
+        (k: UnsafeRow) => types.indices.forall { i =>
+          prefix.isNullAt(i) == k.isNullAt(i) && (k.isNullAt(i) || prefix.get(i, types(i)) == k.get(i, types(i)))
+        }
+      case other => throw new UnsupportedOperationException(s"sluice write-behind cache: prefix scan of column " +
+        s"family '$colFamily' with key encoder $other while rows written since the delegate's last commit " +
+        "are held in the write-behind log; read this version after the next delegate commit")
+    }
+
+  private def unordered(colFamily: String): Boolean = encoders.get(colFamily) match {
+    case _: NoPrefixKeyStateEncoderSpec => true
+    case _ => false
+  }
+
+  private final class CachingReadStore(override val version: Long, val inner: ReadStateStore, cache: RecordCache)
+      extends ReadStateStore {
     val counters = new Counters // carried into the write store when upgraded
     // Clean entries only: a read store never holds a dirty entry, so nothing is ever written.
     private val noWrites: DirtyWriter = (k, _) =>
       throw new IllegalStateException(s"read-only store asked to write $k")
 
     override def id: StateStoreId = inner.id
-    override def version: Long = inner.version
     override def get(key: UnsafeRow, colFamilyName: String): UnsafeRow =
       cachedGet(inner, cache, counters, key, colFamilyName, noWrites)
     override def valuesIterator(key: UnsafeRow, colFamilyName: String): Iterator[UnsafeRow] =
       inner.valuesIterator(key, colFamilyName)
-    override def prefixScan(prefixKey: UnsafeRow, colFamilyName: String)
-        : StateStoreIterator[UnsafeRowPair] = inner.prefixScan(prefixKey, colFamilyName)
+    override def prefixScan(prefixKey: UnsafeRow, colFamilyName: String): StateStoreIterator[UnsafeRowPair] =
+      if (pendingOf(colFamilyName).isEmpty) inner.prefixScan(prefixKey, colFamilyName)
+      else overlay(inner.prefixScan(prefixKey, colFamilyName), colFamilyName, prefixMatcher(prefixKey, colFamilyName))
     override def iterator(colFamilyName: String): StateStoreIterator[UnsafeRowPair] =
-      inner.iterator(colFamilyName)
+      overlay(inner.iterator(colFamilyName), colFamilyName, _ => true)
     override def abort(): Unit = inner.abort()
     override def release(): Unit = inner.release()
   }
 
-  private final class CachingStateStore(inner: StateStore, cache: RecordCache, counters: Counters)
+  /**
+   * A writable store at batch `version`. `writer` is the delegate's writable store, or null while
+   * the delegate is only read (write-behind: opened read-only at its version; it becomes writable
+   * when this batch must commit it). While `writer` is null, rows leaving the cache go to `pending`;
+   * once set, `pending` has been written into it and is empty.
+   */
+  private final class CachingStateStore(override val version: Long, private var reader: ReadStateStore,
+      private var writer: StateStore, cache: RecordCache, counters: Counters)
       extends StateStore with DirtyWriter {
     private val owner = CachingStateStoreProvider.this
+    private var done = false
+    private var info: StateStoreCheckpointInfo = _
     cache.attach(owner, this) // takes this store's dirty rows if another store's insert evicts them
+    if (writer != null) drainPending()
+
+    private def inner: ReadStateStore = if (writer != null) writer else reader
+
+    /** The delegate becomes writable: this batch commits it. */
+    private def writable(): StateStore = {
+      if (writer == null) {
+        writer = delegate.upgradeReadStoreToWriteStore(reader, delegateVersion, None)
+        reader = writer
+        drainPending()
+      }
+      writer
+    }
+
+    private def drainPending(): Unit = {
+      val rows = owner.synchronized {
+        val b = Seq.newBuilder[(CacheKey, UnsafeRow)]
+        pending.forEach((k, v) => b += (k -> v))
+        clearPending()
+        b.result()
+      }
+      rows.foreach { case (k, v) => toDelegate(k, v) }
+    }
+
+    private def toDelegate(key: CacheKey, value: UnsafeRow): Unit = {
+      counters.delegateWrites += 1
+      if (value == null) writer.remove(key.key, key.colFamily) else writer.put(key.key, value, key.colFamily)
+    }
 
     override def write(key: CacheKey, value: UnsafeRow): Unit = {
       if (key.owner ne owner) throw new IllegalStateException(
         s"sluice record cache: a pending write of ${key.owner} reached $this; failing the task rather than " +
           "writing it to another store")
-      counters.delegateWrites += 1
-      if (value == null) inner.remove(key.key, key.colFamily) else inner.put(key.key, value, key.colFamily)
+      if (writer != null) toDelegate(key, value) else owner.synchronized(addPending(key, value))
     }
 
     // The task ended with this store still open: Spark aborts it; its rows must not outlive it.
     override def discarded(): Unit = invalidate()
 
-    override def id: StateStoreId = inner.id
-    override def version: Long = inner.version
+    override def id: StateStoreId = reader.id
 
     override def get(key: UnsafeRow, colFamilyName: String): UnsafeRow =
       cachedGet(inner, cache, counters, key, colFamilyName, this)
@@ -218,38 +370,48 @@ class CachingStateStoreProvider extends StateStoreProvider {
 
     override def put(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit =
       if (isCached(colFamilyName)) putDirty(key, value.copy(), colFamilyName)
-      else inner.put(key, value, colFamilyName)
+      else writable().put(key, value, colFamilyName)
 
     override def remove(key: UnsafeRow, colFamilyName: String): Unit =
       if (isCached(colFamilyName)) putDirty(key, null, colFamilyName)
-      else inner.remove(key, colFamilyName)
+      else writable().remove(key, colFamilyName)
 
     override def valuesIterator(key: UnsafeRow, colFamilyName: String): Iterator[UnsafeRow] =
       inner.valuesIterator(key, colFamilyName)
     override def putList(key: UnsafeRow, values: Array[UnsafeRow], colFamilyName: String): Unit =
-      inner.putList(key, values, colFamilyName)
+      writable().putList(key, values, colFamilyName)
     override def merge(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit =
-      inner.merge(key, value, colFamilyName)
+      writable().merge(key, value, colFamilyName)
     override def mergeList(key: UnsafeRow, values: Array[UnsafeRow], colFamilyName: String): Unit =
-      inner.mergeList(key, values, colFamilyName)
+      writable().mergeList(key, values, colFamilyName)
 
-    // Scans see the delegate alone, so every pending write goes there first.
+    // Ordered and prefix scans read the delegate alone, so every pending write goes there first
+    // (and the delegate commits this batch). A full scan of an unordered family (e.g. watermark
+    // eviction) lays the write-behind rows over the delegate's instead, keeping the delegate unwritten.
     override def prefixScan(prefixKey: UnsafeRow, colFamilyName: String)
         : StateStoreIterator[UnsafeRowPair] = {
+      writable()
       flush()
-      inner.prefixScan(prefixKey, colFamilyName)
+      writer.prefixScan(prefixKey, colFamilyName)
     }
 
     override def iterator(colFamilyName: String): StateStoreIterator[UnsafeRowPair] = {
-      flush()
-      inner.iterator(colFamilyName)
+      if (writer == null && isCached(colFamilyName) && unordered(colFamilyName)) {
+        flush() // into pending
+        overlay(reader.iterator(colFamilyName), colFamilyName, _ => true)
+      } else {
+        writable()
+        flush()
+        writer.iterator(colFamilyName)
+      }
     }
 
     override def createColFamilyIfAbsent(colFamilyName: String, keySchema: StructType,
         valueSchema: StructType, keyStateEncoderSpec: KeyStateEncoderSpec,
         useMultipleValuesPerKey: Boolean, isInternal: Boolean): Unit = {
-      inner.createColFamilyIfAbsent(colFamilyName, keySchema, valueSchema, keyStateEncoderSpec,
+      writable().createColFamilyIfAbsent(colFamilyName, keySchema, valueSchema, keyStateEncoderSpec,
         useMultipleValuesPerKey, isInternal)
+      encoders.put(colFamilyName, keyStateEncoderSpec)
       if (useMultipleValuesPerKey) {
         cache.dropColumnFamily(colFamilyName, owner)
         singleValueFamilies.remove(colFamilyName)
@@ -257,21 +419,57 @@ class CachingStateStoreProvider extends StateStoreProvider {
     }
 
     override def removeColFamilyIfExists(colFamilyName: String): Boolean = {
+      val w = writable()
       cache.dropColumnFamily(colFamilyName, owner)
       singleValueFamilies.remove(colFamilyName)
-      inner.removeColFamilyIfExists(colFamilyName)
+      w.removeColFamilyIfExists(colFamilyName)
     }
 
     private def flush(): Unit = if (cache.flush(this, owner)) counters.flushes += 1
 
+    /**
+     * Commits batch version `version + 1`. The delegate commits when this batch wrote it already,
+     * when the commit interval is due, or when the rows changed since its last commit outgrow half
+     * of the store's share; otherwise they are written to the version's write-behind file. Either
+     * way the version's file records the delegate version it builds on (none when equal).
+     */
     override def commit(): Long = {
       try {
         flush()
-        val newVersion = inner.commit()
-        committed(newVersion, inner.getStateStoreCheckpointInfo().stateStoreCkptId)
+        val now = System.currentTimeMillis()
+        val due = writer != null || intervalMs <= 0 || now - lastDelegateCommitMs >= intervalMs ||
+          owner.synchronized(pendingBytes) > storeShare / 2
+        val newVersion = version + 1
+        val d = if (due) {
+          val w = writable()
+          flush()
+          val dv = w.commit()
+          lastDelegateCommitMs = now
+          counters.delegateCommits += 1
+          dv
+        } else {
+          reader.release()
+          delegateVersion
+        }
+        val rows = owner.synchronized {
+          val b = Seq.newBuilder[LoggedRow]
+          pending.forEach((k, v) => b += LoggedRow(k.colFamily, k.key, v))
+          b.result()
+        }
+        if (d != newVersion || rows.nonEmpty) log.write(WriteBehindEntry(newVersion, d, rows))
+        else log.clear(newVersion)
+        val delegateInfo = if (due && d == newVersion) Some(writer.getStateStoreCheckpointInfo()) else None
+        info = delegateInfo.getOrElse(StateStoreCheckpointInfo(id.partitionId, newVersion, None, None))
+        // The delegate reports its own version when it commits; Spark's validation counts batch versions.
+        if (delegateInfo.isEmpty && storeConf.commitValidationEnabled) {
+          StateStore.reportCommitToCoordinator(newVersion, id, hadoopConfiguration)
+        }
+        committed(newVersion, info.stateStoreCkptId, d)
         marker.commitDone(delegateName)
         cache.detach(owner)
         counters.sizeBytes = cache.ownerBytes(owner)
+        counters.logRows = rows.size
+        done = true
         newVersion
       } catch {
         case NonFatal(e) => cache.detach(owner); invalidate(); throw e
@@ -281,16 +479,26 @@ class CachingStateStoreProvider extends StateStoreProvider {
     override def abort(): Unit = {
       cache.detach(owner)
       invalidate()
-      inner.abort()
+      if (writer != null) writer.abort() else reader.release()
     }
 
+    // In a batch where the delegate did not commit, its own custom metrics describe its last commit,
+    // not this batch: only its key count and memory are reported (0 for a delegate whose read store
+    // has no metrics, the HDFS-backed one).
     override def metrics: StateStoreMetrics = {
-      val m = inner.metrics
+      val m = if (writer != null) writer.metrics else reader match {
+        case s: StateStore => val r = s.metrics; StateStoreMetrics(r.numKeys, r.memoryUsedBytes, Map.empty)
+        case _ => StateStoreMetrics(0L, 0L, Map.empty)
+      }
       m.copy(customMetrics = m.customMetrics ++ counters.metrics)
     }
 
-    override def getStateStoreCheckpointInfo(): StateStoreCheckpointInfo = inner.getStateStoreCheckpointInfo()
-    override def hasCommitted: Boolean = inner.hasCommitted
+    override def getStateStoreCheckpointInfo(): StateStoreCheckpointInfo =
+      if (info != null) info else inner match {
+        case s: StateStore => s.getStateStoreCheckpointInfo()
+        case _ => StateStoreCheckpointInfo(id.partitionId, version + 1, None, None)
+      }
+    override def hasCommitted: Boolean = done
     override def toString: String = s"CachingStateStore[$inner]"
   }
 }
@@ -307,21 +515,34 @@ object CachingStateStoreProvider {
   val CacheFlushes = StateStoreCustomSumMetric("cacheFlushes", "flushes of dirty entries into the delegate store")
   val DelegateWrites = StateStoreCustomSumMetric("delegateWrites", "puts and removes that reached the delegate store")
   val DelegateReads = StateStoreCustomSumMetric("delegateReads", "point reads that reached the delegate store")
+  val DelegateCommits = StateStoreCustomSumMetric("delegateCommits", "commits of the delegate store")
+  val WriteBehindRows = StateStoreCustomSizeMetric("writeBehindRows",
+    "rows changed since the delegate's last commit, held in the write-behind log")
 
   val CacheMetrics: Seq[StateStoreCustomMetric] = Seq(CacheHits, CacheMisses, CacheHitRatio,
-    CacheSizeBytes, CacheEvictions, CacheFlushes, DelegateWrites, DelegateReads)
+    CacheSizeBytes, CacheEvictions, CacheFlushes, DelegateWrites, DelegateReads, DelegateCommits, WriteBehindRows)
 
   /**
    * Bytes this task's record cache may hold: the slot's share of the executor budget (C/T), halved
    * when the query also runs emission caches (commit interval > 0), which take the other half.
    */
-  private[cache] def capacity(): Long = {
+  private[cache] def capacity(): Long =
+    sharedSlotBytes(MemoryBudget.cacheBytesPerSlot, commitInterval() > 0)
+
+  /** The running query's commit interval (a local property of its tasks), else the SparkConf's. */
+  private[cache] def commitInterval(): Long = {
     val key = SluiceConf.CommitIntervalMs.key
-    val interval = Option(TaskContext.get()).flatMap(tc => Option(tc.getLocalProperty(key)))
+    Option(TaskContext.get()).flatMap(tc => Option(tc.getLocalProperty(key)))
       .orElse(Option(SparkEnv.get).flatMap(_.conf.getOption(key)))
       .flatMap(SluiceConf.parseMillis).getOrElse(0L)
-    sharedSlotBytes(MemoryBudget.cacheBytesPerSlot, interval > 0)
   }
+
+  /**
+   * The delegates whose commits wait for the interval. The window store expires segments when it
+   * loads a version, so a row held back from it could outlive its expiry; it commits every batch
+   * (its commits are in-memory deltas, the cost write-behind saves elsewhere).
+   */
+  def writeBehindApplies(delegate: String): Boolean = delegate != "in_memory_window"
 
   /** One budget for both caches: each gets half of the slot's share when both are in use. */
   def sharedSlotBytes(slotBytes: Long, bothCaches: Boolean): Long = if (bothCaches) slotBytes / 2 else slotBytes
@@ -352,7 +573,8 @@ object CachingStateStoreProvider {
 /** What one store (one batch of one partition) did with the cache, reported as its metrics. */
 private[cache] final class Counters {
   import CachingStateStoreProvider._
-  var hits, misses, evictions, flushes, delegateWrites, delegateReads = 0L
+  var hits, misses, evictions, flushes, delegateWrites, delegateReads, delegateCommits = 0L
+  var logRows = 0L // rows in the version's write-behind file
   var sizeBytes = 0L // this store's rows in its slot cache, at commit
 
   def metrics: Map[StateStoreCustomMetric, Long] = {
@@ -365,6 +587,8 @@ private[cache] final class Counters {
       CacheEvictions -> evictions,
       CacheFlushes -> flushes,
       DelegateWrites -> delegateWrites,
-      DelegateReads -> delegateReads)
+      DelegateReads -> delegateReads,
+      DelegateCommits -> delegateCommits,
+      WriteBehindRows -> logRows)
   }
 }

@@ -1,0 +1,139 @@
+package sluice.cache
+
+import java.io.{DataInputStream, DataOutputStream, FileNotFoundException, IOException}
+
+import scala.util.control.NonFatal
+
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.Path
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+
+/**
+ * One row changed since the delegate version a batch version builds on: `value == null` is a removal.
+ * `numFields` of key and value are recorded so the rows read back are the rows written.
+ */
+final case class LoggedRow(colFamily: String, key: UnsafeRow, value: UnsafeRow)
+
+/**
+ * What Spark's batch version `version` of a store is: the delegate's version `delegateVersion` plus
+ * `rows` (every row changed since that delegate version, latest value per key).
+ */
+final case class WriteBehindEntry(version: Long, delegateVersion: Long, rows: Seq[LoggedRow])
+
+/**
+ * The write-behind log of one store: one file per batch version, `<store dir>/_sluice_writebehind/<v>.wb`,
+ * written atomically through Spark's CheckpointFileManager. A file is cumulative (it holds every row
+ * changed since its delegate version, which the cache share bounds), so loading a version reads one
+ * file; a version without a file is the delegate's own version of the same number (checkpoints
+ * written before write-behind, or while the delegate committed every batch).
+ */
+final class WriteBehindLog(storeDir: Path, hadoopConf: Configuration) {
+  import WriteBehindLog._
+
+  val dir = new Path(storeDir, DirName)
+  private lazy val fm = CheckpointFileManager.create(dir, hadoopConf)
+  // Whether the directory may hold files: when it never did, a batch whose delegate version matches
+  // its own number has no stale file to remove (one existence check per provider, not per batch).
+  @volatile private var mayHaveFiles: Option[Boolean] = None
+
+  private def file(version: Long) = new Path(dir, s"$version$Suffix")
+
+  /** The entry of `version`, or None when it has no file (identity: delegate version == version). */
+  def read(version: Long): Option[WriteBehindEntry] = {
+    val in = try fm.open(file(version)) catch { case _: FileNotFoundException => return None }
+    try {
+      val e = decode(new DataInputStream(in))
+      if (e.version != version) throw new IOException(s"${file(version)} holds version ${e.version}")
+      Some(e)
+    } catch {
+      case NonFatal(e) => throw new IOException(s"sluice write-behind log ${file(version)} is unreadable: $e", e)
+    } finally in.close()
+  }
+
+  def write(entry: WriteBehindEntry): Unit = {
+    if (!mayHaveFiles.contains(true)) { fm.mkdirs(dir); mayHaveFiles = Some(true) }
+    val out = fm.createAtomic(file(entry.version), overwriteIfPossible = true)
+    try {
+      val data = new DataOutputStream(out)
+      encode(entry, data)
+      data.flush()
+    } catch { case e: Throwable => out.cancel(); throw e }
+    out.close()
+  }
+
+  /** Removes the file of `version` if any (its delegate version is now its own number). */
+  def clear(version: Long): Unit = {
+    if (mayHaveFiles.isEmpty) mayHaveFiles = Some(fm.exists(dir))
+    if (mayHaveFiles.contains(true)) fm.delete(file(version))
+  }
+
+  /** Versions that have a file, ascending. */
+  def versions(): Seq[Long] =
+    try {
+      if (!fm.exists(dir)) Nil
+      else fm.list(dir).toSeq.map(_.getPath.getName).collect {
+        case n if n.endsWith(Suffix) && n.dropRight(Suffix.length).forall(_.isDigit) => n.dropRight(Suffix.length).toLong
+      }.sorted
+    } catch { case _: FileNotFoundException => Nil }
+
+  /** Deletes the files of versions below `minVersion` (no retained batch version needs them). */
+  def deleteBelow(minVersion: Long): Int = {
+    val old = versions().filter(_ < minVersion)
+    old.foreach(v => fm.delete(file(v)))
+    old.size
+  }
+}
+
+object WriteBehindLog {
+  val DirName = "_sluice_writebehind"
+  val Suffix = ".wb"
+  private val Magic = 0x534c5742 // "SLWB"
+  private val FormatVersion = 1
+  private val End = 0x454e4421
+
+  def encode(e: WriteBehindEntry, out: DataOutputStream): Unit = {
+    out.writeInt(Magic)
+    out.writeInt(FormatVersion)
+    out.writeLong(e.version)
+    out.writeLong(e.delegateVersion)
+    out.writeInt(e.rows.size)
+    e.rows.foreach { r =>
+      out.writeUTF(r.colFamily)
+      writeRow(r.key, out)
+      if (r.value == null) out.writeInt(-1) else writeRow(r.value, out)
+    }
+    out.writeInt(End)
+  }
+
+  def decode(in: DataInputStream): WriteBehindEntry = {
+    if (in.readInt() != Magic) throw new IOException("not a sluice write-behind log")
+    val format = in.readInt()
+    if (format != FormatVersion) throw new IOException(s"write-behind log format $format, expected $FormatVersion")
+    val version = in.readLong()
+    val delegateVersion = in.readLong()
+    val n = in.readInt()
+    val rows = (0 until n).map { _ =>
+      val cf = in.readUTF()
+      val key = readRow(in, in.readInt())
+      val fields = in.readInt()
+      LoggedRow(cf, key, if (fields < 0) null else readRow(in, fields))
+    }
+    if (in.readInt() != End) throw new IOException("write-behind log truncated")
+    WriteBehindEntry(version, delegateVersion, rows)
+  }
+
+  private def writeRow(row: UnsafeRow, out: DataOutputStream): Unit = {
+    out.writeInt(row.numFields)
+    out.writeInt(row.getSizeInBytes)
+    out.write(row.getBytes)
+  }
+
+  private def readRow(in: DataInputStream, numFields: Int): UnsafeRow = {
+    val bytes = new Array[Byte](in.readInt())
+    in.readFully(bytes)
+    val row = new UnsafeRow(numFields)
+    row.pointTo(bytes, bytes.length)
+    row
+  }
+}
