@@ -527,7 +527,8 @@ object CachingStateStoreProvider {
    * when the query also runs emission caches (commit interval > 0), which take the other half.
    */
   private[cache] def capacity(): Long =
-    sharedSlotBytes(MemoryBudget.cacheBytesPerSlot, commitInterval() > 0)
+    sharedSlotBytes(MemoryBudget.cacheBytesPerSlot,
+      MemoryBudget.bothCaches(classOf[CachingStateStoreProvider].getName, commitInterval()))
 
   /** The running query's commit interval (a local property of its tasks), else the SparkConf's. */
   private[cache] def commitInterval(): Long = {
