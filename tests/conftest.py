@@ -157,3 +157,37 @@ def kill_after_batches(script: str, args: list[str], out: Path, batches: int, ti
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
+
+
+def write_hourly_files(src: Path, hours: int, ts: Callable[[float], str]) -> None:
+    """Input of the suppress kill tests, one file per micro-batch: file h holds 2 to 4 events
+    (users a, b, c, a) in hour h, so it closes hour h - 1; `ts` formats seconds after the module's T0.
+    The files are dated in order, as the file source takes them."""
+    for h in range(hours):
+        with open(src / f"{h:03d}.json", "w") as f:
+            for i, user in enumerate(["a", "b", "c", "a"][: 2 + h % 3]):
+                f.write(json.dumps({"ts": ts(h * 3600 + 900 + i * 60), "user": user, "v": 1}) + "\n")
+        os.utime(src / f"{h:03d}.json", (1_700_000_000 + h, 1_700_000_000 + h))
+
+
+class FileFedQuery:
+    """A streaming query fed one JSON file per micro-batch from `root`/in; its progress is kept
+    across restarts. Subclasses start `self.query`."""
+
+    def __init__(self, spark: SparkSession, root: Path):
+        self.spark, self.root = spark, root
+        self.inputs = root / "in"
+        self.inputs.mkdir(parents=True, exist_ok=True)
+        self.n = 0
+        self.progress: list[dict] = []
+        self.query: Any = None
+
+    def feed(self, rows: list[dict[str, Any]], wait: bool = True) -> None:
+        (self.inputs / f"part-{self.n:05d}.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        self.n += 1
+        if wait:
+            self.query.processAllAvailable()
+
+    def stop(self) -> None:
+        self.progress += [json.loads(p.json) for p in self.query.recentProgress]
+        self.query.stop()

@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from conftest import count_sum_by_key, executor_budgets, sluice_session
+from conftest import FileFedQuery, count_sum_by_key, executor_budgets, sluice_session
 
 CACHE_BYTES = 256 * 1024  # same session as test_cache.py; each of the 2 slots gets half
 INTERVAL_KEY = "spark.sluice.commit.interval.ms"
@@ -23,16 +23,12 @@ def spark() -> SparkSession:
     return sluice_session(statestore_cache_max_bytes=CACHE_BYTES)
 
 
-class Query:
+class Query(FileFedQuery):
     """A counting aggregation over one file per micro-batch, collecting (batch id, rows)."""
 
     def __init__(self, spark: SparkSession, root: Path):
-        self.spark, self.root = spark, root
-        self.inputs = root / "in"
-        self.inputs.mkdir(parents=True, exist_ok=True)
-        self.n = 0
+        super().__init__(spark, root)
         self.batches: list[tuple[int, list[tuple]]] = []
-        self.progress: list[dict] = []
 
     def start(self, interval: str, trigger_ms: int | None = None, partitions: int = 2) -> None:
         self.spark.conf.set(INTERVAL_KEY, interval)
@@ -52,16 +48,6 @@ class Query:
         finally:
             self.spark.conf.unset(INTERVAL_KEY)
             self.spark.conf.set("spark.sql.shuffle.partitions", "2")
-
-    def feed(self, rows: list[dict[str, Any]], wait: bool = True) -> None:
-        (self.inputs / f"part-{self.n:05d}.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-        self.n += 1
-        if wait:
-            self.query.processAllAvailable()
-
-    def stop(self) -> None:
-        self.progress += [json.loads(p.json) for p in self.query.recentProgress]
-        self.query.stop()
 
     @property
     def rows(self) -> list[tuple]:

@@ -8,7 +8,6 @@ import datetime as dt
 import json
 import os
 import random
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,7 +15,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from conftest import sluice_session
+from conftest import FileFedQuery, sluice_session
 
 CACHING = "sluice.cache.CachingStateStoreProvider"
 PLAIN = {
@@ -63,20 +62,16 @@ def _row(r: Any) -> tuple:
     return tuple(r.window.start.isoformat() if f == "window" else r[f] for f in r.__fields__)
 
 
-class Query:
+class Query(FileFedQuery):
     """One query fed one file per micro-batch; rows kept per batch id (a replay overwrites its batch)."""
 
     def __init__(self, spark: SparkSession, root: Path, provider: str, delegate: str,
                  build: Callable[[SparkSession, Path], DataFrame], mode: str = "append"):
-        self.spark, self.root, self.provider, self.delegate = spark, root, provider, delegate
+        super().__init__(spark, root)
+        self.provider, self.delegate = provider, delegate
         self.build, self.mode = build, mode
-        self.inputs = root / "in"
-        self.inputs.mkdir(parents=True)
         self.ckpt = root / "ckpt"
-        self.n = 0
         self.by_batch: dict[int, list[tuple]] = {}
-        self.progress: list[dict] = []
-        self.query = None
 
     def start(self, interval: str) -> None:
         conf = {"spark.sql.streaming.stateStore.providerClass": self.provider,
@@ -92,15 +87,6 @@ class Query:
         finally:
             for k in conf:
                 self.spark.conf.unset(k)
-
-    def feed(self, rows: list[dict[str, Any]]) -> None:
-        (self.inputs / f"part-{self.n:05d}.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-        self.n += 1
-        self.query.processAllAvailable()
-
-    def stop(self) -> None:
-        self.progress += [json.loads(p.json) for p in self.query.recentProgress]
-        self.query.stop()
 
     @property
     def rows(self) -> list[tuple]:

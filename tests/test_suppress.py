@@ -613,9 +613,7 @@ def test_several_suppress_operators_in_one_query(spark: SparkSession, run: Run, 
 def test_kill_and_restart_emits_each_final_result_exactly_once(spark: SparkSession, tmp_path: Path) -> None:
     """SIGKILL a query's whole process (driver JVM included) mid-stream, restart it here on the same
     checkpoint: with a sink idempotent per batch id, every final result arrives exactly once."""
-    import os
-
-    from conftest import drain_to_files, kill_after_batches
+    from conftest import drain_to_files, kill_after_batches, write_hourly_files
     from suppress_kill_child import file_sink, final_results
 
     provider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -623,11 +621,7 @@ def test_kill_and_restart_emits_each_final_result_exactly_once(spark: SparkSessi
     src.mkdir()
     out.mkdir()
     hours = 8
-    for h in range(hours):  # file h: events in hour h; it closes hour h - 1
-        with open(src / f"{h:03d}.json", "w") as f:
-            for i, user in enumerate(["a", "b", "c", "a"][: 2 + h % 3]):
-                f.write(json.dumps({"ts": ts(h * 3600 + 900 + i * 60), "user": user, "v": 1}) + "\n")
-        os.utime(src / f"{h:03d}.json", (1_700_000_000 + h, 1_700_000_000 + h))
+    write_hourly_files(src, hours, ts)
 
     kill_after_batches("suppress_kill_child.py", [str(src), str(ckpt), str(out), provider], out, batches=4)
     done_before_kill = len(list(out.glob("*.json")))

@@ -19,6 +19,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from conftest import write_hourly_files
 from sluice import BufferConfig, Suppressed, suppress
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -254,8 +255,6 @@ def test_fused_checkpoint_restarted_unfused_fails_with_a_clear_message(spark: Sp
 def test_kill_and_restart_fused_emits_each_final_result_exactly_once(spark: SparkSession, tmp_path: Path) -> None:
     """SIGKILL the whole process (driver JVM included) of a fused query mid-stream, restart it here
     on the same checkpoint: with a sink idempotent per batch id, every final result arrives once."""
-    import os
-
     from conftest import drain_to_files, kill_after_batches
     from suppress_kill_child import file_sink, final_results
 
@@ -265,11 +264,7 @@ def test_kill_and_restart_fused_emits_each_final_result_exactly_once(spark: Spar
     out.mkdir()
     hours = 8
     t0 = T0.replace(tzinfo=None)
-    for h in range(hours):  # file h: events in hour h; it closes hour h - 1
-        with open(src / f"{h:03d}.json", "w") as f:
-            for i, user in enumerate(["a", "b", "c", "a"][: 2 + h % 3]):
-                f.write(json.dumps({"ts": ts(h * 3600 + 900 + i * 60), "user": user, "v": 1}) + "\n")
-        os.utime(src / f"{h:03d}.json", (1_700_000_000 + h, 1_700_000_000 + h))
+    write_hourly_files(src, hours, ts)
 
     kill_after_batches("suppress_kill_child.py", [str(src), str(ckpt), str(out), provider], out, batches=4)
     assert len(list(out.glob("*.json"))) < 2 * hours  # killed mid-stream, not after the end
