@@ -2,6 +2,8 @@ package sluice.state
 
 import scala.jdk.CollectionConverters._
 
+import org.apache.spark.sql.execution.streaming.state.{StateStore, StateStoreProviderId}
+
 /**
  * An executor's in-memory indexes over state stores (what a feature keeps beside a store so a
  * batch need not scan it), each tagged with the store version (and checkpoint id, where the store
@@ -38,6 +40,12 @@ class CommittedIndexCache[T <: AnyRef] {
   /** Drops the indexes of stores `keep` rejects (e.g. stores no longer loaded on this executor). */
   def retain(keep: AnyRef => Boolean): Unit = synchronized {
     cached.keySet.asScala.filterNot(keep).toList.foreach(cached.remove)
+  }
+
+  /** Drops the indexes of stores this executor no longer has loaded (other runs, moved partitions). */
+  def retainLoaded(): Unit = retain {
+    case id: StateStoreProviderId => StateStore.isLoaded(id)
+    case _ => true
   }
 
   /** Forgets every index. */

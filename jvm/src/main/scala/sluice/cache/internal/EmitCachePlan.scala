@@ -235,11 +235,7 @@ private[sluice] case class EmitCacheExec(
       val keyProj = UnsafeProjection.create(keyExprs, output)
       // The executor's own slot count (its conf), not the driver's.
       val share = EmitCacheExec.partitionShare(info.numPartitions, bothCaches)
-      // Indexes of stores this executor no longer has loaded (other runs, moved partitions) go.
-      EmitIndexCache.retain {
-        case p: StateStoreProviderId => StateStore.isLoaded(p)
-        case _ => true
-      }
+      EmitIndexCache.retainLoaded()
       val held = new UnsafeStoreAdapter(store, lay)
       val cached = EmitIndexCache.take(id, store.version, None)
       val index = cached.getOrElse(EmitIndex.scan(lay, held))

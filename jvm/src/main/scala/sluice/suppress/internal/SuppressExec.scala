@@ -26,11 +26,7 @@ private[sluice] final class SuppressIndexes(runId: java.util.UUID, layout: Buffe
   private def key(store: StateStore): StateStoreProviderId = StateStoreProviderId(store.id, runId)
 
   def open(store: StateStore, checkpointId: Option[String]): IndexedStore = {
-    // Indexes of stores this executor no longer has loaded (other runs, moved partitions) go.
-    BufferIndexCache.retain {
-      case id: StateStoreProviderId => StateStore.isLoaded(id)
-      case _ => true
-    }
+    BufferIndexCache.retainLoaded()
     val buffer = new StateStoreBuffer(store)
     val index = BufferIndexCache.take(key(store), store.version, checkpointId).getOrElse {
       rebuilt += 1
