@@ -204,8 +204,8 @@ def test_byte_bound_respected_with_dirty_evictions(spark: SparkSession, tmp_path
 
 
 def _slot_caches(spark: SparkSession):
-    # local[2]: the executor's slot caches live in this JVM (sluice.cache.SlotCaches)
-    return spark.sparkContext._jvm.sluice.cache.SlotCaches
+    # local[2]: the executor's slot caches live in this JVM (sluice.cache.internal.SlotCaches)
+    return spark.sparkContext._jvm.sluice.cache.internal.SlotCaches
 
 
 def test_many_partitions_share_the_slot_caches_within_the_executor_budget(

@@ -62,12 +62,22 @@ class LayeringSuite extends AnyFunSuite {
     assert(bridgeClasses == BridgeAdapters, s"the bridge's classes differ from its declared adapters")
   }
 
+  test("a feature package split into API and internals holds only its user API") {
+    for ((feature, api) <- UserApi) {
+      val pkg = s"sluice/$feature/"
+      val found = classes.keys.collect {
+        case n if n.startsWith(pkg) && !n.stripPrefix(pkg).contains('/') => n.stripPrefix(pkg).takeWhile(_ != '$')
+      }.toSet
+      assert(found == api, s"sluice.$feature: classes besides its user API belong in sluice.$feature.internal")
+    }
+  }
+
   test("the checker finds a reference upwards and a cycle") {
     assert(violations(Seq(("cache", "plugin", "up"))).nonEmpty)
     assert(violations(Seq(("suppress", "cache", "a"), ("cache", "suppress", "b"))).nonEmpty)
     assert(violations(Seq(("cache", "suppress", "down"), ("cache", "conf", "down"))).isEmpty)
-    val desc = "(Lsluice/cache/RecordCache;[Lorg/apache/spark/sql/sluice/MinMetric;)Lscala/Option<Lsluice/suppress/internal/SuppressNode;>;"
-    assert(classNamesIn(desc).toSet == Set("sluice/cache/RecordCache", "org/apache/spark/sql/sluice/MinMetric",
+    val desc = "(Lsluice/cache/internal/RecordCache;[Lorg/apache/spark/sql/sluice/MinMetric;)Lscala/Option<Lsluice/suppress/internal/SuppressNode;>;"
+    assert(classNamesIn(desc).toSet == Set("sluice/cache/internal/RecordCache", "org/apache/spark/sql/sluice/MinMetric",
       "sluice/suppress/internal/SuppressNode"))
   }
 }
@@ -84,6 +94,13 @@ object LayeringSuite {
   val BridgeAdapters: Set[String] = Set("StatefulOperatorSupport", "SluiceStatefulNode", "StreamContext",
     "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric",
     "DatasetAccess")
+
+  /** The classes users name (or checkpoints record) in the feature packages that have an `internal`. */
+  val UserApi: Map[String, Set[String]] = Map(
+    "cache" -> Set("CachingStateStoreProvider"),
+    "suppress" -> Set("Suppress", "Suppressed", "UntilWindowCloses", "UntilTimeLimit", "UntilWallClockTimeLimit",
+      "BufferConfig", "StrictBufferConfig", "EagerBufferConfig", "BufferFullStrategy", "BufferFullException",
+      "SuppressUsageException"))
 
   def layerOf(className: String): Option[String] = {
     val pkg = className.split('/').dropRight(1).toList

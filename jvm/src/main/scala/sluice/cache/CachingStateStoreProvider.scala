@@ -11,8 +11,9 @@ import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types.StructType
 
-import sluice.conf.{SluiceConf, SluiceConfException}
-import sluice.conf.MemoryBudget
+import sluice.cache.internal.{CacheKey, CacheMetrics, DelegateMarker, DirtyWriter, LoggedRow, RecordCache, SlotCaches,
+  StoreCounters, WriteBehindEntry, WriteBehindLog}
+import sluice.conf.{MemoryBudget, SluiceConf, SluiceConfException}
 
 /**
  * A [[StateStoreProvider]] that puts Kafka Streams' record cache (KIP-63) in front of another
@@ -95,10 +96,10 @@ class CachingStateStoreProvider extends StateStoreProvider {
 
   override def getStore(version: Long, stateStoreCkptId: Option[String]): StateStore = {
     val (slot, wb, d) = prepare(version, stateStoreCkptId)
-    if (wb) new CachingStateStore(version, delegate.getReadStore(d, None), null, slot, new Counters)
+    if (wb) new CachingStateStore(version, delegate.getReadStore(d, None), null, slot, new StoreCounters)
     else {
       val w = delegate.getStore(d, if (d == version) stateStoreCkptId else None)
-      new CachingStateStore(version, w, w, slot, new Counters)
+      new CachingStateStore(version, w, w, slot, new StoreCounters)
     }
   }
 
@@ -135,7 +136,7 @@ class CachingStateStoreProvider extends StateStoreProvider {
     if (delegate != null) delegate else StateStoreProvider.create(delegateClassName(currentDelegate()))
 
   override def supportedCustomMetrics: Seq[StateStoreCustomMetric] =
-    delegateOrBlank.supportedCustomMetrics ++ CacheMetrics
+    delegateOrBlank.supportedCustomMetrics ++ CacheMetrics.All
 
   override def supportedInstanceMetrics: Seq[StateStoreInstanceMetric] =
     delegateOrBlank.supportedInstanceMetrics
@@ -216,7 +217,7 @@ class CachingStateStoreProvider extends StateStoreProvider {
   private def isCached(colFamily: String): Boolean = singleValueFamilies.contains(colFamily)
 
   /** Reads through the slot cache, then the write-behind rows; shared by the read-only and the writable store. */
-  private def cachedGet(inner: ReadStateStore, cache: RecordCache, counters: Counters, key: UnsafeRow,
+  private def cachedGet(inner: ReadStateStore, cache: RecordCache, counters: StoreCounters, key: UnsafeRow,
       colFamily: String, writer: DirtyWriter): UnsafeRow = {
     if (!isCached(colFamily)) {
       counters.delegateReads += 1
@@ -287,7 +288,7 @@ class CachingStateStoreProvider extends StateStoreProvider {
 
   private final class CachingReadStore(override val version: Long, val inner: ReadStateStore, cache: RecordCache)
       extends ReadStateStore {
-    val counters = new Counters // carried into the write store when upgraded
+    val counters = new StoreCounters // carried into the write store when upgraded
     // Clean entries only: a read store never holds a dirty entry, so nothing is ever written.
     private val noWrites: DirtyWriter = (k, _) =>
       throw new IllegalStateException(s"read-only store asked to write $k")
@@ -313,7 +314,7 @@ class CachingStateStoreProvider extends StateStoreProvider {
    * once set, `pending` has been written into it and is empty.
    */
   private final class CachingStateStore(override val version: Long, private var reader: ReadStateStore,
-      private var writer: StateStore, cache: RecordCache, counters: Counters)
+      private var writer: StateStore, cache: RecordCache, counters: StoreCounters)
       extends StateStore with DirtyWriter {
     private val owner = CachingStateStoreProvider.this
     private var done = false
@@ -506,28 +507,12 @@ class CachingStateStoreProvider extends StateStoreProvider {
 object CachingStateStoreProvider {
   val DelegateClasses: Map[String, String] = SluiceConf.ProviderClasses
 
-  val CacheHits = StateStoreCustomSumMetric("cacheHits", "reads served by the sluice record cache")
-  val CacheMisses = StateStoreCustomSumMetric("cacheMisses", "reads the sluice record cache passed to the delegate store")
-  val CacheHitRatio: StateStoreCustomMetric = org.apache.spark.sql.sluice.AverageStoreMetric("cacheHitRatio",
-    "percentage of reads served by the sluice record cache, averaged over the state stores")
-  val CacheSizeBytes = StateStoreCustomSizeMetric("cacheSizeBytes", "bytes held by the sluice record cache")
-  val CacheEvictions = StateStoreCustomSumMetric("cacheEvictions", "entries evicted from the sluice record cache")
-  val CacheFlushes = StateStoreCustomSumMetric("cacheFlushes", "flushes of dirty entries into the delegate store")
-  val DelegateWrites = StateStoreCustomSumMetric("delegateWrites", "puts and removes that reached the delegate store")
-  val DelegateReads = StateStoreCustomSumMetric("delegateReads", "point reads that reached the delegate store")
-  val DelegateCommits = StateStoreCustomSumMetric("delegateCommits", "commits of the delegate store")
-  val WriteBehindRows = StateStoreCustomSizeMetric("writeBehindRows",
-    "rows changed since the delegate's last commit, held in the write-behind log")
-
-  val CacheMetrics: Seq[StateStoreCustomMetric] = Seq(CacheHits, CacheMisses, CacheHitRatio,
-    CacheSizeBytes, CacheEvictions, CacheFlushes, DelegateWrites, DelegateReads, DelegateCommits, WriteBehindRows)
-
   /**
    * Bytes this task's record cache may hold: the slot's share of the executor budget (C/T), halved
    * when the query also runs emission caches (commit interval > 0), which take the other half.
    */
   private[cache] def capacity(): Long =
-    sharedSlotBytes(MemoryBudget.cacheBytesPerSlot,
+    MemoryBudget.cacheShare(MemoryBudget.cacheBytesPerSlot,
       MemoryBudget.bothCaches(classOf[CachingStateStoreProvider].getName, commitInterval()))
 
   /** The running query's commit interval (a local property of its tasks), else the SparkConf's. */
@@ -543,10 +528,7 @@ object CachingStateStoreProvider {
    * loads a version, so a row held back from it could outlive its expiry; it commits every batch
    * (its commits are in-memory deltas, the cost write-behind saves elsewhere).
    */
-  def writeBehindApplies(delegate: String): Boolean = delegate != "in_memory_window"
-
-  /** One budget for both caches: each gets half of the slot's share when both are in use. */
-  def sharedSlotBytes(slotBytes: Long, bothCaches: Boolean): Long = if (bothCaches) slotBytes / 2 else slotBytes
+  private[cache] def writeBehindApplies(delegate: String): Boolean = delegate != "in_memory_window"
 
   /**
    * The delegate name: the running query's session conf (on the driver, or propagated to tasks as
@@ -568,28 +550,5 @@ object CachingStateStoreProvider {
       case _: ClassNotFoundException => throw new SluiceConfException(
         s"${SluiceConf.StateStoreCacheDelegate.key}=$name needs class $cls, which is not on the class path")
     }
-  }
-}
-
-/** What one store (one batch of one partition) did with the cache, reported as its metrics. */
-private[cache] final class Counters {
-  import CachingStateStoreProvider._
-  var hits, misses, evictions, flushes, delegateWrites, delegateReads, delegateCommits = 0L
-  var logRows = 0L // rows in the version's write-behind file
-  var sizeBytes = 0L // this store's rows in its slot cache, at commit
-
-  def metrics: Map[StateStoreCustomMetric, Long] = {
-    val ratio: Map[StateStoreCustomMetric, Long] =
-      if (hits + misses == 0) Map.empty else Map(CacheHitRatio -> hits * 100 / (hits + misses))
-    ratio ++ Map(
-      CacheHits -> hits,
-      CacheMisses -> misses,
-      CacheSizeBytes -> sizeBytes,
-      CacheEvictions -> evictions,
-      CacheFlushes -> flushes,
-      DelegateWrites -> delegateWrites,
-      DelegateReads -> delegateReads,
-      DelegateCommits -> delegateCommits,
-      WriteBehindRows -> logRows)
   }
 }

@@ -50,6 +50,9 @@ object MemoryBudget {
   def bothCaches(providerClass: String, commitIntervalMs: Long): Boolean =
     providerClass == SluiceConf.CachingProviderClass && commitIntervalMs > 0
 
+  /** One cache's part of `bytes` (a slot's share or the executor's budget): half when [[bothCaches]]. */
+  def cacheShare(bytes: Long, bothCaches: Boolean): Long = if (bothCaches) bytes / 2 else bytes
+
   /** Bytes one task slot may hold in its record cache (C/T). */
   def cacheBytesPerSlot: Long = current.cacheBytesPerSlot
 }

@@ -8,7 +8,6 @@ import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter
 import org.apache.spark.sql.types.{BinaryType, LongType, StructField, StructType}
 import org.apache.spark.unsafe.types.ByteArray
 
-import sluice.cache.RecordCache
 import sluice.state.CommittedIndexCache
 
 /** The rows the emission cache keeps durably: one per key (get/put/remove/scan of one partition). */

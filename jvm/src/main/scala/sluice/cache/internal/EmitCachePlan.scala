@@ -24,7 +24,6 @@ import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.sluice.{MinMetric, SluiceStateStoreExec, SluiceStatefulNode, StatefulOperatorSupport, StreamContext}
 import org.json4s.JsonDSL._
 
-import sluice.cache.CachingStateStoreProvider
 import sluice.conf.{MemoryBudget, SluiceConf}
 import sluice.inspect.Sidecars
 import sluice.suppress.internal.SuppressNode
@@ -284,7 +283,7 @@ private[sluice] object EmitCacheExec {
    */
   def partitionShare(numPartitions: Int, bothCaches: Boolean): Long = {
     val budget = MemoryBudget.current
-    val total = CachingStateStoreProvider.sharedSlotBytes(budget.cacheMaxBytes, bothCaches)
+    val total = MemoryBudget.cacheShare(budget.cacheMaxBytes, bothCaches)
     total / math.max(1, math.max(budget.taskSlots, numPartitions))
   }
 

@@ -7,8 +7,6 @@ import org.apache.spark.sql.catalyst.expressions.{UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
 import org.scalatest.funsuite.AnyFunSuite
 
-import sluice.cache.RecordCache
-
 class EmissionCacheSuite extends AnyFunSuite {
   private val keySchema = StructType(Seq(StructField("k", LongType)))
   private val rowSchema = StructType(Seq(StructField("k", LongType), StructField("n", LongType)))

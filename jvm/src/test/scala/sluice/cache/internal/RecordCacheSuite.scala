@@ -1,4 +1,4 @@
-package sluice.cache
+package sluice.cache.internal
 
 import scala.collection.mutable.ArrayBuffer
 

@@ -1,4 +1,4 @@
-package sluice.cache
+package sluice.cache.internal
 
 import java.io.{DataInputStream, DataOutputStream, FileNotFoundException, IOException}
 
@@ -13,13 +13,13 @@ import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileMana
  * One row changed since the delegate version a batch version builds on: `value == null` is a removal.
  * `numFields` of key and value are recorded so the rows read back are the rows written.
  */
-final case class LoggedRow(colFamily: String, key: UnsafeRow, value: UnsafeRow)
+private[sluice] final case class LoggedRow(colFamily: String, key: UnsafeRow, value: UnsafeRow)
 
 /**
  * What Spark's batch version `version` of a store is: the delegate's version `delegateVersion` plus
  * `rows` (every row changed since that delegate version, latest value per key).
  */
-final case class WriteBehindEntry(version: Long, delegateVersion: Long, rows: Seq[LoggedRow])
+private[sluice] final case class WriteBehindEntry(version: Long, delegateVersion: Long, rows: Seq[LoggedRow])
 
 /**
  * The write-behind log of one store: one file per batch version, `<store dir>/_sluice_writebehind/<v>.wb`,
@@ -28,7 +28,7 @@ final case class WriteBehindEntry(version: Long, delegateVersion: Long, rows: Se
  * file; a version without a file is the delegate's own version of the same number (checkpoints
  * written before write-behind, or while the delegate committed every batch).
  */
-final class WriteBehindLog(storeDir: Path, hadoopConf: Configuration) {
+private[sluice] final class WriteBehindLog(storeDir: Path, hadoopConf: Configuration) {
   import WriteBehindLog._
 
   val dir = new Path(storeDir, DirName)
@@ -85,7 +85,7 @@ final class WriteBehindLog(storeDir: Path, hadoopConf: Configuration) {
   }
 }
 
-object WriteBehindLog {
+private[sluice] object WriteBehindLog {
   val DirName = "_sluice_writebehind"
   val Suffix = ".wb"
   private val Magic = 0x534c5742 // "SLWB"

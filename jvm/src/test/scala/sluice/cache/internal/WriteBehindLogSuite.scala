@@ -1,4 +1,4 @@
-package sluice.cache
+package sluice.cache.internal
 
 import java.io.{ByteArrayInputStream, ByteArrayOutputStream, DataInputStream, DataOutputStream, IOException}
 import java.nio.file.Files

@@ -1,4 +1,4 @@
-package sluice.cache
+package sluice.cache.internal
 
 import java.util.{ArrayDeque, HashMap => JHashMap}
 
@@ -17,7 +17,7 @@ import sluice.conf.MemoryBudget
  * `EmitCacheExec.partitionShare`). The record cache only changes when rows reach the delegate,
  * never what a read returns, so sharing the slot is safe for it.
  */
-object SlotCaches {
+private[sluice] object SlotCaches {
   // Grows to T caches once, under the lock; read without it (copy on write) by poolBytes.
   private val pool = new java.util.concurrent.CopyOnWriteArrayList[RecordCache]()
   private val free = new ArrayDeque[RecordCache]()

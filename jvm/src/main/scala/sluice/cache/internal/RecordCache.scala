@@ -1,4 +1,4 @@
-package sluice.cache
+package sluice.cache.internal
 
 import java.util.{LinkedHashMap => JLinkedHashMap}
 
@@ -8,9 +8,9 @@ import org.apache.spark.sql.catalyst.expressions.UnsafeRow
  * A cached state row of one column family of one store (`owner`: the caching provider; entries of
  * all stores a task uses share its slot's cache). Keys compare by their bytes (UnsafeRow equality).
  */
-final case class CacheKey(colFamily: String, key: UnsafeRow, owner: AnyRef = CacheKey.NoOwner)
+private[sluice] final case class CacheKey(colFamily: String, key: UnsafeRow, owner: AnyRef = CacheKey.NoOwner)
 
-object CacheKey {
+private[sluice] object CacheKey {
   /** Owner of entries not tied to a store (unit tests of the cache alone). */
   val NoOwner: AnyRef = "none"
 }
@@ -19,10 +19,10 @@ object CacheKey {
  * The value side of a cache entry: `value == null` is a tombstone (the key is known to be absent or
  * was removed). `dirty` entries hold a write the delegate has not seen yet.
  */
-final class CacheEntry(val value: UnsafeRow, var dirty: Boolean, val sizeBytes: Long)
+private[sluice] final class CacheEntry(val value: UnsafeRow, var dirty: Boolean, val sizeBytes: Long)
 
 /** Where dirty entries go: the delegate store. `value == null` means remove. */
-trait DirtyWriter {
+private[sluice] trait DirtyWriter {
   def write(key: CacheKey, value: UnsafeRow): Unit
   /** The store ended without commit or abort (its task finished): its cached rows are gone. */
   def discarded(): Unit = ()
@@ -38,7 +38,7 @@ trait DirtyWriter {
  * store's commit) or evicting it (write-through to its own store, then drop) sends it to the delegate.
  * Eviction is least recently used first across all stores of the slot.
  */
-final class RecordCache(val pooled: Boolean = false) {
+private[sluice] final class RecordCache(val pooled: Boolean = false) {
   // access-ordered: iteration starts at the least recently used entry
   private val map = new JLinkedHashMap[CacheKey, CacheEntry](64, 0.75f, true)
   @volatile private var bytes = 0L
@@ -204,7 +204,7 @@ final class RecordCache(val pooled: Boolean = false) {
   }
 }
 
-object RecordCache {
+private[sluice] object RecordCache {
   /** Per-entry bookkeeping (map node, entry object, row headers), as Kafka adds a fixed overhead. */
   val EntryOverheadBytes = 96L
 

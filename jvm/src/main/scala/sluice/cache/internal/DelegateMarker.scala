@@ -1,4 +1,4 @@
-package sluice.cache
+package sluice.cache.internal
 
 import java.io.FileNotFoundException
 import java.nio.charset.StandardCharsets
@@ -17,7 +17,7 @@ import sluice.conf.{SluiceConf, SluiceConfException}
  * name without a version, so no provider mistakes it for one of its files) and checked whenever the
  * store is opened.
  */
-private[cache] final class DelegateMarker(dir: Path, hadoopConf: Configuration) {
+private[sluice] final class DelegateMarker(dir: Path, hadoopConf: Configuration) {
   private val path = new Path(dir, DelegateMarker.FileName)
   private lazy val fm = CheckpointFileManager.create(dir, hadoopConf)
   @volatile private var recorded = false
@@ -52,6 +52,6 @@ private[cache] final class DelegateMarker(dir: Path, hadoopConf: Configuration) 
     } catch { case _: FileNotFoundException => None }
 }
 
-private[cache] object DelegateMarker {
+private[sluice] object DelegateMarker {
   val FileName = "_sluice_cache_delegate"
 }

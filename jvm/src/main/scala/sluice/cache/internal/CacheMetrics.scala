@@ -1,0 +1,47 @@
+package sluice.cache.internal
+
+import org.apache.spark.sql.execution.streaming.state.{StateStoreCustomMetric, StateStoreCustomSizeMetric,
+  StateStoreCustomSumMetric}
+import org.apache.spark.sql.sluice.AverageStoreMetric
+
+/** The record cache's operator metrics (`customMetrics` of every operator whose stores it serves). */
+private[sluice] object CacheMetrics {
+  val Hits = StateStoreCustomSumMetric("cacheHits", "reads served by the sluice record cache")
+  val Misses = StateStoreCustomSumMetric("cacheMisses", "reads the sluice record cache passed to the delegate store")
+  val HitRatio: StateStoreCustomMetric = AverageStoreMetric("cacheHitRatio",
+    "percentage of reads served by the sluice record cache, averaged over the state stores")
+  val SizeBytes = StateStoreCustomSizeMetric("cacheSizeBytes", "bytes held by the sluice record cache")
+  val Evictions = StateStoreCustomSumMetric("cacheEvictions", "entries evicted from the sluice record cache")
+  val Flushes = StateStoreCustomSumMetric("cacheFlushes", "flushes of dirty entries into the delegate store")
+  val DelegateWrites = StateStoreCustomSumMetric("delegateWrites", "puts and removes that reached the delegate store")
+  val DelegateReads = StateStoreCustomSumMetric("delegateReads", "point reads that reached the delegate store")
+  val DelegateCommits = StateStoreCustomSumMetric("delegateCommits", "commits of the delegate store")
+  val WriteBehindRows = StateStoreCustomSizeMetric("writeBehindRows",
+    "rows changed since the delegate's last commit, held in the write-behind log")
+
+  val All: Seq[StateStoreCustomMetric] = Seq(Hits, Misses, HitRatio, SizeBytes, Evictions, Flushes,
+    DelegateWrites, DelegateReads, DelegateCommits, WriteBehindRows)
+}
+
+/** What one store (one batch of one partition) did with the cache, reported as its metrics. */
+private[sluice] final class StoreCounters {
+  import CacheMetrics._
+  var hits, misses, evictions, flushes, delegateWrites, delegateReads, delegateCommits = 0L
+  var logRows = 0L // rows in the version's write-behind file
+  var sizeBytes = 0L // this store's rows in its slot cache, at commit
+
+  def metrics: Map[StateStoreCustomMetric, Long] = {
+    val ratio: Map[StateStoreCustomMetric, Long] =
+      if (hits + misses == 0) Map.empty else Map(HitRatio -> hits * 100 / (hits + misses))
+    ratio ++ Map(
+      Hits -> hits,
+      Misses -> misses,
+      SizeBytes -> sizeBytes,
+      Evictions -> evictions,
+      Flushes -> flushes,
+      DelegateWrites -> delegateWrites,
+      DelegateReads -> delegateReads,
+      DelegateCommits -> delegateCommits,
+      WriteBehindRows -> logRows)
+  }
+}
