@@ -119,7 +119,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     getStore(version, uniqueId)
 
   override def supportedCustomMetrics: Seq[StateStoreCustomMetric] =
-    Seq(SegmentsMetric, MemoryBytesMetric, ExpiredDropsMetric)
+    Seq(SegmentsMetric, MemoryBytesMetric, ExpiredDropsMetric, CompactionBytesMetric)
 
   /** Writes a snapshot when due and deletes files no longer needed to load the last
    *  `minBatchesToRetain` versions. The snapshot is of a frozen view taken between batches, and
@@ -312,7 +312,8 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     StateStoreMetrics(map.numKeys, bytes, Map(
       SegmentsMetric -> map.numSegments.toLong,
       MemoryBytesMetric -> bytes,
-      ExpiredDropsMetric -> map.droppedPuts))
+      ExpiredDropsMetric -> map.droppedPuts,
+      CompactionBytesMetric -> map.compactionBytes))
   }
 
   /** Reads of the live map, the same for the read and the write store. */
@@ -418,6 +419,9 @@ object InMemoryWindowStoreProvider {
   val ExpiredDropsMetric: StateStoreCustomMetric =
     StateStoreCustomSumMetric("expiredWindowRecordDropTotal",
       "puts dropped because their window was past retention")
+  val CompactionBytesMetric: StateStoreCustomMetric =
+    StateStoreCustomSumMetric("windowStoreCompactionBytes",
+      "live record bytes compaction copied after the commit, reclaiming overwritten and removed records")
 }
 
 /** The provider's `spark.sluice.windowstore.*` settings. */

@@ -138,7 +138,7 @@ private[windowstore] final class SegmentedStateMap(
   private var log: ChangeLog = null
   private var streamTimeAtOpen = Long.MinValue
   private var _droppedPuts = 0L
-  private var _compactions = 0L
+  private var _compactionBytes = 0L
   /** Segments waiting for compaction, oldest first. */
   private val compactionDue = scala.collection.mutable.LinkedHashSet[Segment]()
 
@@ -148,11 +148,11 @@ private[windowstore] final class SegmentedStateMap(
   def memoryBytes: Long = allSegments.map(_.table.memoryBytes + SegmentOverhead).sum +
     (if (index == null) 0L else index.memoryBytes) + segmentsById.length * 8L
   def numSegments: Int = segments.size() + (if (plain.table.isEmpty) 0 else 1)
-  /** Entries in the prefix index (equal to [[numKeys]]), and segments compacted so far: for tests. */
-  private[windowstore] def indexedKeys: Int = if (index == null) 0 else index.size
-  private[windowstore] def compactions: Long = _compactions
   /** Puts the open (or last) version dropped because their window had expired. */
   def droppedPuts: Long = _droppedPuts
+  /** Live record bytes that compaction copied after the last version, reclaiming the records it
+   *  and earlier versions overwrote or removed. */
+  def compactionBytes: Long = _compactionBytes
   def isOpen: Boolean = log != null
 
   /** Window start of a key in microseconds, or NoWindow. */
@@ -193,6 +193,7 @@ private[windowstore] final class SegmentedStateMap(
     log = new ChangeLog
     streamTimeAtOpen = streamTime
     _droppedPuts = 0L
+    _compactionBytes = 0L
   }
 
   /** Writes the open version's changes in order as records (see [[RowTable.readRecord]]), then
@@ -239,6 +240,7 @@ private[windowstore] final class SegmentedStateMap(
       }
       streamTime = streamTimeAtOpen
       _droppedPuts = 0L
+      _compactionBytes = 0L
       tidy(ops)
     }
   }
@@ -260,10 +262,10 @@ private[windowstore] final class SegmentedStateMap(
       compactionDue -= seg
       if (seg.live && seg.table.wantsCompaction) {
         budget -= seg.table.liveBytes
+        _compactionBytes += seg.table.liveBytes
         val old = seg.table
         seg.table = old.compacted()
         if (index != null) reanchor(seg, old)
-        _compactions += 1
       }
     }
   }

@@ -98,6 +98,30 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
     assert(plain.liveMap.numSegments == 1 && !plain.liveMap.hasWindow)
   }
 
+  test("overwritten records are compacted after the commit, reported per version as windowStoreCompactionBytes") {
+    val p = newProvider(tempDir(), plainKey)
+    val keys = (0 until 1000).map(i => pkey(f"k$i%05d"))
+    def compacted(s: StateStore): Long = s.metrics.customMetrics(InMemoryWindowStoreProvider.CompactionBytesMetric)
+    def commitAll(version: Long, v: Long): StateStore = {
+      val s = p.getStore(version)
+      keys.foreach(k => s.put(k, value(v)))
+      s.commit()
+      s
+    }
+    commitAll(0, 0)
+    // A record is [key size][value size][key][value], 8-byte aligned; every record here has one size.
+    val record = (8 + keys.head.getSizeInBytes + value(0).getSizeInBytes + 7) / 8 * 8
+    val s = p.getStore(1)
+    for (v <- 1 to 3; k <- keys) s.put(k, value(v)) // garbage: 3 records per live one, past 64 KiB
+    s.commit()
+    assert(compacted(s) == keys.size.toLong * record, "the live records copied, once")
+    assert(compacted(commitAll(2, 4)) == 0, "one more record per key is not yet twice the live bytes")
+    val idle = p.getStore(3)
+    idle.commit()
+    assert(compacted(idle) == 0)
+    assert(contents(p.getReadStore(4)).values.toSet == Set(4L))
+  }
+
   test("segments before stream time minus retention expire; late puts are dropped and counted") {
     val p = newProvider(tempDir(), s = settings(retentionMs = 10000))
     val s = p.getStore(0)
