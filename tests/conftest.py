@@ -2,6 +2,7 @@
 match, so the suite pays JVM startup only when a test needs different SparkConf."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -54,6 +56,29 @@ def fresh_builder() -> SparkSession.Builder:
     context's conf to the JVM as system properties that every later context would inherit."""
     SparkContext._ensure_initialized(conf=SparkConf().set("spark.jars", sluice.jar_path()))
     return SparkSession.builder
+
+
+@contextlib.contextmanager
+def driver_log(logger: str) -> Iterator[Callable[[], list[str]]]:
+    """What the driver JVM logs through the log4j logger `logger` while the block runs, read as
+    "LEVEL message" lines by the function it yields. The JVM starts first (without a session), so
+    the block can start the session whose log it reads; the logger's own appenders are untouched."""
+    fresh_builder()
+    jvm = SparkContext._jvm
+    core = jvm.org.apache.logging.log4j.core
+    out = jvm.java.io.StringWriter()
+    layout = core.layout.PatternLayout.newBuilder().withPattern("%p %m%n").build()
+    # a name of its own: log4j keeps an appender's name in its configuration after removal
+    appender = core.appender.WriterAppender.createAppender(layout, None, out, f"sluice-test-{uuid.uuid4()}",
+                                                           False, True)
+    appender.start()
+    target = jvm.org.apache.logging.log4j.LogManager.getLogger(logger)
+    target.addAppender(appender)
+    try:
+        yield lambda: str(out.toString()).splitlines()
+    finally:
+        target.removeAppender(appender)
+        appender.stop()
 
 
 def stop_session() -> None:

@@ -17,6 +17,5 @@ print("RESULT " + json.dumps({
     "counts": {r["k"]: r["count"] for r in spark.table("counts").collect()},
     "provider": spark.conf.get("spark.sql.streaming.stateStore.providerClass"),
     "metrics": sorted(ops[0]["customMetrics"]) if ops else [],
-    "warnings": list(spark._jvm.sluice.plugin.SluicePlugin.startupWarningsJava()),
 }))
 spark.stop()

@@ -6,7 +6,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 import sluice
-from conftest import BASE_CONF, executor_budgets, fresh_builder, sluice_session, stop_session
+from conftest import BASE_CONF, driver_log, executor_budgets, fresh_builder, sluice_session, stop_session
 
 
 def _builder(**conf: str) -> SparkSession.Builder:
@@ -60,20 +60,27 @@ def test_bad_conf_fails_session_start_naming_the_key(key: str, value: str, expec
     assert SparkSession.getActiveSession() is None
 
 
-def test_alias_and_precedence() -> None:
-    spark = sluice_session(conf={"spark.sluice.cache.max.bytes.buffering": "4m"})
-    budgets = executor_budgets(spark)
-    assert [b["cache_max_bytes"] for b in budgets.values()] == [4 << 20]
-    warnings = list(spark.sparkContext._jvm.sluice.plugin.SluicePlugin.startupWarningsJava())
-    assert warnings == ["spark.sluice.cache.max.bytes.buffering is deprecated: "
-                        "use spark.sluice.statestore.cache.max.bytes instead"]
+def _session_start_log(**conf: str) -> list[str]:
+    """What the plugin logged while a session with `conf` started (a new one, never a reused one)."""
+    from sluice._conf import PLUGIN_CLASS
+    stop_session()
+    with driver_log(PLUGIN_CLASS) as lines:
+        sluice_session(conf=conf)
+        return lines()
 
-    spark = sluice_session(conf={"spark.sluice.cache.max.bytes.buffering": "4m",
-                                 "spark.sluice.statestore.cache.max.bytes": "6m"})
-    budgets = executor_budgets(spark)
+
+def test_alias_and_precedence() -> None:
+    old, new = "spark.sluice.cache.max.bytes.buffering", "spark.sluice.statestore.cache.max.bytes"
+    assert _session_start_log(**{old: "4m"}) == [f"WARN {old} is deprecated: use {new} instead"]
+    budgets = executor_budgets(sluice_session(conf={old: "4m"}))
+    assert [b["cache_max_bytes"] for b in budgets.values()] == [4 << 20]
+
+    assert _session_start_log(**{old: "4m", new: "6m"}) == [
+        f"WARN {old} is deprecated and ignored: {new} is also set and wins"]
+    budgets = executor_budgets(sluice_session(conf={old: "4m", new: "6m"}))
     assert [b["cache_max_bytes"] for b in budgets.values()] == [6 << 20]
-    warnings = list(spark.sparkContext._jvm.sluice.plugin.SluicePlugin.startupWarningsJava())
-    assert len(warnings) == 1 and "spark.sluice.statestore.cache.max.bytes is also set and wins" in warnings[0]
+
+    assert _session_start_log(**{new: "6m"}) == []
 
 
 def test_per_slot_budget_is_total_over_task_slots_local() -> None:

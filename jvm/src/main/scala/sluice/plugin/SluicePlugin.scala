@@ -27,12 +27,6 @@ object SluicePlugin {
   /** Key of the driver's view of executor cores, handed to executors through the plugin's extra conf. */
   private[plugin] val ExecutorCoresKey = "executorCores"
 
-  /** The warnings the driver plugin logged when the running application started. */
-  @volatile var startupWarnings: Seq[String] = Nil
-
-  /** [[startupWarnings]] for py4j callers. */
-  def startupWarningsJava: java.util.List[String] = startupWarnings.asJava
-
   /** Task slots of an executor as the driver sees them: local[N] counts N, local-cluster[n,c,m] counts c. */
   private[plugin] def executorCores(master: String, confCores: Option[Int]): Option[Int] = {
     val local = """local\[(\d+|\*)(?:,\s*\d+)?\]""".r
@@ -52,9 +46,7 @@ class SluiceDriverPlugin extends DriverPlugin {
 
   override def init(sc: SparkContext, ctx: PluginContext): JMap[String, String] = {
     val conf = SluiceConf.validated(sc.getConf.getAll)
-    val warnings = SluiceConf.deprecationWarnings(conf.settings)
-    warnings.foreach(w => log.warn(w))
-    SluicePlugin.startupWarnings = warnings
+    SluiceConf.deprecationWarnings(conf.settings).foreach(w => log.warn(w))
     val cores = SluicePlugin.executorCores(sc.master, sc.getConf.getOption("spark.executor.cores").map(_.toInt))
     cores.map(c => Map(SluicePlugin.ExecutorCoresKey -> c.toString)).getOrElse(Map.empty[String, String]).asJava
   }
