@@ -3,6 +3,7 @@ stores gives the same results as the delegate alone, serves repeated reads from 
 the slot's byte share, and survives restarts on the same checkpoint."""
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 from pathlib import Path
@@ -13,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sluice
-from conftest import count_sum_by_key, executor_budgets, sluice_session
+from conftest import FileFedQuery, count_sum_by_key, executor_budgets, sluice_session
 
 CACHE_BYTES = 256 * 1024  # executor total; local[2] gives each slot half
 PLAIN = {
@@ -201,6 +202,111 @@ def test_byte_bound_respected_with_dirty_evictions(spark: SparkSession, tmp_path
     assert all(e > 0 for e in cached.metric("cacheEvictions"))
     # evicted dirty entries reached the delegate before the flush at commit wrote the rest
     assert all(w >= len({r["k"] for r in b}) for w, b in zip(cached.metric("delegateWrites"), batches))
+
+
+WINDOW_S, DELAY_S = 10, 10
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+
+
+class WindowedCounts(FileFedQuery):
+    """`groupBy(window(ts, 10 s), k).count()` with a 10 s watermark, update mode, on the caching
+    provider with one state partition (one store, so each batch's metrics are one store's). No-data
+    batches are off, so each file is exactly one batch and eviction happens only in them."""
+
+    def __init__(self, spark: SparkSession, root: Path, delegate: str):
+        super().__init__(spark, root)
+        self.delegate = delegate
+
+    def start(self) -> None:
+        conf = {"spark.sql.streaming.stateStore.providerClass": CACHING,
+                "spark.sluice.statestore.cache.delegate": self.delegate,
+                "spark.sql.shuffle.partitions": "1",
+                "spark.sql.streaming.noDataMicroBatches.enabled": "false"}
+        before = {k: self.spark.conf.get(k, None) for k in conf}
+        for k, v in conf.items():
+            self.spark.conf.set(k, v)
+        try:
+            self.query = (self.spark.readStream.schema("k STRING, ts TIMESTAMP").option("maxFilesPerTrigger", 1)
+                          .json(str(self.inputs)).withWatermark("ts", f"{DELAY_S} seconds")
+                          .groupBy(F.window("ts", f"{WINDOW_S} seconds"), "k").count()
+                          .writeStream.outputMode("update").format("noop")
+                          .option("checkpointLocation", str(self.root / "ckpt")).start())
+        finally:
+            for k, v in before.items():
+                self.spark.conf.unset(k) if v is None else self.spark.conf.set(k, v)
+
+    def operator_per_batch(self) -> list[dict]:
+        by_id = {p["batchId"]: p["stateOperators"][0] for p in self.progress
+                 if p.get("stateOperators") and p["numInputRows"] > 0}
+        return [by_id[b] for b in sorted(by_id)]
+
+
+def _windowed_batches() -> list[list[tuple[str, float]]]:
+    """(k, seconds after T0) rows: batch i has rows in window i and, from batch 1 on, in window
+    i - 1 (keys seen the batch before, and new ones). Times end in .5 s, so no watermark (a whole
+    second less .5, see below) ever equals a window end."""
+    rnd = random.Random(11)
+    return [[(rnd.choice("abcdef"), WINDOW_S * w + rnd.randrange(WINDOW_S - 1) + 0.5)
+             for w in ([i - 1, i] if i else [i]) for _ in range(5)] for i in range(5)]
+
+
+def _expected_cache_metrics(batches: list[list[tuple[str, float]]], restart_before: int) -> list[dict[str, int]]:
+    """What each batch of `WindowedCounts` does with the record cache, from its rules:
+    - Spark's restore step gets every (window, k) key of the batch once (after the merge
+      aggregation): a hit if the store's provider holds the key in the slot cache, i.e. put or read
+      it since the provider was created (a restarted query opens new providers), else a miss,
+      which reads the delegate (no write-behind at interval 0);
+    - the save step puts every key (dirty entries, one per key), then scans the store for windows
+      the watermark closed (window end <= watermark = latest event time of the earlier batches
+      minus the delay): the scan first flushes the puts to the delegate (a flush), and the removes
+      it makes are flushed at commit (a second flush, only when it removed something);
+    - the delegate commits once per batch."""
+    out = []
+    state: set[tuple[float, str]] = set()
+    cached: set[tuple[float, str]] = set()
+    latest = None
+    for i, rows in enumerate(batches):
+        if i == restart_before:
+            cached = set()
+        watermark = latest - DELAY_S if latest is not None else 0.0
+        assert all(t > watermark for _, t in rows)  # no late row: every row reaches the store
+        keys = {(t // WINDOW_S * WINDOW_S, k) for k, t in rows}
+        hits = len(keys & cached)
+        state |= keys
+        evicted = {key for key in state if key[0] + WINDOW_S <= watermark}
+        state -= evicted
+        cached |= keys
+        latest = max([t for _, t in rows] + ([latest] if latest is not None else []))
+        out.append({"cacheHits": hits, "cacheMisses": len(keys) - hits, "delegateReads": len(keys) - hits,
+                    "cacheHitRatio": hits * 100 // len(keys),
+                    "cacheFlushes": 1 + (1 if evicted else 0), "delegateWrites": len(keys) + len(evicted),
+                    "delegateCommits": 1,
+                    "numRowsUpdated": len(keys), "numRowsRemoved": len(evicted), "numRowsTotal": len(state)})
+    return out
+
+
+@pytest.mark.parametrize("delegate", ["hdfs", "rocksdb"])
+def test_cache_metrics_count_reads_flushes_and_delegate_io_exactly(
+        spark: SparkSession, tmp_path: Path, delegate: str) -> None:
+    batches = _windowed_batches()
+    restart_before = 3
+    expected = _expected_cache_metrics(batches, restart_before)
+    # the input exercises every rule: hits, misses, a cold restart, batches with and without eviction
+    assert expected[1]["cacheHits"] > 0 and expected[1]["cacheMisses"] > 0
+    assert expected[restart_before]["cacheHits"] == 0 and expected[restart_before]["numRowsRemoved"] > 0
+    assert {e["cacheFlushes"] for e in expected} == {1, 2}
+    q = WindowedCounts(spark, tmp_path, delegate)
+    q.start()
+    for i, rows in enumerate(batches):
+        if i == restart_before:
+            q.stop()
+            q.start()
+        q.feed([{"k": k, "ts": (T0 + dt.timedelta(seconds=t)).isoformat()} for k, t in rows])
+    q.stop()
+    assert len(q.operator_per_batch()) == len(batches)
+    got = [{name: (op[name] if name.startswith("numRows") else op["customMetrics"].get(name)) for name in e}
+           for op, e in zip(q.operator_per_batch(), expected)]
+    assert got == expected
 
 
 def _slot_caches(spark: SparkSession):
