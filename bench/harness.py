@@ -46,16 +46,30 @@ class Harness:
             for side in sides:
                 warmup(side)
         for i in range(repeats):
-            order = list(sides) if i % 2 == 0 else list(reversed(sides))
-            for side in order:
+            for side in _order(sides, i):
                 t0 = time.monotonic()
                 result = run(side, i)
                 result.setdefault("wall_s", round(time.monotonic() - t0, 3))
-                self.runs.setdefault(side, []).append(result)
-                print(f"   repeat {i + 1} {side}: " + ", ".join(
-                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                    for k, v in result.items() if not isinstance(v, (list, dict))))
+                self._record(side, i, result)
         return self.runs
+
+    def alternating_together(self, sides: Sequence[str], repeats: int,
+                             run: Callable[[list[str], int], dict[str, dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+        """For a benchmark that measures every side in one process (one JVM per repeat, warming
+        itself up): `run(order, repeat)` runs the sides in `order`, which alternates as in
+        `alternating`, and returns each side's figures."""
+        for i in range(repeats):
+            order = _order(sides, i)
+            results = run(order, i)
+            for side in order:
+                self._record(side, i, results[side])
+        return self.runs
+
+    def _record(self, side: str, i: int, result: dict[str, Any]) -> None:
+        self.runs.setdefault(side, []).append(result)
+        print(f"   repeat {i + 1} {side}: " + ", ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in result.items() if not isinstance(v, (list, dict))))
 
     def target(self, name: str, value: float, op: str, bound: float) -> bool:
         """Prints and records one target: `value op bound`, op one of <=, >=."""
@@ -75,6 +89,11 @@ class Harness:
         }, indent=1, default=str) + "\n")
         print(f"   results: {path}")
         return path
+
+
+def _order(sides: Sequence[str], repeat: int) -> list[str]:
+    """A B, B A, A B, ...: no side is favoured by its place in the process's life."""
+    return list(sides) if repeat % 2 == 0 else list(reversed(sides))
 
 
 def _cpus() -> int:

@@ -13,7 +13,7 @@ at the small state. The providers' ratios at each size are printed without a tar
         [--driver-memory 6g]
 
 The state-store level figures (put/commit per row, eviction, heap per entry) come from
-`bench/windowstore/run.sh` (sluice.windowstore.WindowStoreBenchmark, one JVM, Scala).
+`bench/windowstore/bench_ops.py` (sluice.windowstore.WindowStoreBenchmark, Scala, one JVM per repeat).
 """
 from __future__ import annotations
 

@@ -6,46 +6,46 @@ import java.util.UUID
 import scala.util.Random
 
 import org.apache.hadoop.conf.Configuration
+import org.json4s.{JDouble, JLong, JObject, JString}
+import org.json4s.jackson.JsonMethods.{compact, render}
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.execution.streaming.runtime.StreamExecution
 import org.apache.spark.sql.execution.streaming.state._
-import org.apache.spark.sql.functions.{col, window}
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types._
 import org.apache.spark.unsafe.types.UTF8String
 
 /**
- * Side-by-side benchmark of the in-memory window store, Spark's HDFS-backed provider and RocksDB
- * (bench/windowstore/run.sh). Part 1 follows Spark's StateStoreBasicOperationsBenchmark: per
- * provider, a committed state of `stateRows` windowed keys, then one version each of puts with
- * 0-100% overwrites, removes (eviction), and gets; each timed from getStore to commit (the
- * per-batch cost) and reported in ns per row. Part 2 runs a windowed count (no watermark) end to
- * end at a small and a large number of live keys and reports the per-batch time. Part 3 measures
- * the heap the window store retains per entry at `memoryKeys` live keys of prefix-scanned state
- * (session-window keys), after a full GC, against the entries' key and value bytes.
+ * State-store benchmark of the in-memory window store against Spark's HDFS-backed provider and
+ * RocksDB, one JVM per repeat, driven by bench/windowstore/bench_ops.py (through bench/harness.py,
+ * which alternates the side order between repeats, computes the ratios and checks the targets).
+ * Part 1 follows Spark's StateStoreBasicOperationsBenchmark: per side, a committed state of
+ * `--state-rows` windowed keys, then versions of puts with 0-100% overwrites, removes (eviction),
+ * gets and an empty version, each timed from getStore to commit (the per-batch cost), ns per row.
+ * The sides run in the order given, a full unmeasured round first (JIT warm-up), then the
+ * measured round. Part 3 measures the heap the window store retains per entry at `--memory-keys`
+ * live keys of prefix-scanned (session-window) state, after a full GC, against the entries' key
+ * and value bytes.
  *
- * Args: stateRows batchRows smallKeys largeKeys e2eBatchRows memoryKeys;
- * WSBENCH_PARTS=1,2,3 (comma-separated) runs a subset of the parts.
+ * Args: [--parts 1,3] [--sides windowstore,hdfs,rocksdb,ws-sparkfiles] [--state-rows 1000000]
+ * [--batch-rows 100000] [--memory-keys 5000000]. Every figure is printed on stdout as one line
+ * `WSBENCH {json}`; progress goes to stderr.
  */
 object WindowStoreBenchmark {
-  private val AllProviders = Seq(
+  private val ProviderClasses = Map(
     "windowstore" -> classOf[InMemoryWindowStoreProvider].getName,
     "hdfs" -> "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
     "rocksdb" -> "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-  /** Part 1 also runs the window store with its files written through Spark's checkpoint file
-   *  manager, as the built-in providers write theirs, to show what its own file path is worth. */
+  /** The window store with its files written through Spark's checkpoint file manager, as the
+   *  built-in providers write theirs, to show what its own file path is worth. */
   private val ThroughSparkFiles = "ws-sparkfiles"
   private val FileManagerKey = "spark.sql.streaming.checkpointFileManagerClass"
   private val FileContextManager =
     "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
-  /** WSBENCH_PROVIDERS=windowstore (comma-separated) runs a subset, e.g. under a profiler. */
-  private val Providers = sys.env.get("WSBENCH_PROVIDERS").map(_.split(",").toSet)
-    .map(only => AllProviders.filter(p => only(p._1))).getOrElse(AllProviders)
-  private val Parts = sys.env.get("WSBENCH_PARTS").map(_.split(",").map(_.trim.toInt).toSet)
-    .getOrElse(Set(1, 2, 3))
+  private val Marker = "WSBENCH "
 
   private val windowType = StructType(Seq(StructField("start", TimestampType), StructField("end", TimestampType)))
   private val keySchema = StructType(Seq(StructField("window", windowType), StructField("key", LongType)))
@@ -56,8 +56,12 @@ object WindowStoreBenchmark {
   private val sec = 1000000L
 
   def main(args: Array[String]): Unit = {
-    val Array(stateRows, batchRows, smallKeys, largeKeys, e2eBatchRows, memoryKeys) =
-      (args.map(_.toInt) ++ Array(1000000, 100000, 50000, 5000000, 20000, 5000000).drop(args.length)).take(6)
+    val opts = args.grouped(2).map { case Array(k, v) => k.stripPrefix("--") -> v }.toMap
+    def int(name: String, default: Int) = opts.get(name).map(_.toInt).getOrElse(default)
+    val parts = opts.getOrElse("parts", "1,3").split(",").map(_.trim.toInt).toSet
+    val sides = opts.getOrElse("sides", s"windowstore,hdfs,rocksdb,$ThroughSparkFiles").split(",").map(_.trim).toSeq
+    val unknown = sides.filterNot(s => ProviderClasses.contains(s) || s == ThroughSparkFiles)
+    require(unknown.isEmpty, s"unknown sides ${unknown.mkString(", ")}")
     val spark = SparkSession.builder().master("local[2]").appName("windowstore-bench")
       .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
       .config("spark.sql.streaming.stateStore.maintenanceInterval", "600s")
@@ -66,21 +70,21 @@ object WindowStoreBenchmark {
     // RocksDB reports to the state store coordinator, which otherwise exists once a query runs.
     StateStoreCoordinatorRef.forDriver(org.apache.spark.SparkEnv.get, spark.sessionState.conf)
     try {
-      if (Parts(1)) {
-        println(s"== Part 1: state store operations, $stateRows rows in state, $batchRows rows per version ==")
-        operations(stateRows, batchRows)
-        println()
-      }
-      if (Parts(2)) {
-        println(s"== Part 2: windowed count end to end, no watermark, $e2eBatchRows input rows per batch ==")
-        endToEnd(spark, Seq(smallKeys, largeKeys), e2eBatchRows)
-        println()
-      }
-      if (Parts(3)) {
-        println(s"== Part 3: heap retained per entry, $memoryKeys live keys of prefix-scanned (session-window) state ==")
-        retainedMemory(memoryKeys)
-      }
+      if (parts(1)) operations(sides, int("state-rows", 1000000), int("batch-rows", 100000))
+      if (parts(3)) retainedMemory(int("memory-keys", 5000000))
     } finally spark.stop()
+  }
+
+  /** One figure for the driver: a `WSBENCH` line of JSON on stdout. */
+  private def emit(fields: (String, Any)*): Unit = {
+    val json = JObject(fields.toList.map {
+      case (k, v: String) => k -> JString(v)
+      case (k, v: Double) => k -> JDouble(v)
+      case (k, v: Long) => k -> JLong(v)
+      case (k, v: Int) => k -> JLong(v.toLong)
+      case (k, v) => throw new IllegalArgumentException(s"$k: $v")
+    })
+    println(Marker + compact(render(json)))
   }
 
   // ---------------- Part 1 ----------------
@@ -108,15 +112,14 @@ object WindowStoreBenchmark {
 
   private def timeNs(f: => Unit): Long = { val t = System.nanoTime(); f; System.nanoTime() - t }
 
-  private def operations(stateRows: Int, batchRows: Int): Unit = {
+  private def operations(sides: Seq[String], stateRows: Int, batchRows: Int): Unit = {
     val keys = Array.tabulate(stateRows + batchRows)(i => key(i.toLong))
     val v = value(1L)
     val cases = Seq(0, 10, 50, 90, 100)
-    val results = scala.collection.mutable.LinkedHashMap[String, Map[String, Double]]()
-    // The first round only warms up the JIT for all providers; the second is reported.
-    val part1 = Providers ++ Providers.filter(_._1 == "windowstore").map(p => ThroughSparkFiles -> p._2)
-    for (round <- 0 to 1; (name, cls) <- part1) {
-      val p = newProvider(cls, sparkFiles = name == ThroughSparkFiles)
+    // The first round only warms up the JIT for every side; the second is reported.
+    for (round <- 0 to 1; side <- sides) {
+      val p = newProvider(ProviderClasses.getOrElse(side, ProviderClasses("windowstore")),
+        sparkFiles = side == ThroughSparkFiles)
       var version = 0L
       def batch(f: StateStore => Unit): Long = {
         val ns = timeNs {
@@ -144,7 +147,7 @@ object WindowStoreBenchmark {
         batch(s => added.foreach(k => s.remove(k)))
       }
       val toEvict = keys.take(stateRows).filter(k => k.getStruct(0, 2).getLong(0) < 10 * sec * (WindowsInState / 10))
-      r(s"evict ${toEvict.length} rows (remove) + commit") =
+      r("evict 10% of the state (remove) + commit") =
         batch(s => toEvict.foreach(k => s.remove(k))).toDouble / toEvict.length
       batch(s => toEvict.foreach(k => s.put(k, v)))
       val gets = Array.fill(batchRows)(keys(rnd.nextInt(stateRows)))
@@ -157,69 +160,9 @@ object WindowStoreBenchmark {
       // The per-version constant (file creation and rename on the checkpoint file system), shown
       // per batch row so it can be read against the put rows above.
       r("empty version + commit (per batch row)") = (1 to Iterations).map(_ => batch(_ => ())).min.toDouble / batchRows
-      if (round == 1) results(name) = r.toMap
-      println(f"  round $round $name%-12s done")
+      if (round == 1) r.foreach { case (op, ns) => emit("part" -> 1, "side" -> side, "op" -> op, "ns_per_row" -> ns) }
+      System.err.println(s"  part 1 round $round $side done")
       p.close()
-    }
-    val rows = results.head._2.keys.toSeq.sortBy(k => (!k.startsWith("put"), k.length, k))
-    println(f"${"operation (ns/row)"}%-42s${"windowstore"}%14s${"hdfs"}%14s${"rocksdb"}%14s${"hdfs/ws"}%10s${"rocksdb/ws"}%12s" +
-      f"${ThroughSparkFiles}%16s${"hdfs/wsspf"}%11s${"rocksdb/wsspf"}%14s")
-    for (op <- rows) {
-      def of(name: String) = results.get(name).map(_(op)).getOrElse(Double.NaN)
-      val ws = of("windowstore"); val h = of("hdfs"); val rk = of("rocksdb"); val spf = of(ThroughSparkFiles)
-      println(f"$op%-42s$ws%14.1f$h%14.1f$rk%14.1f${h / ws}%10.2f${rk / ws}%12.2f$spf%16.1f${h / spf}%11.2f${rk / spf}%14.2f")
-    }
-    println(s"($ThroughSparkFiles: the window store writing its files through Spark's $FileContextManager, " +
-      "as the built-in providers do, instead of java.nio on the local file system)")
-  }
-
-  // ---------------- Part 2 ----------------
-
-  private def endToEnd(spark: SparkSession, liveKeys: Seq[Int], batchRows: Int): Unit = {
-    import spark.implicits._
-    val batches = 5
-    val table = scala.collection.mutable.LinkedHashMap[(String, Int), Seq[Long]]()
-    for (n <- liveKeys; (name, cls) <- Providers) {
-      val dir = Files.createTempDirectory("wse2e")
-      val in = dir.resolve("in").toString
-      // Batch 0 creates n live windowed keys; later batches update half existing, add half new.
-      def writeBatch(i: Int, from: Long, count: Long, updateEvery: Long): Unit = {
-        spark.range(count).select(
-          (((col("id") * updateEvery + from) % 1000L) * 10L).cast("timestamp").as("ts"),
-          ((col("id") * updateEvery + from) / 1000L).cast("long").as("k"))
-          .coalesce(1).write.parquet(s"$in/b$i")
-      }
-      writeBatch(0, 0L, n.toLong, 1L)
-      spark.conf.set(SQLConf.STATE_STORE_PROVIDER_CLASS.key, cls)
-      val q = spark.readStream.schema("ts TIMESTAMP, k LONG").option("maxFilesPerTrigger", 1)
-        .parquet(s"$in/*")
-        .groupBy(window($"ts", "10 seconds"), $"k").count()
-        .writeStream.outputMode("update").format("noop")
-        .option("checkpointLocation", dir.resolve("ckpt").toString).start()
-      q.processAllAvailable()
-      val times = (1 to batches).map { i =>
-        val rnd = new Random(i)
-        // half updates of existing keys (stride), half new keys beyond n
-        writeBatch(i, rnd.nextInt(1000).toLong, batchRows / 2, math.max(1L, n.toLong / batchRows))
-        spark.range(batchRows / 2).select(
-          (((col("id") + n.toLong + i * batchRows) % 1000L) * 10L).cast("timestamp").as("ts"),
-          ((col("id") + n.toLong + i * batchRows) / 1000L + 1000000L).cast("long").as("k"))
-          .coalesce(1).write.mode("append").parquet(s"$in/b$i")
-        q.processAllAvailable()
-        val p = q.lastProgress
-        (p.durationMs.get("triggerExecution").longValue(), p.stateOperators.head.numRowsTotal)
-      }
-      q.stop()
-      spark.conf.unset(SQLConf.STATE_STORE_PROVIDER_CLASS.key)
-      val ms = times.map(_._1).drop(1) // first measured batch warms up
-      table((name, n)) = ms
-      println(f"  $name%-12s live keys ${times.last._2}%9d  batch ms ${ms.mkString(" ")}")
-    }
-    println()
-    println(f"${"provider"}%-12s" + liveKeys.map(n => f"${s"median ms @ $n"}%20s").mkString + f"${"large/small"}%14s")
-    for ((name, _) <- Providers) {
-      val med = liveKeys.map(n => median(table((name, n))))
-      println(f"$name%-12s" + med.map(m => f"$m%20.0f").mkString + f"${med.last / med.head}%14.2f")
     }
   }
 
@@ -255,11 +198,11 @@ object WindowStoreBenchmark {
   /**
    * Per layout: the heap used after a full GC before the store exists; `liveKeys` entries (two
    * sessions per group key) put in versions of 250k and committed; the heap used after a full GC
-   * again ("built"); then four batches that do what Spark's session-window operator does for 250k
-   * group keys each (prefix scan, then put the updated session); the heap after a full GC once
-   * more ("updated"). Each difference over the entries, against their key + value bytes. Updates
-   * leave the replaced records in the pages until the segment is compacted (when its garbage
-   * reaches twice its live records), so "updated" includes that garbage.
+   * again ("built"); then four batches that do what Spark's session-window operator does for a
+   * tenth of the group keys each, at most 250k (prefix scan, then put the updated session); the
+   * heap after a full GC once more ("updated"). Each difference over the entries, against their
+   * key + value bytes. Updates leave the replaced records in the pages until the segment is
+   * compacted (when its garbage reaches twice its live records), so "updated" includes that garbage.
    */
   private def retainedMemory(liveKeys: Int): Unit = {
     val sessionsPerKey = 2
@@ -300,11 +243,12 @@ object WindowStoreBenchmark {
         version = s.commit()
       }
       val built = measure("built")
+      val updatesPerBatch = math.min(250000, users / 10)
       val rnd = new Random(3)
       var scanned = 0L
       for (_ <- 1 to 4) {
         val s = p.getStore(version)
-        for (_ <- 0 until 250000) {
+        for (_ <- 0 until updatesPerBatch) {
           val k = user(rnd.nextInt(users))
           val sessions = s.prefixScan(prefixProj(InternalRow(k))).map(pr => (pr.key.copy(), pr.value.getLong(2))).toList
           scanned += sessions.size
@@ -314,23 +258,14 @@ object WindowStoreBenchmark {
         }
         version = s.commit()
       }
-      assert(scanned == 4L * 250000 * sessionsPerKey, s"$scanned sessions scanned")
+      assert(scanned == 4L * updatesPerBatch * sessionsPerKey, s"$scanned sessions scanned")
       val updated = measure("updated")
       p.close()
       Seq(built, updated)
     }
-    println(f"${"layout, point"}%-36s${"segments"}%9s${"entries"}%10s${"key+value"}%11s${"retained"}%10s" +
-      f"${"ratio"}%7s${"windowStoreMemoryBytes"}%24s  target retained <= 1.5x key+value")
     for ((name, segs, entries, kv, retained, reported) <- rows) {
-      val ratio = retained.toDouble / kv
-      println(f"$name%-36s$segs%9d$entries%10d${kv.toDouble / entries}%11.1f${retained.toDouble / entries}%10.1f" +
-        f"$ratio%7.2f${reported.toDouble / entries}%24.1f  ${if (ratio <= 1.5) "met" else "missed"}")
+      emit("part" -> 3, "point" -> name, "segments" -> segs, "entries" -> entries, "kv_bytes" -> kv,
+        "retained_bytes" -> retained, "reported_bytes" -> reported)
     }
-    println("(bytes per entry; retained = heap used after System.gc() twice minus the same before the store)")
-  }
-
-  private def median(xs: Seq[Long]): Double = {
-    val s = xs.sorted
-    if (s.length % 2 == 1) s(s.length / 2).toDouble else (s(s.length / 2 - 1) + s(s.length / 2)) / 2.0
   }
 }
