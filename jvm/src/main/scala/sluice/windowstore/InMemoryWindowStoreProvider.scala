@@ -15,6 +15,7 @@ import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.types.StructType
 
 import sluice.conf.SluiceConf
+import sluice.state.StoreFiles
 
 /**
  * KIP-428's in-memory window store as a Spark state store provider
