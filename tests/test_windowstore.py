@@ -415,3 +415,35 @@ def test_suppress_until_window_closes(spark: SparkSession, tmp_path: Path) -> No
         "suppress's buffer lives in the window store"
     finals = [row for rows in ws.results.values() for row in rows]
     assert len(finals) == len({(start, key) for start, key, _ in finals}), "one final result per window"
+
+
+def test_checkpoint_format_v2_is_refused_at_session_start_naming_the_key(spark: SparkSession, tmp_path: Path) -> None:
+    """The window store names its files by version alone, without format v2's store checkpoint
+    ids: a session with v2 fails to start, naming the key, the value and what to set; a query that
+    sets v2 in its session fails when its store opens, with the same message. Last in the module:
+    it stops the module's session."""
+    key = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+    spark.conf.set(key, "2")
+    try:
+        src = tmp_path / "in"
+        src.mkdir()
+        (src / "0.json").write_text(json.dumps(_batches(1)[0][0]) + "\n")
+        q = (spark.readStream.schema(SCHEMA).json(str(src)).groupBy("key").count().writeStream
+             .outputMode("update").format("noop").option("checkpointLocation", str(tmp_path / "c")).start())
+        with pytest.raises(Exception) as at_open:
+            q.processAllAvailable()
+        q.stop()
+    finally:
+        spark.conf.unset(key)
+
+    stop_session()
+    builder = fresh_builder().master("local[2]").appName("sluice-windowstore-v2")
+    for k, v in {**BASE_CONF, key: "2"}.items():
+        builder = builder.config(k, v)
+    with pytest.raises(sluice.SluiceConfError) as at_start:
+        SUPPLIER.configure(builder).getOrCreate()
+    message = str(at_start.value)
+    assert message == (f"sluice.windowstore.InMemoryWindowStoreProvider needs {key}=1, got 2: it names its files "
+                       f"by version alone, without the store checkpoint ids of format 2. Set {key}=1 (or unset it)")
+    assert SparkSession.getActiveSession() is None
+    assert message in str(at_open.value)
