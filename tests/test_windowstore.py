@@ -378,8 +378,10 @@ def test_supplier_and_configure_select_the_provider() -> None:
         sluice.configure(fresh_builder(), state_store="memory")
 
 
-def test_bad_window_store_conf_is_rejected_with_key_and_value(spark: SparkSession, tmp_path: Path) -> None:
-    spark.conf.set("spark.sluice.windowstore.retention", "soon")
+def _first_batch_failure(spark: SparkSession, tmp_path: Path, key: str, value: str) -> str:
+    """The error of a query's first batch (one aggregation over the window store) with `key` set
+    to `value` in the session."""
+    spark.conf.set(key, value)
     try:
         src = tmp_path / "in"
         src.mkdir()
@@ -389,9 +391,14 @@ def test_bad_window_store_conf_is_rejected_with_key_and_value(spark: SparkSessio
         with pytest.raises(Exception) as e:
             q.processAllAvailable()
         q.stop()
-        assert "Invalid value 'soon' for spark.sluice.windowstore.retention" in str(e.value)
+        return str(e.value)
     finally:
-        spark.conf.unset("spark.sluice.windowstore.retention")
+        spark.conf.unset(key)
+
+
+def test_bad_window_store_conf_is_rejected_with_key_and_value(spark: SparkSession, tmp_path: Path) -> None:
+    failure = _first_batch_failure(spark, tmp_path, "spark.sluice.windowstore.retention", "soon")
+    assert "Invalid value 'soon' for spark.sluice.windowstore.retention" in failure
 
 
 def test_suppress_until_window_closes(spark: SparkSession, tmp_path: Path) -> None:
@@ -423,18 +430,7 @@ def test_checkpoint_format_v2_is_refused_at_session_start_naming_the_key(spark: 
     sets v2 in its session fails when its store opens, with the same message. Last in the module:
     it stops the module's session."""
     key = "spark.sql.streaming.stateStore.checkpointFormatVersion"
-    spark.conf.set(key, "2")
-    try:
-        src = tmp_path / "in"
-        src.mkdir()
-        (src / "0.json").write_text(json.dumps(_batches(1)[0][0]) + "\n")
-        q = (spark.readStream.schema(SCHEMA).json(str(src)).groupBy("key").count().writeStream
-             .outputMode("update").format("noop").option("checkpointLocation", str(tmp_path / "c")).start())
-        with pytest.raises(Exception) as at_open:
-            q.processAllAvailable()
-        q.stop()
-    finally:
-        spark.conf.unset(key)
+    at_open = _first_batch_failure(spark, tmp_path, key, "2")
 
     stop_session()
     builder = fresh_builder().master("local[2]").appName("sluice-windowstore-v2")
@@ -446,4 +442,4 @@ def test_checkpoint_format_v2_is_refused_at_session_start_naming_the_key(spark: 
     assert message == (f"sluice.windowstore.InMemoryWindowStoreProvider needs {key}=1, got 2: it names its files "
                        f"by version alone, without the store checkpoint ids of format 2. Set {key}=1 (or unset it)")
     assert SparkSession.getActiveSession() is None
-    assert message in str(at_open.value)
+    assert message in at_open
