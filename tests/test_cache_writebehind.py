@@ -15,6 +15,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+import sluice
 from conftest import FileFedQuery, sluice_session
 
 CACHING = "sluice.cache.CachingStateStoreProvider"
@@ -24,12 +25,15 @@ PLAIN = {
     "in_memory_window": "sluice.windowstore.InMemoryWindowStoreProvider",
 }
 INTERVAL = "spark.sluice.commit.interval.ms"
+PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+FORMAT = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 LOG_DIR = "_sluice_writebehind"
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def spark() -> SparkSession:
+    # The running session when it has these settings (a test may have stopped it to start another).
     return sluice_session(statestore_cache_max_bytes=256 * 1024)
 
 
@@ -74,7 +78,7 @@ class Query(FileFedQuery):
         self.by_batch: dict[int, list[tuple]] = {}
 
     def start(self, interval: str) -> None:
-        conf = {"spark.sql.streaming.stateStore.providerClass": self.provider,
+        conf = {PROVIDER: self.provider,
                 "spark.sluice.statestore.cache.delegate": self.delegate, INTERVAL: interval}
         for k, v in conf.items():
             self.spark.conf.set(k, v)
@@ -277,17 +281,26 @@ def test_changed_rows_outgrowing_half_the_share_commit_the_delegate(
         w for w, c in zip(held.metric("delegateWrites"), commits) if c > 0)  # only committing batches write
 
 
-def test_checkpoint_format_v2_is_refused_naming_the_keys(spark: SparkSession, tmp_path: Path) -> None:
+def test_checkpoint_format_v2_is_refused_at_session_start_naming_the_keys(
+        spark: SparkSession, tmp_path: Path) -> None:
     """Write-behind numbers the delegate's versions itself, which checkpoint format v2's store
-    checkpoint ids cannot follow: the first batch fails naming both keys."""
-    key = "spark.sql.streaming.stateStore.checkpointFormatVersion"
-    spark.conf.set(key, "2")
+    checkpoint ids cannot follow: a session configured so fails to start, naming both keys, their
+    values and what to set; a query that sets v2 in its session fails at its first batch with the
+    same message. Last in the module: it stops the session the other tests share."""
+    spark.conf.set(FORMAT, "2")
     try:
         q = Query(spark, tmp_path, CACHING, "rocksdb", _dedup)
         q.start("1h")
     finally:
-        spark.conf.unset(key)
-    with pytest.raises(Exception) as failure:
+        spark.conf.unset(FORMAT)
+    with pytest.raises(Exception) as at_first_batch:
         q.feed(_batches(9, 1)[0])
     q.query.stop()
-    assert INTERVAL in str(failure.value) and key in str(failure.value)
+
+    with pytest.raises(sluice.SluiceConfError) as at_start:
+        sluice_session(conf={FORMAT: "2"}, state_store_cache=True, commit_interval_ms="1h")
+    message = str(at_start.value)
+    assert message.startswith(f"{INTERVAL}=3600000 with {PROVIDER}={CACHING} needs {FORMAT}=1, got 2: ")
+    assert message.endswith(f"Set {FORMAT}=1 (or unset it), or {INTERVAL}=0") and "\n" not in message
+    assert SparkSession.getActiveSession() is None
+    assert message in str(at_first_batch.value)

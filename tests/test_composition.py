@@ -261,24 +261,31 @@ WORKERS = int(os.environ.get("SLUICE_MATRIX_WORKERS", "4"))
 @pytest.fixture(scope="module")
 def runs(spark: SparkSession, request: pytest.FixtureRequest,
          tmp_path_factory: pytest.TempPathFactory) -> dict[Combo, Any]:
-    """Runs every selected combination, WORKERS at a time (each run waits on its own micro-batches
-    most of the time), and returns each one's Run or the exception it raised."""
+    """Every selected combination's Run (see run_all)."""
     selected = [item.callspec.params["combo"] for item in request.session.items
                 if item.module is request.module and hasattr(item, "callspec") and "combo" in item.callspec.params]
-    root = tmp_path_factory.mktemp("matrix")
+    return run_all(spark, tmp_path_factory.mktemp("matrix"), selected)
 
+
+def run_all(spark: SparkSession, root: Path, combos: list[Combo]) -> dict[Combo, Any]:
+    """Runs the combinations, WORKERS at a time (each run waits on its own micro-batches most of
+    the time), and returns each one's Run or the exception it raised."""
     def one(combo: Combo) -> Any:
         try:
             return Run(spark, root / combo.id, combo).run()
         except Exception as e:  # reported by the combination's own test
             return e
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        return dict(zip(selected, pool.map(one, selected)))
+        return dict(zip(combos, pool.map(one, combos)))
 
 
 @pytest.mark.parametrize("combo", COMBOS, ids=[c.id for c in COMBOS])
 def test_composition(runs: dict[Combo, Any], combo: Combo) -> None:
-    run = runs[combo]
+    check(runs[combo], combo)
+
+
+def check(run: Any, combo: Combo) -> None:
+    """What every combination must emit (see the module doc), or the exception its run raised."""
     if isinstance(run, Exception):
         raise run
     if combo.interval != "0" and combo.query == "update":

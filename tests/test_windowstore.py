@@ -378,8 +378,10 @@ def test_supplier_and_configure_select_the_provider() -> None:
         sluice.configure(fresh_builder(), state_store="memory")
 
 
-def test_bad_window_store_conf_is_rejected_with_key_and_value(spark: SparkSession, tmp_path: Path) -> None:
-    spark.conf.set("spark.sluice.windowstore.retention", "soon")
+def _first_batch_failure(spark: SparkSession, tmp_path: Path, key: str, value: str) -> str:
+    """The error of a query's first batch (one aggregation over the window store) with `key` set
+    to `value` in the session."""
+    spark.conf.set(key, value)
     try:
         src = tmp_path / "in"
         src.mkdir()
@@ -389,9 +391,14 @@ def test_bad_window_store_conf_is_rejected_with_key_and_value(spark: SparkSessio
         with pytest.raises(Exception) as e:
             q.processAllAvailable()
         q.stop()
-        assert "Invalid value 'soon' for spark.sluice.windowstore.retention" in str(e.value)
+        return str(e.value)
     finally:
-        spark.conf.unset("spark.sluice.windowstore.retention")
+        spark.conf.unset(key)
+
+
+def test_bad_window_store_conf_is_rejected_with_key_and_value(spark: SparkSession, tmp_path: Path) -> None:
+    failure = _first_batch_failure(spark, tmp_path, "spark.sluice.windowstore.retention", "soon")
+    assert "Invalid value 'soon' for spark.sluice.windowstore.retention" in failure
 
 
 def test_suppress_until_window_closes(spark: SparkSession, tmp_path: Path) -> None:
@@ -415,3 +422,24 @@ def test_suppress_until_window_closes(spark: SparkSession, tmp_path: Path) -> No
         "suppress's buffer lives in the window store"
     finals = [row for rows in ws.results.values() for row in rows]
     assert len(finals) == len({(start, key) for start, key, _ in finals}), "one final result per window"
+
+
+def test_checkpoint_format_v2_is_refused_at_session_start_naming_the_key(spark: SparkSession, tmp_path: Path) -> None:
+    """The window store names its files by version alone, without format v2's store checkpoint
+    ids: a session with v2 fails to start, naming the key, the value and what to set; a query that
+    sets v2 in its session fails when its store opens, with the same message. Last in the module:
+    it stops the module's session."""
+    key = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+    at_open = _first_batch_failure(spark, tmp_path, key, "2")
+
+    stop_session()
+    builder = fresh_builder().master("local[2]").appName("sluice-windowstore-v2")
+    for k, v in {**BASE_CONF, key: "2"}.items():
+        builder = builder.config(k, v)
+    with pytest.raises(sluice.SluiceConfError) as at_start:
+        SUPPLIER.configure(builder).getOrCreate()
+    message = str(at_start.value)
+    assert message == (f"sluice.windowstore.InMemoryWindowStoreProvider needs {key}=1, got 2: it names its files "
+                       f"by version alone, without the store checkpoint ids of format 2. Set {key}=1 (or unset it)")
+    assert SparkSession.getActiveSession() is None
+    assert message in at_open

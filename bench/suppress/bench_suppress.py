@@ -225,6 +225,9 @@ def release(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
     what is live, as old garbage counts until a mixed GC) minus the heap after a full GC just before it. Rows streamed out keep it flat; rows collected first grow it by their size."""
     n = args.release_rows
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    # The suppress operator's own buffer is what is measured: a fused plan has none (the
+    # aggregation's state-save emits the windows).
+    spark.conf.set(FUSED_KEY, "false")
     # RocksDB keeps state off the heap: what grows on the heap is the operators' own.
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS["rocksdb"])
     src = work / "release-in"
@@ -239,6 +242,8 @@ def release(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
     q.processAllAvailable()
     held_bytes = sum(op["customMetrics"]["suppressionBufferBytes"]
                      for op in q.lastProgress["stateOperators"] if op["operatorName"] == "suppress")
+    if not held_bytes:
+        raise RuntimeError("no suppress buffer held the windows: is the plan fused?")
     jvm = spark.sparkContext._jvm
     mx = jvm.java.lang.management.ManagementFactory
     jvm.java.lang.System.gc()

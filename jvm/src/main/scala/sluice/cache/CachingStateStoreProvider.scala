@@ -14,6 +14,7 @@ import org.apache.spark.sql.types.StructType
 import sluice.cache.internal.{CacheKey, CacheMetrics, DelegateMarker, DirtyWriter, LoggedRow, RecordCache, SlotCaches,
   StoreCounters, WriteBehindEntry, WriteBehindLog}
 import sluice.conf.{MemoryBudget, SluiceConf, SluiceConfException}
+import sluice.windowstore.InMemoryWindowStoreProvider
 
 /**
  * A [[StateStoreProvider]] that puts Kafka Streams' record cache (KIP-63) in front of another
@@ -160,11 +161,9 @@ class CachingStateStoreProvider extends StateStoreProvider {
     val slot = SlotCaches.forTask(synchronized(home))
     val interval = if (TaskContext.get() == null) 0L else commitInterval()
     val wb = interval > 0 && writeBehindApplies(delegateName)
-    if (wb && storeConf.enableStateStoreCheckpointIds) throw new SluiceConfException(
-      s"${SluiceConf.CommitIntervalMs.key}=${interval}ms with ${CachingStateStoreProvider.getClass.getName
-        .stripSuffix("$")} needs state store checkpoint format version 1 (the write-behind cache " +
-        s"numbers its delegate's versions itself): unset ${SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key} " +
-        s"or set it to 1, or set ${SluiceConf.CommitIntervalMs.key}=0")
+    // SluicePlugin refuses this at session start; a query can still set the format in its session.
+    checkpointFormatRefusal(interval, delegateName, storeConf.stateStoreCheckpointFormatVersion)
+      .foreach(m => throw new SluiceConfException(m))
     synchronized {
       intervalMs = interval
       storeShare = if (slot.pooled) capacity() else 0L
@@ -179,8 +178,8 @@ class CachingStateStoreProvider extends StateStoreProvider {
         delegateVersion = entry.map(_.delegateVersion).getOrElse(version)
         entry.foreach(_.rows.foreach(r => addPending(CacheKey(r.colFamily, r.key, this), r.value)))
         if (entry.isDefined && storeConf.enableStateStoreCheckpointIds) throw new SluiceConfException(
-          s"the state in ${log.dir.getParent} was written by sluice's write-behind cache, which needs state " +
-            s"store checkpoint format version 1: unset ${SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key}")
+          s"the state in ${log.dir.getParent} was written by sluice's write-behind cache, which needs " +
+            s"$FormatKey=1, got ${storeConf.stateStoreCheckpointFormatVersion}: set $FormatKey=1 (or unset it)")
         cachedVersion = version
         cachedCkptId = ckptId
         if (lastDelegateCommitMs == 0L) lastDelegateCommitMs = System.currentTimeMillis()
@@ -528,7 +527,30 @@ object CachingStateStoreProvider {
    * loads a version, so a row held back from it could outlive its expiry; it commits every batch
    * (its commits are in-memory deltas, the cost write-behind saves elsewhere).
    */
-  private[cache] def writeBehindApplies(delegate: String): Boolean = delegate != "in_memory_window"
+  private[cache] def writeBehindApplies(delegate: String): Boolean = delegate != WindowStoreDelegate
+
+  private val WindowStoreDelegate = "in_memory_window"
+  // Spark's HDFS-backed store refuses checkpoint format 2 itself, as the window store does.
+  private val DelegatesWithCheckpointIds = Set("rocksdb")
+  private val FormatKey = SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key
+
+  /**
+   * Why the record cache cannot run under state store checkpoint format `formatVersion`, or None.
+   * The write-behind cache (interval > 0) numbers its delegate's versions itself, which the store
+   * checkpoint ids of format 2 cannot follow; the window store delegate refuses format 2 at any
+   * interval. The one text for the store when it opens and for SluicePlugin's check of the
+   * session's conf at start.
+   */
+  def checkpointFormatRefusal(intervalMs: Long, delegate: String, formatVersion: Int): Option[String] =
+    if (delegate == WindowStoreDelegate) InMemoryWindowStoreProvider.checkpointFormatRefusal(formatVersion)
+    else if (intervalMs <= 0 || formatVersion <= 1) None
+    else {
+      val interval = SluiceConf.CommitIntervalMs.key
+      Some(s"$interval=$intervalMs with ${SQLConf.STATE_STORE_PROVIDER_CLASS.key}=${SluiceConf.CachingProviderClass} " +
+        s"needs $FormatKey=1, got $formatVersion: the write-behind cache numbers its delegate's versions itself, " +
+        s"which the store checkpoint ids of format $formatVersion cannot follow. Set $FormatKey=1 (or unset it)" +
+        (if (DelegatesWithCheckpointIds(delegate)) s", or $interval=0" else ""))
+    }
 
   /**
    * The delegate name: the running query's session conf (on the driver, or propagated to tasks as

@@ -9,7 +9,10 @@ import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 
 import org.apache.spark.network.util.JavaUtils
 
-/** A bad `spark.sluice.*` setting. The message is one line naming the key, the value and what is expected. */
+/**
+ * A bad `spark.sluice.*` setting, or a Spark setting sluice cannot run with. The message is one line
+ * naming the key, the value and what is expected.
+ */
 final class SluiceConfException(message: String) extends IllegalArgumentException(message)
 
 /**

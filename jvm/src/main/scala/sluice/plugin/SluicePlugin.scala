@@ -7,15 +7,19 @@ import scala.jdk.CollectionConverters._
 import com.codahale.metrics.Gauge
 import org.apache.spark.SparkContext
 import org.apache.spark.api.plugin.{DriverPlugin, ExecutorPlugin, PluginContext, SparkPlugin}
+import org.apache.spark.sql.internal.SQLConf
 import org.slf4j.LoggerFactory
 
-import sluice.conf.{MemoryBudget, SlotBudget, SluiceConf}
+import sluice.cache.CachingStateStoreProvider
+import sluice.conf.{MemoryBudget, SlotBudget, SluiceConf, SluiceConfException}
+import sluice.windowstore.InMemoryWindowStoreProvider
 
 /**
  * The Spark plugin (`spark.plugins=sluice.plugin.SluicePlugin`).
  *
- * Driver part: validates every `spark.sluice.*` key when the SparkContext starts, so a bad value
- * fails startup instead of a query minutes later.
+ * Driver part: validates every `spark.sluice.*` key when the SparkContext starts, and the
+ * session's state store conf where a sluice provider would refuse it, so a bad value fails startup
+ * instead of a query minutes later.
  * Executor part: owns the executor-wide record-cache budget and splits it over the task slots.
  */
 class SluicePlugin extends SparkPlugin {
@@ -26,6 +30,24 @@ class SluicePlugin extends SparkPlugin {
 object SluicePlugin {
   /** Key of the driver's view of executor cores, handed to executors through the plugin's extra conf. */
   private[plugin] val ExecutorCoresKey = "executorCores"
+
+  /**
+   * What the first store of the session's state store provider would refuse about the session's
+   * conf (sluice's providers under state store checkpoint format 2), in the provider's own words:
+   * the driver refuses it at start. A query that sets its provider or format in its session is
+   * refused by the store when it opens, with the same message.
+   */
+  private[plugin] def stateStoreRefusal(settings: Map[String, String], conf: SluiceConf): Option[String] = {
+    val format = settings.get(SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key).flatMap(_.trim.toIntOption)
+      .getOrElse(SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.defaultValue.get)
+    settings.get(SQLConf.STATE_STORE_PROVIDER_CLASS.key).map(_.trim) match {
+      case Some(SluiceConf.CachingProviderClass) => CachingStateStoreProvider.checkpointFormatRefusal(
+        conf.commitIntervalMs, conf.get(SluiceConf.StateStoreCacheDelegate), format)
+      case Some(c) if c == classOf[InMemoryWindowStoreProvider].getName =>
+        InMemoryWindowStoreProvider.checkpointFormatRefusal(format)
+      case _ => None
+    }
+  }
 
   /** Task slots of an executor as the driver sees them: local[N] counts N, local-cluster[n,c,m] counts c. */
   private[plugin] def executorCores(master: String, confCores: Option[Int]): Option[Int] = {
@@ -46,6 +68,7 @@ class SluiceDriverPlugin extends DriverPlugin {
 
   override def init(sc: SparkContext, ctx: PluginContext): JMap[String, String] = {
     val conf = SluiceConf.validated(sc.getConf.getAll)
+    SluicePlugin.stateStoreRefusal(sc.getConf.getAll.toMap, conf).foreach(m => throw new SluiceConfException(m))
     SluiceConf.deprecationWarnings(conf.settings).foreach(w => log.warn(w))
     val cores = SluicePlugin.executorCores(sc.master, sc.getConf.getOption("spark.executor.cores").map(_.toInt))
     cores.map(c => Map(SluicePlugin.ExecutorCoresKey -> c.toString)).getOrElse(Map.empty[String, String]).asJava

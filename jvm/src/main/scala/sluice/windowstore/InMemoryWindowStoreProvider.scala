@@ -12,9 +12,11 @@ import org.apache.spark.{SparkEnv, TaskContext}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.execution.streaming.state._
+import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types.StructType
 
 import sluice.conf.SluiceConf
+import sluice.state.StoreFiles
 
 /**
  * KIP-428's in-memory window store as a Spark state store provider
@@ -66,10 +68,8 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     if (useMultipleValuesPerKey) {
       throw StateStoreErrors.unsupportedOperationException("multipleValuesPerKey", ProviderName)
     }
-    if (storeConfs.enableStateStoreCheckpointIds) {
-      throw StateStoreErrors.stateStoreCheckpointIdsNotSupported(
-        s"$ProviderName does not support checkpointFormatVersion > 1")
-    }
+    checkpointFormatRefusal(storeConfs.stateStoreCheckpointFormatVersion)
+      .foreach(m => throw StateStoreErrors.stateStoreCheckpointIdsNotSupported(m))
     numColsPrefixKey = keyStateEncoderSpec match {
       case NoPrefixKeyStateEncoderSpec(_) => 0
       case PrefixKeyScanStateEncoderSpec(_, n) => n
@@ -148,10 +148,11 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
 
   // ---- versions ----
 
+  // A store checkpoint id comes only from a query running with the format that has them.
   private def checkNoCheckpointId(uniqueId: Option[String]): Unit = {
     if (uniqueId.isDefined) {
-      throw StateStoreErrors.stateStoreCheckpointIdsNotSupported(
-        s"$ProviderName does not support checkpointFormatVersion > 1")
+      checkpointFormatRefusal(FormatWithCheckpointIds)
+        .foreach(m => throw StateStoreErrors.stateStoreCheckpointIdsNotSupported(m))
     }
   }
 
@@ -411,6 +412,21 @@ object InMemoryWindowStoreProvider {
   /** LZ4 block: larger than the 64 KiB default, for fewer native calls per file. */
   private val BlockSize = 256 * 1024
   private val WriterWaitMs = 60000L
+
+  private val FormatKey = SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key
+  /** Spark's state store checkpoint format from which stores are opened with checkpoint ids. */
+  private val FormatWithCheckpointIds = 2
+
+  /**
+   * Why the window store cannot run under state store checkpoint format `formatVersion`, or None:
+   * its files are named by version alone, without the checkpoint ids of format 2. The one text for
+   * the store when it opens and for SluicePlugin's check of the session's conf at start.
+   */
+  def checkpointFormatRefusal(formatVersion: Int): Option[String] =
+    if (formatVersion < FormatWithCheckpointIds) None
+    else Some(s"${classOf[InMemoryWindowStoreProvider].getName} needs $FormatKey=1, got $formatVersion: " +
+      s"it names its files by version alone, without the store checkpoint ids of format $FormatWithCheckpointIds. " +
+      s"Set $FormatKey=1 (or unset it)")
 
   val SegmentsMetric: StateStoreCustomMetric =
     StateStoreCustomSumMetric("windowStoreSegments", "number of window segments in the window store")

@@ -7,7 +7,8 @@ import scala.util.control.NonFatal
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+
+import sluice.state.StoreFiles
 
 /**
  * One row changed since the delegate version a batch version builds on: `value == null` is a removal.
@@ -23,64 +24,63 @@ private[sluice] final case class WriteBehindEntry(version: Long, delegateVersion
 
 /**
  * The write-behind log of one store: one file per batch version, `<store dir>/_sluice_writebehind/<v>.wb`,
- * written atomically through Spark's CheckpointFileManager. A file is cumulative (it holds every row
- * changed since its delegate version, which the cache share bounds), so loading a version reads one
- * file; a version without a file is the delegate's own version of the same number (checkpoints
- * written before write-behind, or while the delegate committed every batch).
+ * written atomically through [[StoreFiles]] (java.nio on the local file system, Spark's
+ * CheckpointFileManager elsewhere). A file is cumulative (it holds every row changed since its
+ * delegate version, which the cache share bounds), so loading a version reads one file; a version
+ * without a file is the delegate's own version of the same number (checkpoints written before
+ * write-behind, or while the delegate committed every batch).
  */
 private[sluice] final class WriteBehindLog(storeDir: Path, hadoopConf: Configuration) {
   import WriteBehindLog._
 
   val dir = new Path(storeDir, DirName)
-  private lazy val fm = CheckpointFileManager.create(dir, hadoopConf)
+  private lazy val files = StoreFiles(dir, hadoopConf)
   // Whether the directory may hold files: when it never did, a batch whose delegate version matches
-  // its own number has no stale file to remove (one existence check per provider, not per batch).
+  // its own number has no stale file to remove (one listing per provider, not per batch).
   @volatile private var mayHaveFiles: Option[Boolean] = None
 
-  private def file(version: Long) = new Path(dir, s"$version$Suffix")
+  private def file(version: Long) = s"$version$Suffix"
 
   /** The entry of `version`, or None when it has no file (identity: delegate version == version). */
   def read(version: Long): Option[WriteBehindEntry] = {
-    val in = try fm.open(file(version)) catch { case _: FileNotFoundException => return None }
+    val in = try files.open(file(version)) catch { case _: FileNotFoundException => return None }
     try {
       val e = decode(new DataInputStream(in))
       if (e.version != version) throw new IOException(s"${file(version)} holds version ${e.version}")
       Some(e)
     } catch {
-      case NonFatal(e) => throw new IOException(s"sluice write-behind log ${file(version)} is unreadable: $e", e)
+      case NonFatal(e) => throw new IOException(s"sluice write-behind log ${file(version)} in $files is unreadable: $e", e)
     } finally in.close()
   }
 
   def write(entry: WriteBehindEntry): Unit = {
-    if (!mayHaveFiles.contains(true)) { fm.mkdirs(dir); mayHaveFiles = Some(true) }
-    val out = fm.createAtomic(file(entry.version), overwriteIfPossible = true)
-    try {
+    if (!mayHaveFiles.contains(true)) { files.mkdirs(); mayHaveFiles = Some(true) }
+    files.write(file(entry.version)) { out =>
       val data = new DataOutputStream(out)
       encode(entry, data)
       data.flush()
-    } catch { case e: Throwable => out.cancel(); throw e }
-    out.close()
+    }
   }
 
   /** Removes the file of `version` if any (its delegate version is now its own number). */
   def clear(version: Long): Unit = {
-    if (mayHaveFiles.isEmpty) mayHaveFiles = Some(fm.exists(dir))
-    if (mayHaveFiles.contains(true)) fm.delete(file(version))
+    if (mayHaveFiles.isEmpty) mayHaveFiles = Some(files.list().nonEmpty)
+    if (mayHaveFiles.contains(true)) files.delete(file(version))
   }
 
   /** Versions that have a file, ascending. */
-  def versions(): Seq[Long] =
-    try {
-      if (!fm.exists(dir)) Nil
-      else fm.list(dir).toSeq.map(_.getPath.getName).collect {
-        case n if n.endsWith(Suffix) && n.dropRight(Suffix.length).forall(_.isDigit) => n.dropRight(Suffix.length).toLong
-      }.sorted
-    } catch { case _: FileNotFoundException => Nil }
+  def versions(): Seq[Long] = files.list().flatMap(versionOf).sorted
+
+  // Not a checksum (`.<v>.wb.crc`) or a temporary file (`.<v>.wb.<uuid>.tmp`), which share the directory.
+  private def versionOf(name: String): Option[Long] = {
+    val v = name.stripSuffix(Suffix)
+    if (v.length < name.length && v.nonEmpty && v.forall(_.isDigit)) Some(v.toLong) else None
+  }
 
   /** Deletes the files of versions below `minVersion` (no retained batch version needs them). */
   def deleteBelow(minVersion: Long): Int = {
     val old = versions().filter(_ < minVersion)
-    old.foreach(v => fm.delete(file(v)))
+    old.foreach(v => files.delete(file(v)))
     old.size
   }
 }

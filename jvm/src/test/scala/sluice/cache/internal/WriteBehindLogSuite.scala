@@ -1,6 +1,6 @@
 package sluice.cache.internal
 
-import java.io.{ByteArrayInputStream, ByteArrayOutputStream, DataInputStream, DataOutputStream, IOException}
+import java.io.{ByteArrayInputStream, ByteArrayOutputStream, DataInputStream, DataOutputStream, File, IOException}
 import java.nio.file.Files
 
 import org.apache.hadoop.conf.Configuration
@@ -10,6 +10,8 @@ import org.apache.spark.sql.catalyst.expressions.{UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.types.{LongType, StringType, StructField, StructType}
 import org.apache.spark.unsafe.types.UTF8String
 import org.scalatest.funsuite.AnyFunSuite
+
+import sluice.state.StoreFilesSuite
 
 class WriteBehindLogSuite extends AnyFunSuite {
   private val keyProj = UnsafeProjection.create(StructType(Seq(StructField("k", StringType))))
@@ -51,23 +53,43 @@ class WriteBehindLogSuite extends AnyFunSuite {
     intercept[IOException](WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream("PK".getBytes ++ b))))
   }
 
-  test("versions without a file are the delegate's own; files are per version, cleared and cleaned") {
-    val dir = new Path(Files.createTempDirectory("sluice-wb").toString)
-    val log = new WriteBehindLog(dir, new Configuration())
-    assert(log.read(3).isEmpty && log.versions().isEmpty) // a checkpoint written before write-behind
-    log.clear(3) // nothing there: no error, no directory created
-    assert(!new java.io.File(dir.toString, WriteBehindLog.DirName).exists())
-    (10L to 14L).foreach(v => log.write(entry.copy(version = v, delegateVersion = 7L)))
-    same(log.read(12).get, entry)
-    assert(log.versions() == Seq(10L, 11L, 12L, 13L, 14L))
-    log.write(entry.copy(version = 12L, delegateVersion = 8L, rows = Nil)) // a replay overwrites
-    assert(log.read(12).get.delegateVersion == 8L && log.read(12).get.rows.isEmpty)
-    log.clear(13) // version 13 became the delegate's own
-    assert(log.read(13).isEmpty)
-    assert(log.deleteBelow(12) == 2 && log.versions() == Seq(12L, 14L))
-    // a file of the wrong version under a version's name is an error, not another version's state
-    val other = new java.io.File(dir.toString, s"${WriteBehindLog.DirName}/14${WriteBehindLog.Suffix}")
-    Files.write(other.toPath, bytes(entry))
-    intercept[IOException](log.read(14))
+  for ((kind, conf) <- StoreFilesSuite.kinds) {
+    test(s"$kind: versions without a file are the delegate's own; files are per version, cleared and cleaned") {
+      val dir = new Path(Files.createTempDirectory("sluice-wb").toUri)
+      val log = new WriteBehindLog(dir, conf())
+      assert(log.read(3).isEmpty && log.versions().isEmpty) // a checkpoint written before write-behind
+      log.clear(3) // nothing there: no error, no directory created
+      assert(!new File(dir.toUri.getPath, WriteBehindLog.DirName).exists())
+      (10L to 14L).foreach(v => log.write(entry.copy(version = v, delegateVersion = 7L)))
+      same(log.read(12).get, entry)
+      assert(log.versions() == Seq(10L, 11L, 12L, 13L, 14L))
+      log.write(entry.copy(version = 12L, delegateVersion = 8L, rows = Nil)) // a replay overwrites
+      assert(log.read(12).get.delegateVersion == 8L && log.read(12).get.rows.isEmpty)
+      log.clear(13) // version 13 became the delegate's own
+      assert(log.read(13).isEmpty)
+      assert(log.deleteBelow(12) == 2 && log.versions() == Seq(12L, 14L))
+      // a file of the wrong version under a version's name is an error, not another version's state
+      val logDir = new File(dir.toUri.getPath, WriteBehindLog.DirName)
+      Files.write(new File(logDir, s"14${WriteBehindLog.Suffix}").toPath, bytes(entry))
+      Files.deleteIfExists(new File(logDir, s".14${WriteBehindLog.Suffix}.crc").toPath) // else Hadoop calls it corrupt first
+      val e = intercept[IOException](log.read(14))
+      assert(e.getMessage.contains(s"14${WriteBehindLog.Suffix} holds version 12"), e.getMessage)
+    }
+  }
+
+  test("a log Spark's checkpoint file manager wrote (sluice before its java.nio path) loads and is cleaned") {
+    val dir = new Path(Files.createTempDirectory("sluice-wb").toUri)
+    val before = new WriteBehindLog(dir, StoreFilesSuite.throughSpark())
+    (10L to 12L).foreach(v => before.write(entry.copy(version = v)))
+    val logDir = new File(dir.toUri.getPath, WriteBehindLog.DirName)
+    assert(logDir.list().count(_.endsWith(".crc")) == 3)
+    val now = new WriteBehindLog(dir, new Configuration())
+    assert(now.versions() == Seq(10L, 11L, 12L))
+    same(now.read(11).get, entry.copy(version = 11L))
+    now.write(entry.copy(version = 12L, delegateVersion = 9L)) // a replay replaces a file and its checksum
+    assert(before.read(12).get.delegateVersion == 9L)
+    assert(now.deleteBelow(12) == 2) // maintenance
+    now.clear(12)
+    assert(logDir.list().isEmpty, logDir.list().mkString(", "))
   }
 }

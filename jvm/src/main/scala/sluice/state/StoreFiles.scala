@@ -1,6 +1,6 @@
-package sluice.windowstore
+package sluice.state
 
-import java.io.{File, FileInputStream, FileNotFoundException, FileOutputStream, InputStream, IOException, OutputStream}
+import java.io.{BufferedInputStream, BufferedOutputStream, File, FileInputStream, FileNotFoundException, FileOutputStream, InputStream, IOException, OutputStream}
 import java.nio.file.{Files, StandardCopyOption}
 import java.util.UUID
 
@@ -10,10 +10,12 @@ import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.{LocalFileSystem, Path, RawLocalFileSystem}
 
 import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+import org.apache.spark.sql.internal.SQLConf
 
 /**
- * The files of one store's checkpoint directory, by name. A written file appears whole or not at
- * all (written under a temporary name, then renamed).
+ * The files a feature keeps in one directory of a store's checkpoint, by name (the window store's
+ * deltas and snapshots, the record cache's write-behind log). A written file appears whole or not
+ * at all (written under a temporary name, then renamed).
  *
  * On the local file system the files are written with java.nio: Hadoop's local file system,
  * without its native library, starts a `chmod` or `stat` process for each file it creates or
@@ -23,21 +25,28 @@ import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileMana
  * process loses nothing; a power cut may lose what the OS had not written, commit log included).
  * Any other file system, or a checkpoint file manager chosen with
  * `spark.sql.streaming.checkpointFileManagerClass`, goes through Spark's CheckpointFileManager.
+ *
+ * Both read what the other wrote: Hadoop's local file system keeps a checksum beside each file
+ * (`.<name>.crc`), which the java.nio side never writes, removes before it replaces a file (a
+ * stale checksum would fail a later read through Hadoop) and removes with the file.
  */
-private[windowstore] sealed trait StoreFiles {
+private[sluice] sealed trait StoreFiles {
   def mkdirs(): Unit
   def exists(name: String): Boolean
+  /** The names in the directory; empty when it does not exist. */
   def list(): Seq[String]
-  /** Throws FileNotFoundException when the file is missing. */
+  /** A buffered stream; throws FileNotFoundException when the file is missing. */
   def open(name: String): InputStream
   /** Writes the file with `body` (which may close the stream); if anything fails, `name` is left
    *  as it was and no temporary file stays behind. */
   def write(name: String)(body: OutputStream => Unit): Unit
+  /** Deletes the file if it exists. */
   def delete(name: String): Unit
 }
 
-private[windowstore] object StoreFiles {
-  private val ManagerClassKey = "spark.sql.streaming.checkpointFileManagerClass"
+private[sluice] object StoreFiles {
+  private val ManagerClassKey = SQLConf.STREAMING_CHECKPOINT_FILE_MANAGER_CLASS.parent.key
+  private val BufferBytes = 64 * 1024
 
   def apply(dir: Path, hadoopConf: Configuration): StoreFiles =
     dir.getFileSystem(hadoopConf) match {
@@ -52,13 +61,15 @@ private[windowstore] object StoreFiles {
     override def mkdirs(): Unit = Files.createDirectories(dir.toPath)
     override def exists(name: String): Boolean = new File(dir, name).isFile
     override def list(): Seq[String] = Option(dir.list()).map(_.toSeq).getOrElse(Nil)
-    override def open(name: String): InputStream = new FileInputStream(new File(dir, name))
+    override def open(name: String): InputStream =
+      new BufferedInputStream(new FileInputStream(new File(dir, name)), BufferBytes)
 
     override def write(name: String)(body: OutputStream => Unit): Unit = {
       val tmp = new File(dir, s".$name.${UUID.randomUUID()}.tmp")
       try {
-        val out = new FileOutputStream(tmp)
+        val out = new BufferedOutputStream(new FileOutputStream(tmp), BufferBytes)
         try body(out) finally out.close()
+        Files.deleteIfExists(checksum(name))
         Files.move(tmp.toPath, new File(dir, name).toPath, StandardCopyOption.ATOMIC_MOVE)
       } catch {
         case e: Throwable =>
@@ -69,9 +80,10 @@ private[windowstore] object StoreFiles {
 
     override def delete(name: String): Unit = {
       Files.deleteIfExists(new File(dir, name).toPath)
-      // A checksum written beside it by Hadoop's local file system (an older sluice).
-      Files.deleteIfExists(new File(dir, s".$name.crc").toPath)
+      Files.deleteIfExists(checksum(name))
     }
+
+    private def checksum(name: String) = new File(dir, s".$name.crc").toPath
 
     override def toString: String = s"local files in $dir"
   }

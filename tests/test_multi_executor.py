@@ -1,0 +1,57 @@
+"""Every feature on more than one executor: combinations from the composition matrix
+(test_composition.py, same input, same expectations, same stop and restart on the checkpoint) run
+on `local-cluster[2,1,1024]`, two executor JVMs of one task slot each, so the two state partitions
+of each stateful operator live in different processes with their own record cache, slot budget,
+window stores and suppress indexes. Between them the cases cover suppress (fused and unfused,
+both modes), the record cache with write-behind, the emission cache, the in-memory window store
+(as provider and as the cache's delegate) and the input bound, on all three providers.
+"""
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any, Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+from conftest import sluice_session
+from test_composition import CACHE_BYTES, Combo, check, run_all
+
+CASES = [
+    Combo("hdfs", True, "window_closes", "30s", True),
+    Combo("rocksdb", True, "update", "30s", True),
+    Combo("in_memory_window", True, "time_limit", "30s", False),
+    Combo("in_memory_window", False, "window_closes", "0", False),
+    Combo("rocksdb", False, "time_limit", "0", True),
+    Combo("hdfs", False, "update", "30s", False),
+]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SparkSession]:
+    yield sluice_session(master="local-cluster[2,1,1024]", statestore_cache_max_bytes=CACHE_BYTES,
+                         conf={"spark.executor.memory": "512m", "spark.ui.enabled": "true",
+                               "spark.ui.port": "0"})
+
+
+@pytest.fixture(scope="module")
+def runs(cluster: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[Combo, Any]:
+    return run_all(cluster, tmp_path_factory.mktemp("multi"), CASES)
+
+
+def tasks_by_executor(spark: SparkSession) -> dict[str, int]:
+    sc = spark.sparkContext
+    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/executors"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return {e["id"]: e["totalTasks"] for e in json.load(r) if e["id"] != "driver"}
+
+
+@pytest.mark.parametrize("combo", CASES, ids=[c.id for c in CASES])
+def test_feature_on_two_executors(runs: dict[Combo, Any], combo: Combo) -> None:
+    check(runs[combo], combo)
+
+
+def test_both_executors_ran_the_queries(cluster: SparkSession, runs: dict[Combo, Any]) -> None:
+    tasks = tasks_by_executor(cluster)
+    assert len(tasks) == 2 and all(n > 0 for n in tasks.values()), tasks
