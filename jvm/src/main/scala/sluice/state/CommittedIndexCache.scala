@@ -47,11 +47,6 @@ class CommittedIndexCache[T <: AnyRef] {
     case id: StateStoreProviderId => StateStore.isLoaded(id)
     case _ => true
   }
-
-  /** Forgets every index. */
-  def clear(): Unit = synchronized(cached.clear())
-
-  def size: Int = synchronized(cached.size)
 }
 
 private object CommittedIndexCache {

@@ -191,13 +191,6 @@ private[sluice] final class RecordCache(val pooled: Boolean = false) {
     }
   }
 
-  /** Keys in eviction order (least recently used first), for tests. */
-  def keysInLruOrder: Seq[CacheKey] = synchronized {
-    val b = Seq.newBuilder[CacheKey]
-    map.keySet().forEach(k => b += k)
-    b.result()
-  }
-
   private def writeThrough(key: CacheKey, value: UnsafeRow, writer: DirtyWriter): Unit = {
     writer.write(key, value)
     delegateWrites += 1

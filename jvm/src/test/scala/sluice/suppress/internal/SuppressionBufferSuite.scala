@@ -9,6 +9,7 @@ import org.apache.spark.sql.types.{LongType, StringType, StructField, StructType
 import org.apache.spark.unsafe.types.UTF8String
 import org.scalatest.funsuite.AnyFunSuite
 
+import sluice.state.CommittedIndexCache
 import sluice.suppress._
 
 class SuppressionBufferSuite extends AnyFunSuite {
@@ -173,20 +174,20 @@ class SuppressionBufferSuite extends AnyFunSuite {
   }
 
   test("the index cache hands an index out once, only for the version and checkpoint id it reflects") {
-    BufferIndexCache.clear()
+    val cache = new CommittedIndexCache[BufferIndex] // BufferIndexCache's class, without the executor's entries
     val index = new BufferIndex
-    BufferIndexCache.offer("s", 5L, None, index)
-    assert(BufferIndexCache.take("s", 4L, None).isEmpty)
-    assert(BufferIndexCache.take("s", 5L, None).isEmpty) // a mismatch drops it
-    BufferIndexCache.offer("s", 5L, Some("x"), index)
-    assert(BufferIndexCache.take("s", 5L, Some("y")).isEmpty)
-    BufferIndexCache.offer("s", 5L, Some("x"), index)
-    assert(BufferIndexCache.take("s", 5L, Some("x")).exists(_ eq index))
-    assert(BufferIndexCache.take("s", 5L, Some("x")).isEmpty) // taken: nobody else gets it
-    BufferIndexCache.offer("s", 6L, None, index)
-    BufferIndexCache.offer("t", 1L, None, index)
-    BufferIndexCache.retain(_ == "t")
-    assert(BufferIndexCache.size == 1 && BufferIndexCache.take("t", 1L, None).isDefined)
+    cache.offer("s", 5L, None, index)
+    assert(cache.take("s", 4L, None).isEmpty)
+    assert(cache.take("s", 5L, None).isEmpty) // a mismatch drops it
+    cache.offer("s", 5L, Some("x"), index)
+    assert(cache.take("s", 5L, Some("y")).isEmpty)
+    cache.offer("s", 5L, Some("x"), index)
+    assert(cache.take("s", 5L, Some("x")).exists(_ eq index))
+    assert(cache.take("s", 5L, Some("x")).isEmpty) // taken: nobody else gets it
+    cache.offer("s", 6L, None, index)
+    cache.offer("t", 1L, None, index)
+    cache.retain(_ == "t")
+    assert(cache.take("s", 6L, None).isEmpty && cache.take("t", 1L, None).exists(_ eq index))
   }
 
   test("index entries order by buffer time (negative too), then unsigned key bytes") {
