@@ -110,6 +110,20 @@ def provider(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[st
 _BUDGET = re.compile(r"^SlotBudget\((.*),(\d+),(\d+),(\d+),(\d+)\)$")
 
 
+def plugin_gauges(spark: SparkSession) -> dict[str, int]:
+    """The sluice executor plugin's gauges as Spark's metrics system holds them (source
+    ``plugin.sluice.plugin.SluicePlugin``), which is what a metrics sink reports. Local mode: the
+    executor shares the driver's JVM and metrics system."""
+    metrics = spark.sparkContext._jvm.org.apache.spark.SparkEnv.get().metricsSystem()
+    found: dict[str, int] = {}
+    sources = metrics.getSourcesByName("plugin.sluice.plugin.SluicePlugin").iterator()
+    while sources.hasNext():
+        gauges = sources.next().metricRegistry().getGauges()
+        for name in list(gauges.keySet()):
+            found[name] = int(gauges.get(name).getValue())
+    return found
+
+
 def executor_budgets(spark: SparkSession, executors: int = 1, attempts: int = 20) -> dict[str, dict[str, int]]:
     """Each executor's slot budget as its tasks see it (``sluice.conf.MemoryBudget.current``, read
     by ``java_method`` in tasks on the executors), by executor id. Runs one small job per attempt

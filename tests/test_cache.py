@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sluice
-from conftest import FileFedQuery, count_sum_by_key, executor_budgets, sluice_session
+from conftest import FileFedQuery, count_sum_by_key, executor_budgets, plugin_gauges, sluice_session
 
 CACHE_BYTES = 256 * 1024  # executor total; local[2] gives each slot half
 PLAIN = {
@@ -309,29 +309,28 @@ def test_cache_metrics_count_reads_flushes_and_delegate_io_exactly(
     assert got == expected
 
 
-def _slot_caches(spark: SparkSession):
-    # local[2]: the executor's slot caches live in this JVM (sluice.cache.internal.SlotCaches)
-    return spark.sparkContext._jvm.sluice.cache.internal.SlotCaches
-
-
 def test_many_partitions_share_the_slot_caches_within_the_executor_budget(
         spark: SparkSession, tmp_path: Path) -> None:
     # 8 state partitions on 2 task slots, ~8x more state than the executor budget C. One cache per
     # partition bounded by C/T (the old design) would hold 8 x C/2; slot caches hold at most C.
+    # The executor's gauges show it: what the slot caches hold after each batch, and the most they
+    # ever held at once (during batches too, and over every earlier test of this session).
     batches = _batches(5, 3, rows=6000, keys=6000)
-    slots = _slot_caches(spark)
-    slots.resetPeak()
     run = Run(spark, tmp_path / "cached", "slots", CACHING, "rocksdb", _agg, "update", partitions=8)
     run.start()
+    held = []
     for i, rows in enumerate(batches):
         if i == 2:
             run.stop()
             run.start()
         run.feed(rows)
-        assert slots.executorBytes() <= CACHE_BYTES
+        held.append(plugin_gauges(spark)["cacheBytes"])
     run.stop()
-    peak = slots.peakBytes()
-    assert 0.75 * CACHE_BYTES < peak <= CACHE_BYTES  # the caches were full, and never over C
+    gauges = plugin_gauges(spark)
+    assert gauges["cacheMaxBytes"] == CACHE_BYTES
+    assert all(h <= CACHE_BYTES for h in held), held
+    assert max(held) > 0.75 * CACHE_BYTES, held  # the caches were full
+    assert max(held) <= gauges["cachePeakBytes"] <= CACHE_BYTES
     # every partition's store reported only what it holds in its slot's cache
     assert all(0 < s <= CACHE_BYTES // 2 * 8 for s in run.metric("cacheSizeBytes"))  # summed over 8
     assert all(e > 0 for e in run.metric("cacheEvictions"))

@@ -11,6 +11,7 @@ import org.apache.spark.sql.internal.SQLConf
 import org.slf4j.LoggerFactory
 
 import sluice.cache.CachingStateStoreProvider
+import sluice.cache.internal.SlotCaches
 import sluice.conf.{MemoryBudget, SlotBudget, SluiceConf, SluiceConfException}
 import sluice.windowstore.InMemoryWindowStoreProvider
 
@@ -93,6 +94,8 @@ class SluiceExecutorPlugin extends ExecutorPlugin {
     gauge("cacheMaxBytes", budget.cacheMaxBytes)
     gauge("cacheBytesPerSlot", budget.cacheBytesPerSlot)
     gauge("inputBufferMaxBytes", budget.inputBufferMaxBytes)
+    gauge("cacheBytes", SlotCaches.executorBytes)
+    gauge("cachePeakBytes", SlotCaches.peakBytes)
   }
 
   override def shutdown(): Unit = MemoryBudget.uninstall()

@@ -61,9 +61,8 @@ private[sluice] final class RecordCache(val pooled: Boolean = false) {
   @volatile var delegateWrites = 0L
 
   def sizeBytes: Long = bytes
-  /** The largest [[sizeBytes]] after any insert since the last [[resetPeak]]. */
+  /** The largest [[sizeBytes]] after any insert. */
   def peakBytes: Long = peak
-  def resetPeak(): Unit = peak = bytes
   def numEntries: Int = synchronized(map.size)
   def numDirty: Int = synchronized(dirtyCount)
   def ownerBytes(owner: AnyRef): Long = synchronized(Option(owners.get(owner)).map(_.bytes).getOrElse(0L))

@@ -57,13 +57,14 @@ private[sluice] object SlotCaches {
     }
   }
 
-  /** Bytes now held by all slot caches of this executor (state-store cache). */
+  /** Bytes now held by all slot caches of this executor (the plugin's gauge `cacheBytes`). */
   def executorBytes: Long = { var t = 0L; pool.forEach(c => t += c.sizeBytes); t }
 
   /**
-   * An upper bound of the largest [[executorBytes]] since the last [[resetPeak]]: the sum of each
-   * slot cache's own peak (each cache keeps its peak as it inserts; no executor-wide work per put).
+   * An upper bound of the most the slot caches of this executor ever held at once (the plugin's
+   * gauge `cachePeakBytes`): the sum of each slot cache's own peak, which it keeps as it inserts,
+   * so no put does executor-wide work. It shows that the budget held during batches, not only
+   * between them.
    */
   def peakBytes: Long = { var t = 0L; pool.forEach(c => t += c.peakBytes); t }
-  def resetPeak(): Unit = pool.forEach(_.resetPeak())
 }
