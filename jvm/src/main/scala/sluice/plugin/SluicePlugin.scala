@@ -68,8 +68,9 @@ class SluiceDriverPlugin extends DriverPlugin {
   private val log = LoggerFactory.getLogger(classOf[SluicePlugin])
 
   override def init(sc: SparkContext, ctx: PluginContext): JMap[String, String] = {
-    val conf = SluiceConf.validated(sc.getConf.getAll)
-    SluicePlugin.stateStoreRefusal(sc.getConf.getAll.toMap, conf).foreach(m => throw new SluiceConfException(m))
+    val settings = sc.getConf.getAll
+    val conf = SluiceConf.validated(settings)
+    SluicePlugin.stateStoreRefusal(settings.toMap, conf).foreach(m => throw new SluiceConfException(m))
     SluiceConf.deprecationWarnings(conf.settings).foreach(w => log.warn(w))
     val cores = SluicePlugin.executorCores(sc.master, sc.getConf.getOption("spark.executor.cores").map(_.toInt))
     cores.map(c => Map(SluicePlugin.ExecutorCoresKey -> c.toString)).getOrElse(Map.empty[String, String]).asJava
