@@ -132,7 +132,9 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
           Some((liveVersion, map.freeze()))
         } else None
       }
-      due.foreach { case (version, (entries, streamTime)) => writeSnapshot(version, entries, streamTime) }
+      due.foreach { case (version, (entries, streamTime)) =>
+        try writeSnapshot(version, entries, streamTime) finally entries.foreach(_.release())
+      }
       cleanup()
     } catch {
       case NonFatal(e) => logWarning(s"Maintenance of $this failed", e)

@@ -4,8 +4,9 @@ package sluice.windowstore
  * The window store's keys by the hash of their prefix (the first `numColsPrefixKey` columns), for
  * prefix scans, as primitive arrays: no object per key. Entry e is
  *  - `anchor(e)`: a segment id and the location of a record of the key in that segment's table
- *    (`segment << 32 | location`, see [[SegmentedStateMap]]), any of the key's records: their key
- *    bytes are the same, so an overwrite leaves the entry alone;
+ *    (`segment << 32 | location`, see [[SegmentedStateMap]]), any of the key's records not yet
+ *    written over: their key bytes are the same, so an overwrite leaves the entry alone, and the
+ *    map moves it before a put reuses the record it anchors;
  *  - `hash(e)`: the prefix's hash, so that a resize never reads a key and a walk skips other
  *    prefixes without reading theirs;
  *  - `next(e)`: the next entry of its bucket's chain (separate chaining), or of the free list.

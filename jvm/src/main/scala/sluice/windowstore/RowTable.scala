@@ -20,10 +20,14 @@ import org.apache.spark.unsafe.array.ByteArrayMethods
  * and the window store's prefix index with a segment id; a record is
  * `[key size: int][value size: int][key bytes][value bytes]`.
  *
- * Record bytes are never changed once written: an overwrite or a remove only repoints or clears
- * the slot, leaving the old record as garbage until [[compacted]] copies the live records into
- * new pages. Rows handed out therefore stay valid for as long as the caller holds them, and an
- * open version can be undone from the locations it replaced.
+ * An overwrite or a remove only repoints or clears the slot, leaving the old record as garbage:
+ * an open version can be undone from the locations it replaced, and rows handed out stay valid.
+ * The owner hands garbage back with [[retire]] once no version can need it (after the version
+ * that replaced it commits, or the version that wrote it rolls back); a later put of the same
+ * record size then writes over it instead of appending, so steady overwrites of same-size rows
+ * hold at most a version's worth of garbage. Other garbage waits for [[compacted]], which copies
+ * the live records into new pages. A frozen view reads records it does not own: records retired
+ * while one is open are held back until no view is open (see [[freeze]]).
  *
  * Single writer. An iterator taken before a rehash keeps reading the slots it started on and
  * re-checks each entry against the current table, so removes during iteration (as Spark's
@@ -47,6 +51,15 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   private var _lastWritten = Absent
   /** True while a frozen view reads `slots`: the next change copies them first. */
   private var shared = false
+  /** Frozen views not yet released: they may read any record live when they were taken. */
+  private val openViews = new java.util.concurrent.atomic.AtomicInteger()
+  /** Retired records by size: `reusable(size / 8)`, for sizes up to [[MaxReusedRecord]]; grown
+   *  to the largest size retired, so a table that never retires holds no array. */
+  private var reusable = new Array[LocationStack](0)
+  /** Records retired while a view was open, reusable once none is. */
+  private val held = new LocationStack
+  /** Heap held by the stacks' arrays. */
+  private var stackBytes = 0L
 
   /** Location of the record the last put appended (the change log keeps it). */
   def lastWritten: Long = _lastWritten
@@ -54,8 +67,8 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   def size: Int = live
   /** Bytes of the live records. */
   def liveBytes: Long = _liveBytes
-  /** Heap held: pages (live records and garbage) and the slot array. */
-  def memoryBytes: Long = pageBytes + capacity * 8L
+  /** Heap held: pages (live records and garbage), the slot array and the retired records' stacks. */
+  def memoryBytes: Long = pageBytes + capacity * 8L + stackBytes + reusable.length * 8L
   def isEmpty: Boolean = live == 0
 
   def get(key: UnsafeRow): UnsafeRow = {
@@ -68,7 +81,7 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
     own()
     val hash = key.hashCode()
     val slot = find(key, hash)
-    val loc = append(key, value)
+    val loc = write(key, value)
     _lastWritten = loc
     if (slot >= 0) {
       val prev = locOf(slotAt(slots, slot))
@@ -111,6 +124,52 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
     }
   }
 
+  /** The location of the key's record, or [[Absent]]. */
+  def liveLocation(key: UnsafeRow): Long = {
+    val slot = find(key, key.hashCode())
+    if (slot < 0) Absent else locOf(slotAt(slots, slot))
+  }
+
+  /** The retired record the next put of this key and value will write over, or [[Absent]] if it
+   *  will append: the owner moves anything of its own that points there first. */
+  def reusableFor(key: UnsafeRow, value: UnsafeRow): Long = {
+    val stack = reusableOfSize(align(Header + key.getSizeInBytes + value.getSizeInBytes))
+    if (stack == null) Absent else stack.top
+  }
+
+  /** The retired records of this size, or null if there are none. */
+  private def reusableOfSize(size: Int): LocationStack = {
+    val c = sizeClass(size)
+    if (c < reusable.length && reusable(c) != null && reusable(c).size > 0) reusable(c) else null
+  }
+
+  /**
+   * Hands back the garbage record at `loc` (no slot points at it) for later puts of its size. The
+   * caller guarantees no open version can point a key back at it and no row it handed out for
+   * the current version reads it; `maybeViewed` says a frozen view may read it (it was live
+   * before the current version), in which case it waits while any view is open. Records too large
+   * to reuse wait for compaction.
+   */
+  def retire(loc: Long, maybeViewed: Boolean): Unit = {
+    if (held.size > 0 && openViews.get() == 0) {
+      while (held.size > 0) addReusable(held.pop())
+    }
+    if (maybeViewed && openViews.get() > 0) pushTracked(held, loc)
+    else addReusable(loc)
+  }
+
+  private def addReusable(loc: Long): Unit = {
+    val size = recordBytes(loc).toInt
+    if (size <= MaxReusedRecord) {
+      val c = sizeClass(size)
+      if (c >= reusable.length) reusable = java.util.Arrays.copyOf(reusable, c + 1)
+      if (reusable(c) == null) reusable(c) = new LocationStack
+      pushTracked(reusable(c), loc)
+    }
+  }
+
+  private def pushTracked(stack: LocationStack, loc: Long): Unit = stackBytes += stack.push(loc)
+
   def keyAt(loc: Long): UnsafeRow = rowAt(pages, loc, keyFields, 0)
   /** Points `row` at the key of the record at `loc` (no allocation). */
   def pointKey(row: UnsafeRow, loc: Long): Unit = {
@@ -146,13 +205,15 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
 
   /**
    * The entries as of now, for a reader on another thread (a snapshot written by the maintenance
-   * thread) while the writer goes on: record bytes never change and pages only grow, so the view
-   * only needs the current slots, which the writer copies before its next change (copy on write,
-   * once per frozen table). The caller must hold off the writer during the call itself.
+   * thread) while the writer goes on: pages only grow and the records live now are not written
+   * over until the view is released (see [[retire]]), so the view only needs the current slots,
+   * which the writer copies before its next change (copy on write, once per frozen table). The
+   * caller must hold off the writer during the call itself, and release the view when done.
    */
   def freeze(): RowTable.Frozen = {
     shared = true
-    new RowTable.Frozen(slots, pages)
+    openViews.incrementAndGet()
+    new RowTable.Frozen(slots, pages, openViews)
   }
 
   /** Writes the record at `loc` as stored (see [[RowTable.readRecord]] for the format). */
@@ -311,15 +372,25 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
 
   // ---- pages ----
 
-  private def append(key: UnsafeRow, value: UnsafeRow): Long = {
+  /** Writes the record over a retired one of its size if any (see [[reusableFor]]), else appends
+   *  it; returns its location. */
+  private def write(key: UnsafeRow, value: UnsafeRow): Long = {
     val k = key.getSizeInBytes
     val v = value.getSizeInBytes
-    val off = reserve(align(Header + k + v))
-    Platform.putInt(page, addr(off), k)
-    Platform.putInt(page, addr(off) + 4, v)
-    Platform.copyMemory(key.getBaseObject, key.getBaseOffset, page, addr(off) + Header, k)
-    Platform.copyMemory(value.getBaseObject, value.getBaseOffset, page, addr(off) + Header + k, v)
-    locationOf(pages.length - 1, off)
+    val size = align(Header + k + v)
+    val stack = reusableOfSize(size)
+    val loc = if (stack != null) stack.pop()
+    else {
+      val off = reserve(size)
+      locationOf(pages.length - 1, off)
+    }
+    val p = pages(pageOf(loc))
+    val at = addr(offsetOf(loc))
+    Platform.putInt(p, at, k)
+    Platform.putInt(p, at + 4, v)
+    Platform.copyMemory(key.getBaseObject, key.getBaseOffset, p, at + Header, k)
+    Platform.copyMemory(value.getBaseObject, value.getBaseOffset, p, at + Header + k, v)
+    loc
   }
 
   /** Appends a whole record (header included) copied from another table's page. */
@@ -363,8 +434,15 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
 
 private[windowstore] object RowTable {
   /** A table's entries as of [[RowTable.freeze]]. */
-  final class Frozen private[RowTable] (slots: Array[Array[Long]], pages: Array[Array[Byte]]) {
+  final class Frozen private[RowTable] (slots: Array[Array[Long]], pages: Array[Array[Byte]],
+      openViews: java.util.concurrent.atomic.AtomicInteger) {
+    private val released = new java.util.concurrent.atomic.AtomicBoolean()
+
+    /** Lets the table write over the records this view reads (idempotent). */
+    def release(): Unit = if (released.compareAndSet(false, true)) openViews.decrementAndGet()
+
     def writeTo(out: OutputStream): Unit = {
+      require(!released.get(), "frozen view already released")
       var i = 0
       val n = capacityOf(slots)
       while (i < n) {
@@ -422,6 +500,26 @@ private[windowstore] object RowTable {
     }
   }
 
+  /** A stack of record locations in one array, which grows and never shrinks. */
+  private final class LocationStack {
+    private var items = new Array[Long](0)
+    var size = 0
+    def top: Long = items(size - 1)
+    def pop(): Long = { size -= 1; items(size) }
+    /** Returns the bytes the array grew by. */
+    def push(loc: Long): Long = {
+      var grown = 0L
+      if (size == items.length) {
+        val n = math.max(8, size * 2)
+        grown = (n - items.length) * 8L
+        items = java.util.Arrays.copyOf(items, n)
+      }
+      items(size) = loc
+      size += 1
+      grown
+    }
+  }
+
   /** Location of no entry. Real locations are >= 0 and below 2^31. */
   val Absent: Long = -1L
   /** A slot never used (location -1) and a cleared one (location -2). */
@@ -438,6 +536,9 @@ private[windowstore] object RowTable {
   private val OffsetBits = 15
   private val MaxPages = 1 << 16
   private val MinCompactBytes = 64L * 1024
+  /** Records up to this size (header included) are reused when retired: rows of fixed-width
+   *  columns and short strings, which is what overwrites of aggregation and session state write. */
+  private val MaxReusedRecord = 4096
 
   /** Slots per chunk at most: 256 KiB, below half of G1's smallest region (1 MiB). */
   private val ChunkBits = 15
@@ -460,6 +561,7 @@ private[windowstore] object RowTable {
   @inline private def offsetOf(loc: Long): Int = (loc.toInt & ((1 << OffsetBits) - 1)) << 3
   @inline private def addr(off: Int): Long = Platform.BYTE_ARRAY_OFFSET + off
   @inline private def align(n: Int): Int = (n + 7) & ~7
+  @inline private def sizeClass(alignedSize: Int): Int = alignedSize >>> 3
   /** Murmur3's low bits are well mixed already; folding the high bits in costs nothing. */
   @inline private def spread(h: Int): Int = h ^ (h >>> 16)
 }

@@ -88,9 +88,11 @@ private[windowstore] object WindowField {
  * of a live segment, holding the segment's id and the location of one of the key's records.
  *
  * There is one copy of the state. An open version records each change in a [[ChangeLog]] as
- * locations only, since record bytes never change: `rollback` points keys back at the records
- * they replaced, `commit` hands the records the version wrote to the delta file, in order.
- * Nothing is proportional to the state.
+ * locations only, since no record is written over while a version may need it: `rollback` points
+ * keys back at the records they replaced, `commit` hands the records the version wrote to the
+ * delta file, in order. Then the records the version made garbage (replaced by `commit`, written
+ * by `rollback`) are retired to their tables for later puts to write over (see [[RowTable.retire]]):
+ * rows handed out stay valid until the next version begins. Nothing is proportional to the state.
  *
  * Single writer: the provider hands out at most one open version at a time. Spark's operators
  * remove keys while iterating; iterators are weakly consistent and see those removes.
@@ -213,6 +215,12 @@ private[windowstore] final class SegmentedStateMap(
       i += 1
     }
     log = null
+    i = 0
+    while (i < ops.size) {
+      val seg = ops.segments(i)
+      if (ops.replaced(i) >= 0 && seg.live) seg.table.retire(ops.replaced(i), maybeViewed = true)
+      i += 1
+    }
     tidy(ops)
   }
 
@@ -237,6 +245,14 @@ private[windowstore] final class SegmentedStateMap(
           }
         }
         i -= 1
+      }
+      // What the version wrote is garbage now, and no frozen view saw it (views are taken
+      // between versions).
+      i = 0
+      while (i < ops.size) {
+        val seg = ops.segments(i)
+        if (ops.written(i) >= 0 && seg.live) seg.table.retire(ops.written(i), maybeViewed = false)
+        i += 1
       }
       streamTime = streamTimeAtOpen
       _droppedPuts = 0L
@@ -297,6 +313,7 @@ private[windowstore] final class SegmentedStateMap(
       }
     }
     val seg = segmentOf(start, create = true)
+    if (index != null) moveAnchorOff(seg, seg.table.reusableFor(key, value))
     val prev = seg.table.put(key, value)
     if (log != null) {
       log.add(seg, seg.table.lastWritten, prev)
@@ -320,6 +337,7 @@ private[windowstore] final class SegmentedStateMap(
   /** Applies a recovered record (no undo, no expiry). */
   def rawPut(key: UnsafeRow, value: UnsafeRow): Unit = {
     val seg = segmentOf(windowStartOf(key), create = true)
+    if (index != null) moveAnchorOff(seg, seg.table.reusableFor(key, value))
     if (seg.table.put(key, value) == Absent && index != null) indexAdd(seg, seg.table.lastWritten)
   }
 
@@ -338,7 +356,9 @@ private[windowstore] final class SegmentedStateMap(
 
   /** The entries whose key starts with `prefixKey` (a row of the first `numColsPrefixKey` key
    *  columns): the keys are collected first, as callers remove keys of the prefix while
-   *  iterating, and each key's value is read when the iteration reaches it. */
+   *  iterating, and each key's value is read when the iteration reaches it. A key is handed out
+   *  over its live record, not the anchor's (which may be retired, and written over by a put
+   *  while the caller still holds the key). */
   def prefixScan(prefixKey: UnsafeRow): Iterator[UnsafeRowPair] = {
     require(index != null, "prefix scan needs numColsPrefixKey > 0")
     val hash = prefixKey.hashCode()
@@ -347,9 +367,10 @@ private[windowstore] final class SegmentedStateMap(
     while (e != PrefixIndex.End) {
       if (index.hashOf(e) == hash) {
         val a = index.anchorOf(e)
-        val key = segmentsById(segmentIdOf(a)).table.keyAt(locationOf(a))
+        val table = segmentsById(segmentIdOf(a)).table
+        table.pointKey(cursor, locationOf(a))
         // Another prefix may share the hash.
-        if (prefixProjection(key) == prefixKey) keys += key
+        if (prefixProjection(cursor) == prefixKey) keys += table.keyAt(table.liveLocation(cursor))
       }
       e = index.next(e)
     }
@@ -477,6 +498,27 @@ private[windowstore] final class SegmentedStateMap(
       e = index.next(e)
     }
     throw new IllegalStateException(s"prefix index has no entry for a key of segment ${seg.start}")
+  }
+
+  /**
+   * Before a put writes over the retired record at `loc` (or for [[Absent]], nothing): an index
+   * entry may still anchor there, as an overwrite leaves the entry on the key's older record; it
+   * is moved to the key's live record, which a key with an entry always has.
+   */
+  private def moveAnchorOff(seg: Segment, loc: Long): Unit = if (loc != Absent) {
+    val t = seg.table
+    t.pointKey(cursor, loc)
+    val hash = prefixHash(cursor)
+    val anchor = anchorOf(seg, loc)
+    var e = index.head(hash)
+    while (e != PrefixIndex.End && index.anchorOf(e) != anchor) e = index.next(e)
+    if (e != PrefixIndex.End) {
+      val live = t.liveLocation(cursor)
+      if (live == Absent || live == loc) {
+        throw new IllegalStateException(s"prefix index anchors a retired record of segment ${seg.start}")
+      }
+      index.setAnchor(e, anchorOf(seg, live))
+    }
   }
 
   /** Points the index entries of a compacted segment at its new records: all entries are found

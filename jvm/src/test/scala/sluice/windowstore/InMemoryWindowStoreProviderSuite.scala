@@ -259,14 +259,20 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
     commitVersion(p, 2) { s =>
       s.put(wkey("k0", 0), value(100)); s.remove(wkey("k1", 1)); s.put(wkey("k2", 2), value(2))
     }
+    // Records of the same size in the same windows: puts would write over the records version 3
+    // replaced or removed, which the snapshot still reads, were they not held back.
+    commitVersion(p, 3)(s => (0L to 2L).foreach(w => s.put(wkey(s"j$w", w), value(-w))))
     PausingSnapshotFileManager.resume.countDown()
     maintenance.join(60000)
     assert(!maintenance.isAlive)
     assert(p.storeFiles.contains((2L, true)), p.storeFiles)
-    // Version 2 from its snapshot alone (the deltas before it gone), and version 3 on top.
+    // Version 2 from its snapshot alone (the deltas before it gone), and the versions on top.
     (1 to 2).foreach(v => java.nio.file.Files.delete(java.nio.file.Paths.get(dir, "0", "0", s"$v.wdelta")))
     assert(contents(newProvider(dir).getReadStore(2)) == frozen)
     assert(contents(newProvider(dir).getReadStore(3)) == Map("k0@0" -> 100L, "k2@2" -> 2L))
+    val v4 = Map("k0@0" -> 100L, "k2@2" -> 2L, "j0@0" -> 0L, "j1@1" -> -1L, "j2@2" -> -2L)
+    assert(contents(newProvider(dir).getReadStore(4)) == v4)
+    assert(contents(p.getReadStore(4)) == v4)
   }
 
   test("a replayed batch rebuilds the older version and overwrites the newer one") {
