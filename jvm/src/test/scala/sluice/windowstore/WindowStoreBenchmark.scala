@@ -201,8 +201,8 @@ object WindowStoreBenchmark {
    * again ("built"); then four batches that do what Spark's session-window operator does for a
    * tenth of the group keys each, at most 250k (prefix scan, then put the updated session); the
    * heap after a full GC once more ("updated"). Each difference over the entries, against their
-   * key + value bytes. Updates leave the replaced records in the pages until the segment is
-   * compacted (when its garbage reaches twice its live records), so "updated" includes that garbage.
+   * key + value bytes. The records a batch replaces are written over by the next batch's puts of
+   * the same size, so "updated" includes the last batch's replaced records.
    */
   private def retainedMemory(liveKeys: Int): Unit = {
     val sessionsPerKey = 2
