@@ -49,6 +49,7 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   private var pageBytes = 0L
   private var _liveBytes = 0L
   private var _lastWritten = Absent
+  private var _lastReplacedBytes = 0
   /** True while a frozen view reads `slots`: the next change copies them first. */
   private var shared = false
   /** Frozen views not yet released: they may read any record live when they were taken. */
@@ -63,6 +64,9 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
 
   /** Location of the record the last put appended (the change log keeps it). */
   def lastWritten: Long = _lastWritten
+  /** Size of the record the last put or remove replaced (for [[retire]], which then need not read
+   *  it again: by then it is usually out of the CPU's caches). */
+  def lastReplacedBytes: Int = _lastReplacedBytes
 
   def size: Int = live
   /** Bytes of the live records. */
@@ -86,7 +90,8 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
     if (slot >= 0) {
       val prev = locOf(slotAt(slots, slot))
       setSlot(slots, slot, slotOf(hash, loc))
-      _liveBytes += recordBytes(loc) - recordBytes(prev)
+      _lastReplacedBytes = recordBytes(prev).toInt
+      _liveBytes += recordBytes(loc) - _lastReplacedBytes
       prev
     } else {
       insert(-slot - 1, hash, loc)
@@ -103,7 +108,8 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
       val prev = locOf(slotAt(slots, slot))
       setSlot(slots, slot, Tombstone)
       live -= 1
-      _liveBytes -= recordBytes(prev)
+      _lastReplacedBytes = recordBytes(prev).toInt
+      _liveBytes -= _lastReplacedBytes
       prev
     }
   }
@@ -150,16 +156,21 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
    * before the current version), in which case it waits while any view is open. Records too large
    * to reuse wait for compaction.
    */
-  def retire(loc: Long, maybeViewed: Boolean): Unit = {
+  def retire(loc: Long, maybeViewed: Boolean): Unit = retire(loc, recordBytes(loc).toInt, maybeViewed)
+
+  /** [[retire]] of a record whose size the caller knows (see [[lastReplacedBytes]]). */
+  def retire(loc: Long, size: Int, maybeViewed: Boolean): Unit = {
     if (held.size > 0 && openViews.get() == 0) {
-      while (held.size > 0) addReusable(held.pop())
+      while (held.size > 0) {
+        val h = held.pop()
+        addReusable(h, recordBytes(h).toInt)
+      }
     }
     if (maybeViewed && openViews.get() > 0) pushTracked(held, loc)
-    else addReusable(loc)
+    else addReusable(loc, size)
   }
 
-  private def addReusable(loc: Long): Unit = {
-    val size = recordBytes(loc).toInt
+  private def addReusable(loc: Long, size: Int): Unit = {
     if (size <= MaxReusedRecord) {
       val c = sizeClass(size)
       if (c >= reusable.length) reusable = java.util.Arrays.copyOf(reusable, c + 1)

@@ -22,27 +22,30 @@ private[windowstore] final class Segment(val start: Long, keyFields: Int, valueF
 }
 
 /**
- * The open version's changes, in order, as three parallel arrays (no object per change): the
- * segment, the location the change wrote (Absent for a remove, Dropped for a segment that expiry
- * dropped) and the location it replaced (Absent for a new key).
+ * The open version's changes, in order, as parallel arrays (no object per change): the segment,
+ * the location the change wrote (Absent for a remove, Dropped for a segment that expiry dropped),
+ * the location it replaced (Absent for a new key) and the replaced record's size.
  */
 private[windowstore] final class ChangeLog {
   var segments = new Array[Segment](1024)
   var written = new Array[Long](1024)
   var replaced = new Array[Long](1024)
+  var replacedBytes = new Array[Int](1024)
   var size = 0
   /** Key and value bytes the version's puts wrote. */
   var bytesWritten = 0L
 
-  def add(seg: Segment, newLoc: Long, prevLoc: Long): Unit = {
+  def add(seg: Segment, newLoc: Long, prevLoc: Long, prevBytes: Int): Unit = {
     if (size == written.length) {
       segments = java.util.Arrays.copyOf(segments, size * 2)
       written = java.util.Arrays.copyOf(written, size * 2)
       replaced = java.util.Arrays.copyOf(replaced, size * 2)
+      replacedBytes = java.util.Arrays.copyOf(replacedBytes, size * 2)
     }
     segments(size) = seg
     written(size) = newLoc
     replaced(size) = prevLoc
+    replacedBytes(size) = prevBytes
     size += 1
     if (seg.touchedBy ne this) {
       seg.touchedBy = this
@@ -184,7 +187,7 @@ private[windowstore] final class SegmentedStateMap(
       while (first != null && first.getKey.longValue() <= threshold) {
         val seg = first.getValue
         unlink(seg)
-        if (log != null) log.add(seg, Dropped, Absent)
+        if (log != null) log.add(seg, Dropped, Absent, 0)
         first = segments.firstEntry()
       }
     }
@@ -218,7 +221,7 @@ private[windowstore] final class SegmentedStateMap(
     i = 0
     while (i < ops.size) {
       val seg = ops.segments(i)
-      if (ops.replaced(i) >= 0 && seg.live) seg.table.retire(ops.replaced(i), maybeViewed = true)
+      if (ops.replaced(i) >= 0 && seg.live) seg.table.retire(ops.replaced(i), ops.replacedBytes(i), maybeViewed = true)
       i += 1
     }
     tidy(ops)
@@ -316,7 +319,7 @@ private[windowstore] final class SegmentedStateMap(
     if (index != null) moveAnchorOff(seg, seg.table.reusableFor(key, value))
     val prev = seg.table.put(key, value)
     if (log != null) {
-      log.add(seg, seg.table.lastWritten, prev)
+      log.add(seg, seg.table.lastWritten, prev, if (prev == Absent) 0 else seg.table.lastReplacedBytes)
       log.bytesWritten += key.getSizeInBytes + value.getSizeInBytes
     }
     if (index != null && prev == Absent) indexAdd(seg, seg.table.lastWritten)
@@ -327,7 +330,7 @@ private[windowstore] final class SegmentedStateMap(
     if (seg != null) {
       val prev = seg.table.remove(key)
       if (prev != Absent) {
-        if (log != null) log.add(seg, Absent, prev)
+        if (log != null) log.add(seg, Absent, prev, seg.table.lastReplacedBytes)
         if (index != null) indexRemove(seg, key)
         if (log == null && seg.table.isEmpty && seg.start != NoWindow) unlink(seg)
       }
