@@ -316,13 +316,21 @@ private[windowstore] final class SegmentedStateMap(
       }
     }
     val seg = segmentOf(start, create = true)
-    if (index != null) moveAnchorOff(seg, seg.table.reusableFor(key, value))
-    val prev = seg.table.put(key, value)
+    val prev = putInto(seg, key, value)
     if (log != null) {
       log.add(seg, seg.table.lastWritten, prev, if (prev == Absent) 0 else seg.table.lastReplacedBytes)
       log.bytesWritten += key.getSizeInBytes + value.getSizeInBytes
     }
+  }
+
+  /** Puts the entry into the segment's table and keeps the prefix index in step: an anchor moves
+   *  off the retired record the put will write over, a new key gets an entry. Returns the
+   *  replaced location or [[Absent]]. */
+  private def putInto(seg: Segment, key: UnsafeRow, value: UnsafeRow): Long = {
+    if (index != null) moveAnchorOff(seg, seg.table.reusableFor(key, value))
+    val prev = seg.table.put(key, value)
     if (index != null && prev == Absent) indexAdd(seg, seg.table.lastWritten)
+    prev
   }
 
   def remove(key: UnsafeRow): Unit = {
@@ -339,9 +347,7 @@ private[windowstore] final class SegmentedStateMap(
 
   /** Applies a recovered record (no undo, no expiry). */
   def rawPut(key: UnsafeRow, value: UnsafeRow): Unit = {
-    val seg = segmentOf(windowStartOf(key), create = true)
-    if (index != null) moveAnchorOff(seg, seg.table.reusableFor(key, value))
-    if (seg.table.put(key, value) == Absent && index != null) indexAdd(seg, seg.table.lastWritten)
+    putInto(segmentOf(windowStartOf(key), create = true), key, value)
   }
 
   def rawRemove(key: UnsafeRow): Unit = remove(key)
