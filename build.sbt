@@ -1,61 +1,97 @@
-// One project: Scala sources under jvm/, Spark as a provided dependency (the pyspark wheel
-// pinned in pyproject.toml carries the same Spark and Scala at run time).
-val sparkVersion = "4.1.3"
+// One source tree, one sbt project per supported Spark minor (conf.json's "spark" section is the
+// list): `spark41`, `spark42`, `spark43`. Each compiles jvm/src/main/scala plus its own
+// jvm/src/main/spark-<minor>/ (the seam: only what differs between Spark versions) against the jars
+// of that minor's pyspark distribution (dev/spark-jars fetches them), and packages
+// sluice-spark-<minor>.jar, published as io.sluice:sluice-spark-<minor>_2.13.
+import sjsonnew.support.scalajson.unsafe.{Parser => JsonParser}
+import sjsonnew.shaded.scalajson.ast.unsafe.{JObject, JString, JValue}
+import scala.sys.process._
+
 val kafkaStreamsVersion = "4.1.1"
 
 ThisBuild / organization := "io.sluice"
 ThisBuild / version := "0.1.0"
-ThisBuild / scalaVersion := "2.13.17"
 
+/** conf.json's spark.supported: minor -> field -> value. */
+lazy val sparkLines: Map[String, Map[String, String]] = {
+  val text = IO.read(file("jvm/src/main/resources/sluice/conf.json"))
+  def fields(v: JValue): Map[String, JValue] = v match {
+    case JObject(fs) => fs.map(f => f.field -> f.value).toMap
+    case other => sys.error(s"conf.json: expected an object, found $other")
+  }
+  val supported = fields(fields(fields(JsonParser.parseUnsafe(text))("spark"))("supported"))
+  supported.map { case (minor, line) =>
+    minor -> fields(line).collect { case (k, JString(s)) => k -> s }
+  }
+}
+
+def sparkLine(minor: String): Project = {
+  val line = sparkLines(minor)
+  val id = "spark" + minor.replace(".", "")
+  Project(id, file("jvm") / "target" / s"spark-$minor")
+    .settings(
+      name := s"sluice-spark-$minor",
+      description := s"Kafka Streams' state and emission controls for Spark $minor Structured Streaming",
+      versionScheme := Some("early-semver"),
+      scalaVersion := line("scala"),
+      Compile / unmanagedSourceDirectories := Seq(
+        (ThisBuild / baseDirectory).value / "jvm" / "src" / "main" / "scala",
+        (ThisBuild / baseDirectory).value / "jvm" / "src" / "main" / s"spark-$minor"),
+      Compile / unmanagedResourceDirectories :=
+        Seq((ThisBuild / baseDirectory).value / "jvm" / "src" / "main" / "resources"),
+      Test / unmanagedSourceDirectories :=
+        Seq((ThisBuild / baseDirectory).value / "jvm" / "src" / "test" / "scala"),
+      Test / unmanagedResourceDirectories :=
+        Seq((ThisBuild / baseDirectory).value / "jvm" / "src" / "test" / "resources"),
+      target := (ThisBuild / baseDirectory).value / "jvm" / "target" / s"spark-$minor",
+      javacOptions ++= Seq("--release", "17"),
+      scalacOptions ++= Seq("-release", "17", "-deprecation", "-feature", "-Wunused:imports"),
+      // Spark, its Scala and everything else it ships come from the pyspark distribution of this
+      // minor (unmanaged, so the published POM lists none of it and `--packages` fetches only
+      // sluice); Scala itself is the managed one of the same version, for the compiler.
+      autoScalaLibrary := false,
+      Compile / unmanagedJars := {
+        val root = (ThisBuild / baseDirectory).value
+        val dir = file(Seq((root / "dev" / "spark-jars").getPath, minor).!!.trim)
+        (dir * "*.jar").get
+          .filterNot(f => f.getName.startsWith("scala-library-") || f.getName.startsWith("scala-reflect-") ||
+            f.getName.startsWith("scala-compiler-"))
+          .map(Attributed.blank)
+      },
+      libraryDependencies ++= Seq(
+        "org.scala-lang" % "scala-library" % scalaVersion.value % Provided,
+        ("org.apache.spark" %% "spark-sql-kafka-0-10" % line("kafka_connector") % Provided).intransitive(),
+        // The client the connector above runs with; sluice.input samples record sizes with it.
+        ("org.apache.kafka" % "kafka-clients" % line("kafka_clients") % Provided).intransitive(),
+        "org.scalatest" %% "scalatest" % "3.2.19" % Test,
+        // The differential test against Kafka Streams (KafkaStreamsConformanceSuite). Streams 4.x needs
+        // the kafka-clients of its own version, so the test classpath gets it in place of the one
+        // above; the connector's classes that sluice.input's suites load work with either.
+        "org.apache.kafka" % "kafka-streams" % kafkaStreamsVersion % Test,
+        "org.apache.kafka" % "kafka-streams-test-utils" % kafkaStreamsVersion % Test,
+        "org.apache.kafka" % "kafka-clients" % kafkaStreamsVersion % Test
+      ),
+      Compile / packageBin / artifactPath := target.value / s"sluice-spark-$minor.jar",
+      Compile / packageDoc / publishArtifact := false,
+      pomIncludeRepository := (_ => false),
+      Test / fork := true,
+      Test / javaOptions ++= Seq(
+        "-Xmx2g",
+        "--add-opens=java.base/java.lang=ALL-UNNAMED",
+        "--add-opens=java.base/java.nio=ALL-UNNAMED",
+        "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+        "--add-opens=java.base/java.util=ALL-UNNAMED",
+        "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED",
+        "--add-opens=java.base/java.lang.invoke=ALL-UNNAMED"
+      ),
+      Test / parallelExecution := false
+    )
+}
+
+lazy val spark41 = sparkLine("4.1")
+lazy val spark42 = sparkLine("4.2")
+lazy val spark43 = sparkLine("4.3")
+
+// Nothing is built at the root: name the minor (`spark43/test`) or use dev/build-jar / dev/test.
 lazy val root = (project in file("."))
-  .settings(
-    name := "sluice",
-    description := "Kafka Streams' state and emission controls for Spark Structured Streaming",
-    versionScheme := Some("early-semver"),
-    Compile / scalaSource := baseDirectory.value / "jvm" / "src" / "main" / "scala",
-    Compile / resourceDirectory := baseDirectory.value / "jvm" / "src" / "main" / "resources",
-    Test / scalaSource := baseDirectory.value / "jvm" / "src" / "test" / "scala",
-    Test / resourceDirectory := baseDirectory.value / "jvm" / "src" / "test" / "resources",
-    target := baseDirectory.value / "jvm" / "target",
-    javacOptions ++= Seq("--release", "17"),
-    scalacOptions ++= Seq("-release", "17", "-deprecation", "-feature", "-Wunused:imports"),
-    // Everything sluice runs with is on a Spark installation's class path already (Scala included),
-    // so the published POM marks it all provided and `spark-submit --packages` fetches only sluice.
-    autoScalaLibrary := false,
-    libraryDependencies ++= Seq(
-      "org.scala-lang" % "scala-library" % scalaVersion.value % Provided,
-      "org.apache.spark" %% "spark-core" % sparkVersion % Provided,
-      "org.apache.spark" %% "spark-sql" % sparkVersion % Provided,
-      "org.apache.spark" %% "spark-catalyst" % sparkVersion % Provided,
-      ("org.apache.spark" %% "spark-sql-kafka-0-10" % sparkVersion % Provided).intransitive(),
-      // The Spark Connect server (sluice.connect's relation plugin). Its jar is the shaded one that
-      // ships in pyspark (protobuf under org.sparkproject.connect.protobuf, the connect protos
-      // inside); its POM lists modules (pipelines, mllib, ...) that the plugin does not need.
-      ("org.apache.spark" %% "spark-connect" % sparkVersion % Provided).intransitive(),
-      // The client the connector above runs with; sluice.input samples record sizes with it.
-      ("org.apache.kafka" % "kafka-clients" % "3.9.1" % Provided).intransitive(),
-      "org.scalatest" %% "scalatest" % "3.2.19" % Test,
-      // The differential test against Kafka Streams (KafkaStreamsConformanceSuite). Streams 4.x needs
-      // the kafka-clients of its own version, so the test classpath gets 4.1.1 in place of the 3.9.1
-      // above; the connector's classes that sluice.input's suites load work with either.
-      "org.apache.kafka" % "kafka-streams" % kafkaStreamsVersion % Test,
-      "org.apache.kafka" % "kafka-streams-test-utils" % kafkaStreamsVersion % Test,
-      "org.apache.kafka" % "kafka-clients" % kafkaStreamsVersion % Test
-    ),
-    // The jar the Python package bundles: a stable name, no Scala/version suffix.
-    Compile / packageBin / artifactPath := target.value / "sluice.jar",
-    // Published as io.sluice:sluice_2.13 (dev/publish-maven): jar, sources and POM.
-    Compile / packageDoc / publishArtifact := false,
-    pomIncludeRepository := (_ => false),
-    Test / fork := true,
-    Test / javaOptions ++= Seq(
-      "-Xmx2g",
-      "--add-opens=java.base/java.lang=ALL-UNNAMED",
-      "--add-opens=java.base/java.nio=ALL-UNNAMED",
-      "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
-      "--add-opens=java.base/java.util=ALL-UNNAMED",
-      "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED",
-      "--add-opens=java.base/java.lang.invoke=ALL-UNNAMED"
-    ),
-    Test / parallelExecution := false
-  )
+  .settings(publish / skip := true, Compile / sources := Nil, Test / sources := Nil)

@@ -14,6 +14,7 @@ import org.apache.spark.sql.types.StructType
 import sluice.cache.internal.{CacheKey, CacheMetrics, DelegateMarker, DirtyWriter, LoggedRow, RecordCache, SlotCaches,
   StoreCounters, WriteBehindEntry, WriteBehindLog}
 import sluice.conf.{MemoryBudget, SluiceConf, SluiceConfException}
+import sluice.spark.{ForwardingReadStore, ForwardingStore, Maintenance, OpenOptions, ProviderBase, SparkShim}
 import sluice.windowstore.InMemoryWindowStoreProvider
 
 /**
@@ -36,7 +37,7 @@ import sluice.windowstore.InMemoryWindowStoreProvider
  *    version, aborting, a failed commit, or opening in another slot drops this store's rows, so a
  *    reload, a replayed batch or a restart never reads a stale row.
  */
-class CachingStateStoreProvider extends StateStoreProvider {
+class CachingStateStoreProvider extends ProviderBase {
   import CachingStateStoreProvider._
 
   private var delegate: StateStoreProvider = _
@@ -95,12 +96,14 @@ class CachingStateStoreProvider extends StateStoreProvider {
     delegate.close()
   }
 
-  override def getStore(version: Long, stateStoreCkptId: Option[String]): StateStore = {
-    val (slot, wb, d) = prepare(version, stateStoreCkptId)
-    if (wb) new CachingStateStore(version, delegate.getReadStore(d, None), null, slot, new StoreCounters)
-    else {
-      val w = delegate.getStore(d, if (d == version) stateStoreCkptId else None)
-      new CachingStateStore(version, w, w, slot, new StoreCounters)
+  override protected def openStore(version: Long, ckptId: Option[String], options: OpenOptions): StateStore = {
+    if (options.loadEmpty) return openEmpty(version, ckptId, options)
+    val (slot, wb, d) = prepare(version, ckptId)
+    if (wb && !options.forceSnapshotOnCommit) {
+      new CachingStateStore(version, delegate.getReadStore(d, None), null, slot, new StoreCounters, options)
+    } else {
+      val w = SparkShim.openStore(delegate, d, if (d == version) ckptId else None, options)
+      new CachingStateStore(version, w, w, slot, new StoreCounters, options)
     }
   }
 
@@ -109,24 +112,43 @@ class CachingStateStoreProvider extends StateStoreProvider {
     new CachingReadStore(version, delegate.getReadStore(d, if (d == version) uniqueId else None), slot)
   }
 
-  override def upgradeReadStoreToWriteStore(
-      readStore: ReadStateStore, version: Long, uniqueId: Option[String]): StateStore = {
+  override protected def upgradeStore(readStore: ReadStateStore, version: Long, uniqueId: Option[String],
+      options: OpenOptions): StateStore = {
     readStore match {
-      case r: CachingStateStoreProvider#CachingReadStore if r.version == version =>
+      case r: CachingStateStoreProvider#CachingReadStore if r.version == version && !options.loadEmpty =>
         val (slot, wb, d) = prepare(version, uniqueId)
-        if (wb) new CachingStateStore(version, r.inner, null, slot, r.counters)
+        if (wb && !options.forceSnapshotOnCommit) new CachingStateStore(version, r.inner, null, slot, r.counters, options)
         else {
-          val w = delegate.upgradeReadStoreToWriteStore(r.inner, d, if (d == version) uniqueId else None)
-          new CachingStateStore(version, w, w, slot, r.counters)
+          val w = SparkShim.upgradeStore(delegate, r.inner, d, if (d == version) uniqueId else None, options)
+          new CachingStateStore(version, w, w, slot, r.counters, options)
         }
-      case _ => getStore(version, uniqueId)
+      case _ => openStore(version, uniqueId, options)
     }
   }
 
+  /**
+   * An empty store at `version` (Spark 4.2+ rewriting state, e.g. repartitioning): nothing cached
+   * or logged for this provider describes it, and the delegate starts it empty at the same version.
+   */
+  private def openEmpty(version: Long, ckptId: Option[String], options: OpenOptions): StateStore = {
+    invalidate()
+    val slot = SlotCaches.forTask(synchronized(home))
+    synchronized {
+      if (home != null && (home ne slot)) home.dropOwner(this)
+      home = slot
+      log.clear(version)
+      cachedVersion = version
+      cachedCkptId = ckptId
+      delegateVersion = version
+    }
+    val w = SparkShim.openStore(delegate, version, ckptId, options)
+    new CachingStateStore(version, w, w, slot, new StoreCounters, options)
+  }
+
   /** The delegate cleans its own versions; write-behind files no retained batch version needs go. */
-  override def doMaintenance(): Unit = {
-    delegate.doMaintenance()
-    if (log != null) {
+  override protected def maintain(work: Maintenance): Unit = {
+    SparkShim.maintain(delegate, work)
+    if (work.cleanup && log != null) {
       val versions = log.versions()
       if (versions.nonEmpty) log.deleteBelow(versions.last - storeConf.minVersionsToRetain)
     }
@@ -215,6 +237,12 @@ class CachingStateStoreProvider extends StateStoreProvider {
 
   private def isCached(colFamily: String): Boolean = singleValueFamilies.contains(colFamily)
 
+  /** A column family the stores were told of: only single-value families are cached. */
+  private def learnFamily(colFamily: String, spec: KeyStateEncoderSpec, multipleValues: Boolean): Unit = {
+    encoders.put(colFamily, spec)
+    if (multipleValues) singleValueFamilies.remove(colFamily) else singleValueFamilies.add(colFamily)
+  }
+
   /** Reads through the slot cache, then the write-behind rows; shared by the read-only and the writable store. */
   private def cachedGet(inner: ReadStateStore, cache: RecordCache, counters: StoreCounters, key: UnsafeRow,
       colFamily: String, writer: DirtyWriter): UnsafeRow = {
@@ -286,7 +314,7 @@ class CachingStateStoreProvider extends StateStoreProvider {
   }
 
   private final class CachingReadStore(override val version: Long, val inner: ReadStateStore, cache: RecordCache)
-      extends ReadStateStore {
+      extends ForwardingReadStore {
     val counters = new StoreCounters // carried into the write store when upgraded
     // Clean entries only: a read store never holds a dirty entry, so nothing is ever written.
     private val noWrites: DirtyWriter = (k, _) =>
@@ -304,6 +332,16 @@ class CachingStateStoreProvider extends StateStoreProvider {
       overlay(inner.iterator(colFamilyName), colFamilyName, _ => true)
     override def abort(): Unit = inner.abort()
     override def release(): Unit = inner.release()
+
+    // A read store holds no dirty row; rows of the write-behind log are not in the delegate, so a
+    // read the cache does not serve is answered by the delegate only when none of them is of the family.
+    override protected def passThrough(colFamilyName: String): ReadStateStore =
+      if (pendingOf(colFamilyName).isEmpty) inner
+      else throw new UnsupportedOperationException(s"sluice write-behind cache: a multi-value or range read of " +
+        s"column family '$colFamilyName' while rows written since the delegate's last commit are held in the " +
+        "write-behind log; read this version after the next delegate commit")
+    override protected def registered(colFamilyName: String, keyStateEncoderSpec: KeyStateEncoderSpec,
+        useMultipleValuesPerKey: Boolean): Unit = learnFamily(colFamilyName, keyStateEncoderSpec, useMultipleValuesPerKey)
   }
 
   /**
@@ -313,8 +351,8 @@ class CachingStateStoreProvider extends StateStoreProvider {
    * once set, `pending` has been written into it and is empty.
    */
   private final class CachingStateStore(override val version: Long, private var reader: ReadStateStore,
-      private var writer: StateStore, cache: RecordCache, counters: StoreCounters)
-      extends StateStore with DirtyWriter {
+      private var writer: StateStore, cache: RecordCache, counters: StoreCounters, options: OpenOptions)
+      extends ForwardingStore with DirtyWriter {
     private val owner = CachingStateStoreProvider.this
     private var done = false
     private var info: StateStoreCheckpointInfo = _
@@ -326,7 +364,8 @@ class CachingStateStoreProvider extends StateStoreProvider {
     /** The delegate becomes writable: this batch commits it. */
     private def writable(): StateStore = {
       if (writer == null) {
-        writer = delegate.upgradeReadStoreToWriteStore(reader, delegateVersion, None)
+        writer = SparkShim.upgradeStore(delegate, reader, delegateVersion, None,
+          OpenOptions(forceSnapshotOnCommit = options.forceSnapshotOnCommit))
         reader = writer
         drainPending()
       }
@@ -411,11 +450,24 @@ class CachingStateStoreProvider extends StateStoreProvider {
         useMultipleValuesPerKey: Boolean, isInternal: Boolean): Unit = {
       writable().createColFamilyIfAbsent(colFamilyName, keySchema, valueSchema, keyStateEncoderSpec,
         useMultipleValuesPerKey, isInternal)
-      encoders.put(colFamilyName, keyStateEncoderSpec)
-      if (useMultipleValuesPerKey) {
-        cache.dropColumnFamily(colFamilyName, owner)
-        singleValueFamilies.remove(colFamilyName)
-      } else singleValueFamilies.add(colFamilyName)
+      if (useMultipleValuesPerKey) cache.dropColumnFamily(colFamilyName, owner)
+      learnFamily(colFamilyName, keyStateEncoderSpec, useMultipleValuesPerKey)
+    }
+
+    override protected def passThrough(colFamilyName: String): ReadStateStore = {
+      writable()
+      flush()
+      writer
+    }
+    override protected def passThroughWrite(colFamilyName: String): StateStore = {
+      passThrough(colFamilyName)
+      cache.dropColumnFamily(colFamilyName, owner) // clean after the flush; the delete may void any of them
+      writer
+    }
+    override protected def registered(colFamilyName: String, keyStateEncoderSpec: KeyStateEncoderSpec,
+        useMultipleValuesPerKey: Boolean): Unit = {
+      if (useMultipleValuesPerKey) cache.dropColumnFamily(colFamilyName, owner)
+      learnFamily(colFamilyName, keyStateEncoderSpec, useMultipleValuesPerKey)
     }
 
     override def removeColFamilyIfExists(colFamilyName: String): Boolean = {

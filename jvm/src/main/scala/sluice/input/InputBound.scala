@@ -19,6 +19,7 @@ import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
 import sluice.conf.{SluiceConf, SluiceConfException}
+import sluice.spark.SparkShim
 
 /** Where a source's bound comes from, resolved when the query creates the source. */
 private[input] sealed trait BudgetSpec {
@@ -50,8 +51,8 @@ final class InputBoundRule(session: SparkSession) extends Rule[LogicalPlan] {
 
   override def apply(plan: LogicalPlan): LogicalPlan = if (!plan.isStreaming) plan else {
     plan.transformDown {
-      case r @ StreamingRelation(ds, _, _) if !ds.isInstanceOf[BoundedDataSource] && isFiles(ds) =>
-        r.copy(dataSource = new BoundedDataSource(ds, spec(ds.options.get)))
+      case r: StreamingRelation if !r.dataSource.isInstanceOf[BoundedDataSource] && isFiles(r.dataSource) =>
+        r.copy(dataSource = new BoundedDataSource(r.dataSource, spec(r.dataSource.options.get)))
       case r: StreamingRelationV2 if !r.table.isInstanceOf[BoundedTable] =>
         (r.table, kind(r)) match {
           case (t: SupportsRead, Some(k)) =>
@@ -95,9 +96,7 @@ object InputBoundRule {
 }
 
 /** The v1 file source's DataSource, creating its source behind the bound. */
-final class BoundedDataSource(ds: DataSource, spec: BudgetSpec)
-  extends DataSource(ds.sparkSession, ds.className, ds.paths, ds.userSpecifiedSchema,
-    ds.partitionColumns, ds.bucketSpec, ds.options, ds.catalogTable) {
+final class BoundedDataSource(ds: DataSource, spec: BudgetSpec) extends SparkShim.DataSourceCopy(ds) {
   // DataSource is a case class: without these, the bounded copy equals the original and tree
   // transforms keep the original.
   override def canEqual(that: Any): Boolean = that.isInstanceOf[BoundedDataSource]

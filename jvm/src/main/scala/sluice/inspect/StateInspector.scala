@@ -15,11 +15,12 @@ import org.json4s.jackson.JsonMethods.{compact, parse, render}
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.CatalystTypeConverters
 import org.apache.spark.sql.classic.{SparkSession => ClassicSession}
-import org.apache.spark.sql.execution.streaming.checkpointing.{CheckpointFileManager, CommitLog, OffsetSeqLog, OffsetSeqMetadata}
+import org.apache.spark.sql.execution.streaming.checkpointing.{CheckpointFileManager, CommitLog, OffsetSeqLog}
 import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types._
 
+import sluice.spark.SparkShim
 import sluice.windowstore.{InMemoryWindowStoreProvider, WindowStoreSettings, WindowStoreView}
 
 /**
@@ -61,8 +62,8 @@ object StateInspector {
     val offsets = log("offsets", new OffsetSeqLog(session, _))
     val lastCommit = commits.flatMap(_.getLatest())
     val lastOffset = offsets.flatMap(_.getLatestBatchId())
-    val committedMeta = lastCommit.flatMap(c => offsets.flatMap(_.get(c._1))).flatMap(_.metadata)
-    val latestMeta = lastOffset.flatMap(b => offsets.flatMap(_.get(b))).flatMap(_.metadata)
+    val committedMeta = lastCommit.flatMap(c => offsets.flatMap(SparkShim.offsetLogEntry(_, c._1)))
+    val latestMeta = lastOffset.flatMap(b => offsets.flatMap(SparkShim.offsetLogEntry(_, b)))
     val conf = latestMeta.map(_.conf).getOrElse(Map.empty)
 
     val stateDir = new Path(root, "state")
@@ -187,8 +188,7 @@ object StateInspector {
     val conf = session.sessionState.conf.clone()
     val offsets = new Path(checkpoint, "offsets")
     if (exists(session, offsets)) {
-      val log = new OffsetSeqLog(session, offsets.toString)
-      log.getLatest().flatMap(_._2.metadata).foreach(m => OffsetSeqMetadata.setSessionConf(m, conf))
+      SparkShim.applyRecordedConf(new OffsetSeqLog(session, offsets.toString), conf)
     }
     conf.setConfString(SQLConf.STATE_STORE_PROVIDER_CLASS.key, providerClass)
     conf.setConfString(SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key, "1")

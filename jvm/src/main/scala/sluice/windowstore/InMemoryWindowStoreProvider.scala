@@ -16,6 +16,7 @@ import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types.StructType
 
 import sluice.conf.SluiceConf
+import sluice.spark.{Maintenance, OpenOptions, ProviderBase, SingleFamilyReadStore}
 import sluice.state.StoreFiles
 
 /**
@@ -32,7 +33,7 @@ import sluice.state.StoreFiles
  * version other than the live one (a replayed batch, or another executor moved on) reloads it.
  */
 class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[WindowStoreSettings])
-  extends StateStoreProvider with Logging {
+  extends ProviderBase with Logging {
   import InMemoryWindowStoreProvider._
 
   /** Spark creates providers by reflection with this constructor. */
@@ -93,14 +94,16 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
 
   override def stateStoreId: StateStoreId = _id
 
-  override def getStore(version: Long, uniqueId: Option[String]): StateStore = {
+  override protected def openStore(version: Long, uniqueId: Option[String], options: OpenOptions): StateStore = {
     checkNoCheckpointId(uniqueId)
+    // As Spark's HDFS-backed provider: state is rewritten by loading it, never from an empty store.
+    if (options.loadEmpty) throw StateStoreErrors.unsupportedOperationException("loadEmpty", ProviderName)
     synchronized {
       awaitNoWriter()
       load(version)
       map.begin()
       map.expire()
-      writer = new WriteStore(version)
+      writer = new WriteStore(version, options.forceSnapshotOnCommit)
       writer
     }
   }
@@ -114,9 +117,9 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     }
   }
 
-  override def upgradeReadStoreToWriteStore(
-      readStore: ReadStateStore, version: Long, uniqueId: Option[String]): StateStore =
-    getStore(version, uniqueId)
+  override protected def upgradeStore(readStore: ReadStateStore, version: Long, uniqueId: Option[String],
+      options: OpenOptions): StateStore =
+    openStore(version, uniqueId, options)
 
   override def supportedCustomMetrics: Seq[StateStoreCustomMetric] =
     Seq(SegmentsMetric, MemoryBytesMetric, ExpiredDropsMetric, CompactionBytesMetric)
@@ -124,18 +127,20 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
   /** Writes a snapshot when due and deletes files no longer needed to load the last
    *  `minBatchesToRetain` versions. The snapshot is of a frozen view taken between batches, and
    *  written while the next batches run. */
-  override def doMaintenance(): Unit = {
+  override protected def maintain(work: Maintenance): Unit = {
     try {
-      val lastSnapshot = listFiles().filter(_.snapshot).map(_.version).foldLeft(0L)(math.max)
-      val due = synchronized {
-        if (writer == null && liveVersion > 0 && liveVersion - lastSnapshot >= settings.snapshotInterval) {
-          Some((liveVersion, map.freeze()))
-        } else None
+      if (work.snapshots) {
+        val lastSnapshot = listFiles().filter(_.snapshot).map(_.version).foldLeft(0L)(math.max)
+        val due = synchronized {
+          if (writer == null && liveVersion > 0 && liveVersion - lastSnapshot >= settings.snapshotInterval) {
+            Some((liveVersion, map.freeze()))
+          } else None
+        }
+        due.foreach { case (version, (entries, streamTime)) =>
+          try writeSnapshot(version, entries, streamTime) finally entries.foreach(_.release())
+        }
       }
-      due.foreach { case (version, (entries, streamTime)) =>
-        try writeSnapshot(version, entries, streamTime) finally entries.foreach(_.release())
-      }
-      cleanup()
+      if (work.cleanup) cleanup()
     } catch {
       case NonFatal(e) => logWarning(s"Maintenance of $this failed", e)
     }
@@ -200,10 +205,14 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     logInfo(s"Loaded version $version of $this: ${map.numKeys} keys in ${map.numSegments} segments")
   }
 
-  private def commitVersion(store: WriteStore): Long = synchronized {
+  private def commitVersion(store: WriteStore, snapshot: Boolean): Long = synchronized {
     val newVersion = store.version + 1
     try {
       writeFile(deltaFile(newVersion), DeltaMagic) { data => map.commit(data); map.streamTime }
+      if (snapshot) {
+        val (entries, streamTime) = map.freeze()
+        try writeSnapshot(newVersion, entries, streamTime) finally entries.foreach(_.release())
+      }
     } catch {
       case e: Throwable =>
         // The live map now holds a version that is not on disk: forget it.
@@ -320,7 +329,8 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
   }
 
   /** Reads of the live map, the same for the read and the write store. */
-  private trait LiveMapReads extends ReadStateStore {
+  private trait LiveMapReads extends SingleFamilyReadStore {
+    override protected def providerName: String = ProviderName
     override def id: StateStoreId = _id
     override def get(key: UnsafeRow, colFamilyName: String): UnsafeRow = {
       checkDefault(colFamilyName)
@@ -345,7 +355,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     override def toString: String = s"${InMemoryWindowStoreProvider.this}.read(v$version)"
   }
 
-  private class WriteStore(val version: Long) extends StateStore with LiveMapReads {
+  private class WriteStore(val version: Long, snapshotOnCommit: Boolean) extends StateStore with LiveMapReads {
     @volatile private var state = 0 // 0 open, 1 committed, 2 aborted
 
     Option(TaskContext.get()).foreach(_.addTaskCompletionListener[Unit](_ => if (state == 0) abort()))
@@ -366,7 +376,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     }
     override def commit(): Long = {
       checkOpen("commit")
-      val v = commitVersion(this)
+      val v = commitVersion(this, snapshotOnCommit)
       state = 1
       // Spark 4.1 checks that a foreachBatch batch committed every store, as the HDFS provider reports.
       if (commitValidation) StateStore.reportCommitToCoordinator(v, _id, hadoopConf)

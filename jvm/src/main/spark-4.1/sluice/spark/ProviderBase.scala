@@ -1,0 +1,32 @@
+package sluice.spark
+
+import org.apache.spark.sql.execution.streaming.state.{ReadStateStore, StateStore, StateStoreProvider}
+
+/**
+ * The base of sluice's state store providers: Spark's ways of opening a writable store and of
+ * asking for maintenance, whose signatures differ between minors, reach the provider as
+ * `openStore`, `upgradeStore` and `maintain`.
+ *
+ * spark-4.1: `getStore(version, ckptId)`; no open options.
+ * spark-4.1: maintenance is one call, `doMaintenance`.
+ */
+abstract class ProviderBase extends StateStoreProvider {
+  /** A writable store at `version`. */
+  protected def openStore(version: Long, ckptId: Option[String], options: OpenOptions): StateStore
+
+  /** A writable store at `version`, continuing `readStore` (opened by this provider) when it can. */
+  protected def upgradeStore(readStore: ReadStateStore, version: Long, ckptId: Option[String],
+      options: OpenOptions): StateStore
+
+  /** Background maintenance: snapshots, cleanup of files no retained version needs, or both. */
+  protected def maintain(work: Maintenance): Unit
+
+  final override def getStore(version: Long, stateStoreCkptId: Option[String]): StateStore =
+    openStore(version, stateStoreCkptId, OpenOptions.Default)
+
+  final override def upgradeReadStoreToWriteStore(
+      readStore: ReadStateStore, version: Long, uniqueId: Option[String]): StateStore =
+    upgradeStore(readStore, version, uniqueId, OpenOptions.Default)
+
+  final override def doMaintenance(): Unit = maintain(Maintenance.All)
+}
