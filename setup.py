@@ -1,11 +1,13 @@
-"""Builds the sluice jar with the repo's sbt (dev/build-jar) so every build of the package bundles it.
+"""Builds the sluice jars with the repo's sbt (dev/build-jar) so every build of the package bundles them.
 
-The jar is written to python/sluice/jars/sluice.jar (ignored by git) before setuptools collects
-package data, so a fresh clone needs nothing but Java 17 and Maven (dev/sbt fetches sbt): this runs
-for ``pip install .``, ``pip install -e .``, ``python -m build`` (sdist and wheel) alike. The sdist
-carries the jar next to the Scala sources, so a wheel built from it does not compile again unless
-a source is newer than the jar.
+One jar per supported Spark minor (conf.json's "spark" section), written to
+python/sluice/jars/sluice-spark-<minor>.jar (ignored by git) before setuptools collects package
+data, so a fresh clone needs nothing but Java 17 and Maven (dev/sbt fetches sbt, dev/spark-jars
+the Spark jars each is compiled against): this runs for ``pip install .``, ``pip install -e .``,
+``python -m build`` (sdist and wheel) alike. The sdist carries the jars next to the Scala sources,
+so a wheel built from it does not compile again unless a source is newer than a jar.
 """
+import json
 import subprocess
 from pathlib import Path
 
@@ -14,31 +16,39 @@ from setuptools.command.build_py import build_py
 from setuptools.command.sdist import sdist
 
 ROOT = Path(__file__).resolve().parent
-JAR = ROOT / "python" / "sluice" / "jars" / "sluice.jar"
+JARS = ROOT / "python" / "sluice" / "jars"
+CONF = ROOT / "jvm" / "src" / "main" / "resources" / "sluice" / "conf.json"
 BUILD_JAR = ROOT / "dev" / "build-jar"
 
 # setuptools checks that every listed package's folder exists as soon as it reads the project
 # (metadata, sdist file lists), before any build step could run sbt: the jar's folder is ignored
 # by git, so a fresh clone needs it made here.
-JAR.parent.mkdir(parents=True, exist_ok=True)
+JARS.mkdir(parents=True, exist_ok=True)
 
 
-def _jar_is_stale() -> bool:
-    if not JAR.exists():
+def _jars() -> list[Path]:
+    spark = json.loads(CONF.read_text())["spark"]
+    return [JARS / spark["jar"].replace("{minor}", minor) for minor in spark["supported"]]
+
+
+def _jar_is_stale(jar: Path) -> bool:
+    if not jar.exists():
         return True
-    built = JAR.stat().st_mtime
+    built = jar.stat().st_mtime
     sources = [ROOT / "build.sbt", ROOT / "project" / "build.properties",
                *(ROOT / "jvm" / "src" / "main").rglob("*")]
     return any(p.is_file() and p.stat().st_mtime > built for p in sources)
 
 
 def ensure_jar() -> None:
-    if _jar_is_stale():
+    jars = _jars()
+    if any(_jar_is_stale(j) for j in jars):
         if not BUILD_JAR.exists():
-            raise RuntimeError(f"{JAR} is missing and {BUILD_JAR} is not here to build it")
+            raise RuntimeError(f"{JARS} lacks a current jar and {BUILD_JAR} is not here to build it")
         subprocess.run([str(BUILD_JAR)], check=True)
-        if not JAR.is_file():
-            raise RuntimeError(f"{BUILD_JAR} ran but left no {JAR}")
+        missing = [str(j) for j in jars if not j.is_file()]
+        if missing:
+            raise RuntimeError(f"{BUILD_JAR} ran but left no {', '.join(missing)}")
 
 
 class BuildPyWithJar(build_py):

@@ -20,14 +20,21 @@ ROOT = Path(__file__).resolve().parent.parent
 KAFKA_HOME = Path(os.environ.get("SLUICE_KAFKA_HOME", Path.home() / ".cache" / "sluice" / "kafka"))
 
 
+def spark_minor() -> str:
+    """The minor version of the installed pyspark, whose Kafka connector the tests load."""
+    from pyspark.version import __version__
+
+    return ".".join(__version__.split(".")[:2])
+
+
 def fetch() -> None:
-    """Fetches the broker and connector jars unless the cache already has them."""
-    subprocess.run([str(ROOT / "dev" / "fetch-kafka")], check=True)
+    """Fetches the broker and the running Spark's connector jars unless the cache already has them."""
+    subprocess.run([str(ROOT / "dev" / "fetch-kafka"), spark_minor()], check=True)
 
 
 def connector_jars() -> list[str]:
     fetch()
-    return sorted(str(p) for p in (KAFKA_HOME / "connector").glob("*.jar"))
+    return sorted(str(p) for p in (KAFKA_HOME / f"connector-{spark_minor()}").glob("*.jar"))
 
 
 def _free_port() -> int:

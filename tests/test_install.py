@@ -21,6 +21,14 @@ pytestmark = pytest.mark.install
 ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 VERSION = "0.1.0"  # build.sbt and pyproject.toml
+SPARK = json.loads((ROOT / "jvm" / "src" / "main" / "resources" / "sluice" / "conf.json").read_text())["spark"]
+MINORS = list(SPARK["supported"])
+
+
+def running_minor() -> str:
+    from pyspark.version import __version__
+
+    return ".".join(__version__.split(".")[:2])
 
 
 def run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
@@ -71,13 +79,18 @@ def test_python_build_makes_sdist_and_wheel_with_the_jar(clone: Path, tmp_path: 
     assert "compiling" in out  # the jar came from sbt in the clone, not from anywhere else
     with zipfile.ZipFile(tmp_path / f"spark_sluice-{VERSION}-py3-none-any.whl") as whl:
         names = whl.namelist()
-        assert "sluice/jars/sluice.jar" in names and "sluice/__init__.py" in names
+        assert {f"sluice/jars/sluice-spark-{m}.jar" for m in MINORS} | {"sluice/__init__.py"} <= set(names)
         meta = whl.read(f"spark_sluice-{VERSION}.dist-info/METADATA").decode()
-        assert "Name: spark-sluice" in meta and "Requires-Dist: pyspark==4.1.3" in meta
+        requires = [line for line in meta.splitlines() if line.startswith("Requires-Dist: pyspark")]
+        # a range over the supported minors, never a pin (which would replace the user's pyspark)
+        assert "Name: spark-sluice" in meta and requires and "==" not in requires[0], requires
+        assert ">=4.1" in requires[0] and "<4.4" in requires[0], requires
     with tarfile.open(tmp_path / f"spark_sluice-{VERSION}.tar.gz") as sdist:
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
     assert {"build.sbt", "dev/sbt", "dev/build-jar", "project/build.properties",
-            "jvm/src/main/scala/sluice/plugin/SluicePlugin.scala", "python/sluice/jars/sluice.jar"} <= names
+            "jvm/src/main/scala/sluice/plugin/SluicePlugin.scala", "dev/spark-jars", "dev/spark-versions",
+            *(f"python/sluice/jars/sluice-spark-{m}.jar" for m in MINORS),
+            *(f"jvm/src/main/spark-{m}/sluice/spark/SparkShim.scala" for m in MINORS)} <= names
 
 
 def test_pip_install_from_clone(clone: Path, tmp_path: Path) -> None:
@@ -86,23 +99,37 @@ def test_pip_install_from_clone(clone: Path, tmp_path: Path) -> None:
     run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", clone])
     jar = installed_jar(python)
     assert jar.is_relative_to(tmp_path / "venv" / "lib")
+    assert jar.name == f"sluice-spark-{running_minor()}.jar"  # chosen by the installed pyspark
+
+
+def test_pip_install_keeps_the_installed_pyspark(clone: Path, tmp_path: Path) -> None:
+    python = fresh_venv(tmp_path / "venv")
+    report = tmp_path / "report.json"
+    run([python, "-m", "pip", "install", "-q", "--dry-run", "--no-build-isolation", "--report", report, clone])
+    to_install = [i["metadata"]["name"] for i in json.loads(report.read_text())["install"]]
+    assert to_install == ["spark-sluice"]  # the pyspark already installed satisfies the range
 
 
 def test_pip_install_editable_from_clone(clone: Path, tmp_path: Path) -> None:
     forget_jar(clone)
     python = fresh_venv(tmp_path / "venv")
     run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", clone])
-    assert installed_jar(python) == clone / "python" / "sluice" / "jars" / "sluice.jar"
+    assert installed_jar(python) == clone / "python" / "sluice" / "jars" / f"sluice-spark-{running_minor()}.jar"
 
 
 def test_spark_submit_packages_from_local_maven_repo(clone: Path, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    run([clone / "dev" / "publish-maven", repo])
-    pom = (repo / "io" / "sluice" / "sluice_2.13" / VERSION / f"sluice_2.13-{VERSION}.pom").read_text()
+    minor = running_minor()
+    other = next(m for m in MINORS if m != minor)
+    run([clone / "dev" / "publish-maven", "--spark", minor, "--spark", other, repo])
+    artifact = f"sluice-spark-{minor}_2.13"
+    pom = (repo / "io" / "sluice" / artifact / VERSION / f"{artifact}-{VERSION}.pom").read_text()
     scopes = re.findall(r"<artifactId>([^<]+)</artifactId>\s*<version>[^<]+</version>\s*<scope>(\w+)</scope>", pom)
-    assert ("spark-sql_2.13", "provided") in scopes and ("kafka-clients", "provided") in scopes
+    assert ("kafka-clients", "provided") in scopes and ("scala-library", "provided") in scopes
     # nothing that --packages would fetch besides sluice: every dependency is provided or test-only
+    # (Spark itself is no dependency at all: the installation provides it)
     assert {s for _, s in scopes} == {"provided", "test"}
+    assert "spark-sql_2.13" not in pom
 
     src = tmp_path / "in"
     src.mkdir()
@@ -110,19 +137,31 @@ def test_spark_submit_packages_from_local_maven_repo(clone: Path, tmp_path: Path
     # user.home elsewhere: Spark's resolver chain starts with ~/.m2, which may hold another build
     env = {**os.environ, "SPARK_SUBMIT_OPTS": f"-Duser.home={tmp_path / 'home'}",
            "PYSPARK_PYTHON": sys.executable}
-    out = run([Path(sys.prefix) / "bin" / "spark-submit", "--master", "local[2]",
-               "--packages", f"io.sluice:sluice_2.13:{VERSION}", "--repositories", repo.as_uri(),
+    def submit(artifact: str, check: bool = True) -> str:
+        cmd = [Path(sys.prefix) / "bin" / "spark-submit", "--master", "local[2]",
+               "--packages", f"io.sluice:{artifact}:{VERSION}", "--repositories", repo.as_uri(),
                "--conf", f"spark.jars.ivy={tmp_path / 'ivy'}",
                "--conf", "spark.plugins=sluice.plugin.SluicePlugin",
                "--conf", "spark.sql.extensions=sluice.plugin.SluiceExtensions",
                "--conf", "spark.sql.streaming.stateStore.providerClass=sluice.windowstore.InMemoryWindowStoreProvider",
                "--conf", "spark.sluice.cache.max.bytes.buffering=1m",
                "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.ui.enabled=false",
-               Path(__file__).parent / "packages_child.py", src, tmp_path / "ckpt"], env=env)
+               Path(__file__).parent / "packages_child.py", src, tmp_path / "ckpt"]
+        if check:
+            return run(cmd, env=env)
+        p = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True, timeout=600)
+        assert p.returncode != 0, p.stdout[-2000:]
+        return p.stdout + p.stderr
+
+    out = submit(artifact)
     # only sluice itself was fetched (its POM declares everything else provided), from the repo given
-    assert re.findall(r"found (\S+) in (\S+)", out) == [(f"io.sluice#sluice_2.13;{VERSION}", "repo-1")]
+    assert re.findall(r"found (\S+) in (\S+)", out) == [(f"io.sluice#{artifact};{VERSION}", "repo-1")]
     result = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
     assert result["counts"] == {"a": 3, "b": 2, "c": 1}
     assert "windowStoreSegments" in result["metrics"]  # the provider class came from the package
     # so did the plugin, which warned about the deprecated key in the driver log
     assert "WARN SluicePlugin: spark.sluice.cache.max.bytes.buffering is deprecated" in out
+    # the artifact of another Spark minor refuses to start, naming both versions and the right jar
+    wrong = submit(f"sluice-spark-{other}_2.13", check=False)
+    assert f"This sluice jar is built for Spark {other}, but Spark {minor}." in wrong
+    assert f"use sluice-spark-{minor}.jar" in wrong

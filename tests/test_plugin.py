@@ -18,8 +18,30 @@ def _builder(**conf: str) -> SparkSession.Builder:
 
 def test_jar_path_points_at_bundled_jar() -> None:
     import zipfile
+    from pyspark.version import __version__
+    minor = ".".join(__version__.split(".")[:2])
+    assert sluice.jar_path().endswith(f"/sluice-spark-{minor}.jar")
     with zipfile.ZipFile(sluice.jar_path()) as jar:
         assert "sluice/plugin/SluicePlugin.class" in jar.namelist()
+        # the seam of the jar's minor is compiled in
+        assert "sluice/spark/SparkShim.class" in jar.namelist()
+
+
+def test_jar_path_chooses_by_spark_version_and_refuses_unsupported_ones() -> None:
+    supported = sluice._spark.supported()
+    assert supported == ["4.1", "4.2", "4.3"]
+    for minor in supported:
+        assert sluice.jar_path(minor).endswith(f"/sluice-spark-{minor}.jar")
+        assert sluice.jar_path(f"{minor}.9") == sluice.jar_path(minor)
+    for bad in ["3.5.1", "4.0.0", "4.4.0", "5.0"]:
+        with pytest.raises(sluice.SluiceUnsupportedSparkError) as e:
+            sluice.jar_path(bad)
+        assert str(e.value) == (f"Spark {bad} is not supported by sluice: supported Spark versions are "
+                                "4.1, 4.2, 4.3")
+    with pytest.raises(sluice.SluiceUnsupportedSparkError, match="Spark 3.5.1 is not supported"):
+        sluice.configure(fresh_builder(), spark_version="3.5.1")
+    opts = sluice.configure(fresh_builder(), spark_version="4.2")._options
+    assert opts["spark.jars"] == sluice.jar_path("4.2")
 
 
 def test_configure_sets_plugin_extensions_and_appends_jar() -> None:

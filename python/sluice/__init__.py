@@ -5,14 +5,14 @@ Importing this package needs no JVM; ``configure`` only sets builder options.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
-from sluice import _conf, _stop
+from sluice import _conf, _spark, _stop
 from sluice._conf import EXTENSIONS_CLASS, LOADING_SETTINGS, PLUGIN_CLASS  # noqa: F401
 from sluice._jvm import SluiceBufferFullError, SluiceConfError, SluiceError, translating
+from sluice._spark import SluiceUnsupportedSparkError
 from sluice.windowstore import InMemoryWindowStoreSupplier, Stores
 from sluice.suppress import BufferConfig, SluiceSuppressError, Suppressed, suppress
 
@@ -22,6 +22,7 @@ __all__ = [
     "SluiceError",
     "SluiceConfError",
     "SluiceBufferFullError",
+    "SluiceUnsupportedSparkError",
     "Stores",
     "InMemoryWindowStoreSupplier",
     "suppress",
@@ -31,13 +32,11 @@ __all__ = [
 ]
 
 
-def jar_path() -> str:
-    """Path of the sluice jar bundled in this package."""
-    jar = Path(__file__).resolve().parent / "jars" / "sluice.jar"
-    if not jar.is_file():
-        raise FileNotFoundError(
-            f"{jar} is missing: install sluice with pip (it builds the jar) or run dev/build-jar")
-    return str(jar)
+def jar_path(spark_version: str | None = None) -> str:
+    """Path of the bundled sluice jar for Spark ``spark_version`` (``"4.2"`` or ``"4.2.1"``; default:
+    the installed pyspark's). Raises :class:`SluiceUnsupportedSparkError` for a Spark sluice does
+    not support."""
+    return str(_spark.jar_for(spark_version))
 
 
 def _append(existing: str | None, value: str) -> str:
@@ -55,7 +54,8 @@ def _starts_local_connect_server(options: dict[str, Any]) -> bool:
     return remote is not None and not str(remote).startswith("sc://")
 
 
-def configure(builder: SparkSession.Builder, **options: Any) -> SparkSession.Builder:
+def configure(builder: SparkSession.Builder, spark_version: str | None = None,
+              **options: Any) -> SparkSession.Builder:
     """Adds sluice to a SparkSession builder and sets its ``spark.sluice.*`` options.
 
     Options are the snake_case forms of the keys, e.g. ``statestore_cache_max_bytes="64m"``,
@@ -71,7 +71,12 @@ def configure(builder: SparkSession.Builder, **options: Any) -> SparkSession.Bui
     needs). A server you start yourself (``sc://`` URLs) needs the same settings at its start;
     on such a builder only the options read per query take effect (``commit_interval_ms``,
     ``input_buffer_max_bytes``, ``state_store``).
+
+    The jar added is the one built for the running Spark: the installed pyspark's version, or
+    ``spark_version`` when given (a Connect client whose server runs another Spark). An unsupported
+    Spark raises :class:`SluiceUnsupportedSparkError` here, naming the version found and those supported.
     """
+    jar = jar_path(spark_version)
     known = _conf.options()
     unknown = sorted(set(options) - set(known))
     if unknown:
@@ -85,7 +90,7 @@ def configure(builder: SparkSession.Builder, **options: Any) -> SparkSession.Bui
 
     _stop.install()
     current = getattr(builder, "_options", {})
-    builder.config("spark.jars", _append(current.get("spark.jars"), jar_path()))
+    builder.config("spark.jars", _append(current.get("spark.jars"), jar))
     for key, cls in LOADING_SETTINGS.items():
         builder.config(key, _append(current.get(key), cls))
     if _starts_local_connect_server(current):

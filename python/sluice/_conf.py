@@ -1,19 +1,19 @@
 """Python-side checks of sluice options, so bad values fail before any Spark work.
 
 The key table, expected forms, messages and provider names are not written here: they are read
-from ``sluice/conf.json`` inside the bundled jar, the file sluice.conf.SluiceConf (Scala) reads, so
+from ``sluice/conf.json`` inside the bundled jars, the file sluice.conf.SluiceConf (Scala) reads, so
 the two sides cannot drift. Only the parsers are code on both sides; both test suites check them
 against the vectors in that file.
 """
 from __future__ import annotations
 
 import functools
-import json
 import re
-import zipfile
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
+
+from sluice import _spark
 
 PROVIDER_CLASS_KEY = "spark.sql.streaming.stateStore.providerClass"
 
@@ -33,13 +33,9 @@ LOADING_SETTINGS = {
 _NUMBER_WITH_UNIT = re.compile(r"^([0-9]+)\s*([a-z]*)$")
 
 
-@functools.lru_cache(maxsize=1)
 def spec() -> dict[str, Any]:
-    """The contents of sluice/conf.json in the bundled jar."""
-    from sluice import jar_path
-
-    with zipfile.ZipFile(jar_path()) as jar:
-        return json.loads(jar.read("sluice/conf.json"))
+    """The contents of sluice/conf.json in the bundled jars."""
+    return _spark.spec()
 
 
 def message(_template: str, **args: Any) -> str:

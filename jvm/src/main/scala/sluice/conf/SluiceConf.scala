@@ -3,11 +3,9 @@ package sluice.conf
 import java.util.Locale
 
 import scala.jdk.CollectionConverters._
-import scala.util.Try
 
 import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 
-import org.apache.spark.network.util.JavaUtils
 
 /**
  * A bad `spark.sluice.*` setting, or a Spark setting sluice cannot run with. The message is one line
@@ -202,11 +200,27 @@ object SluiceConf {
   private def parseOrThrow[T](entry: ConfEntry[T], value: String): T =
     entry.parse(value).getOrElse(throw new SluiceConfException(invalid(entry, value)))
 
+  // The units of conf.json, as the Python side reads them: Spark's own parsers accept more units on
+  // some minors than on others (spark-4.3: `kib`), and both languages must accept the same values.
+  private val NumberWithUnit = """^([0-9]+)\s*([a-z]*)$""".r
+  private def unitTable(form: String, field: String): Map[String, BigInt] = {
+    val units = this.form(form).get(field)
+    units.fieldNames().asScala.map(u => u -> BigInt(units.get(u).asLong())).toMap
+  }
+  private lazy val byteUnits = unitTable("bytes", "units")
+  private lazy val microUnits = unitTable("millis", "units_in_micros")
+
+  private def parseWithUnits(v: String, units: Map[String, BigInt]): Option[BigInt] =
+    v.trim.toLowerCase(java.util.Locale.ROOT) match {
+      case NumberWithUnit(n, u) if units.contains(u) => Some(BigInt(n) * units(u))
+      case _ => None
+    }
+
   def parseBytes(v: String): Option[Long] =
-    if (v.trim.startsWith("-")) None else Try(JavaUtils.byteStringAsBytes(v.trim)).toOption
+    parseWithUnits(v, byteUnits).filter(_.isValidLong).map(_.toLong)
 
   def parseMillis(v: String): Option[Long] =
-    if (v.trim.startsWith("-")) None else Try(JavaUtils.timeStringAsMs(v.trim)).toOption
+    parseWithUnits(v, microUnits).map(_ / 1000).filter(_.isValidLong).map(_.toLong)
 
   private[conf] def closest(key: String, candidates: Seq[String]): String =
     candidates.minBy(c => (editDistance(key, c), c))

@@ -13,14 +13,15 @@ import org.slf4j.LoggerFactory
 import sluice.cache.CachingStateStoreProvider
 import sluice.cache.internal.SlotCaches
 import sluice.conf.{MemoryBudget, SlotBudget, SluiceConf, SluiceConfException}
+import sluice.spark.SparkVersions
 import sluice.windowstore.InMemoryWindowStoreProvider
 
 /**
  * The Spark plugin (`spark.plugins=sluice.plugin.SluicePlugin`).
  *
- * Driver part: validates every `spark.sluice.*` key when the SparkContext starts, and the
- * session's state store conf where a sluice provider would refuse it, so a bad value fails startup
- * instead of a query minutes later.
+ * Driver part: when the SparkContext starts, refuses a Spark minor other than the one this jar is
+ * built for, validates every `spark.sluice.*` key, and the session's state store conf where a
+ * sluice provider would refuse it, so a bad value fails startup instead of a query minutes later.
  * Executor part: owns the executor-wide record-cache budget and splits it over the task slots.
  */
 class SluicePlugin extends SparkPlugin {
@@ -68,6 +69,8 @@ class SluiceDriverPlugin extends DriverPlugin {
   private val log = LoggerFactory.getLogger(classOf[SluicePlugin])
 
   override def init(sc: SparkContext, ctx: PluginContext): JMap[String, String] = {
+    // First: every other check below already runs code compiled against one Spark minor.
+    SparkVersions.refusal(sc.version).foreach(m => throw new SluiceConfException(m))
     val settings = sc.getConf.getAll
     val conf = SluiceConf.validated(settings)
     SluicePlugin.stateStoreRefusal(settings.toMap, conf).foreach(m => throw new SluiceConfException(m))

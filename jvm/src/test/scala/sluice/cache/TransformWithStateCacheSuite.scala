@@ -10,6 +10,8 @@ import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
 import org.apache.spark.sql.streaming._
 import org.scalatest.funsuite.AnyFunSuite
 
+import sluice.spark.SparkShim
+
 /** Value, list (multi-value column family) and map (prefix scan) state on one key. */
 class CountingProcessor extends StatefulProcessor[String, (String, Long), (String, Long, Long, Long)] {
   @transient private var count: ValueState[Long] = _
@@ -69,19 +71,40 @@ class TransformWithStateCacheSuite extends AnyFunSuite {
     (out.toSeq, metrics.toSeq)
   }
 
-  test("transformWithState on the cache over RocksDB gives the delegate's results, across a restart") {
+  private def session(): SparkSession = {
     val spark = SparkSession.builder().master("local[2]").appName("tws-cache")
       .config("spark.sql.shuffle.partitions", "1").config("spark.ui.enabled", "false").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    try {
-      val (plain, _) = run(spark, rocksdb)
-      val (cached, metrics) = run(spark, classOf[CachingStateStoreProvider].getName)
-      assert(plain.nonEmpty)
-      assert(cached.sortBy(_.toString) == plain.sortBy(_.toString))
-      // final state: a has 6 rows; its list and its map hold every one of them
-      assert(cached.filter(_._1 == "a").maxBy(_._2) == (("a", 6L, 6L, 6L)))
-      assert(metrics.map(_("cacheHits")).sum > 0)
-      assert(metrics.exists(_.contains("rocksdbCommitWriteBatchLatency")) || metrics.exists(_.keys.exists(_.startsWith("rocksdb"))))
-    } finally spark.stop()
+    spark
+  }
+
+  // spark-4.1: transformWithState takes any provider with column families and list state.
+  if (SparkShim.sparkMinor == "4.1") {
+    test("transformWithState on the cache over RocksDB gives the delegate's results, across a restart") {
+      val spark = session()
+      try {
+        val (plain, _) = run(spark, rocksdb)
+        val (cached, metrics) = run(spark, classOf[CachingStateStoreProvider].getName)
+        assert(plain.nonEmpty)
+        assert(cached.sortBy(_.toString) == plain.sortBy(_.toString))
+        // final state: a has 6 rows; its list and its map hold every one of them
+        assert(cached.filter(_._1 == "a").maxBy(_._2) == (("a", 6L, 6L, 6L)))
+        assert(metrics.map(_("cacheHits")).sum > 0)
+        assert(metrics.exists(_.contains("rocksdbCommitWriteBatchLatency")) || metrics.exists(_.keys.exists(_.startsWith("rocksdb"))))
+      } finally spark.stop()
+    }
+  } else {
+    // spark-4.2: transformWithState accepts Spark's RocksDB provider class alone, by name.
+    test("transformWithState refuses the cache at query start with Spark's own error, naming the provider") {
+      val spark = session()
+      try {
+        val e = intercept[Exception](run(spark, classOf[CachingStateStoreProvider].getName))
+        val messages = Iterator.iterate[Throwable](e)(_.getCause).takeWhile(_ != null).map(_.getMessage).toSeq
+        assert(messages.exists(m => m != null && m.contains("STORE_BACKEND_NOT_SUPPORTED_FOR_TWS") &&
+          m.contains(classOf[CachingStateStoreProvider].getName)), messages.mkString("\n"))
+        val (plain, _) = run(spark, rocksdb) // the session is still usable for the supported provider
+        assert(plain.filter(_._1 == "a").maxBy(_._2) == (("a", 6L, 6L, 6L)))
+      } finally spark.stop()
+    }
   }
 }

@@ -2,7 +2,6 @@ package sluice.suppress.internal
 
 import java.util.Locale
 
-import org.apache.spark.network.util.JavaUtils
 import org.apache.spark.sql.AnalysisException
 import org.apache.spark.sql.catalyst.FunctionIdentifier
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Expression, ExpressionInfo, FunctionTableSubqueryArgumentExpression, NamedExpression}
@@ -13,6 +12,7 @@ import org.apache.spark.sql.sluice.DatasetAccess
 import org.apache.spark.sql.types.{CalendarIntervalType, DayTimeIntervalType, StringType}
 import org.apache.spark.unsafe.types.{CalendarInterval, UTF8String}
 
+import sluice.conf.SluiceConf
 import sluice.suppress._
 
 /**
@@ -146,7 +146,8 @@ private[sluice] object SuppressTableFunction {
     tokens.foreach {
       case "unbounded" =>
       case t if t.startsWith("max_records=") => records = number(t, t.stripPrefix("max_records="), _.toLong)
-      case t if t.startsWith("max_bytes=") => bytes = number(t, t.stripPrefix("max_bytes="), JavaUtils.byteStringAsBytes)
+      case t if t.startsWith("max_bytes=") => bytes = number(t, t.stripPrefix("max_bytes="),
+        v => SluiceConf.parseBytes(v).getOrElse(throw new NumberFormatException(v)))
       case t @ ("emit_early_when_full" | "shut_down_when_full" | "spill_to_disk_when_full") =>
         if (whenFull.nonEmpty) fail(s"the buffer has two when-full choices: ${whenFull.get} and $t")
         whenFull = Some(t)
