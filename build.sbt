@@ -84,7 +84,10 @@ def sparkLine(minor: String): Project = {
         "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED",
         "--add-opens=java.base/java.lang.invoke=ALL-UNNAMED"
       ),
-      Test / parallelExecution := false
+      Test / parallelExecution := false,
+      // Spark's test mode: Spark checks its own contracts (analyzer rules use resolveOperators*, ...)
+      // only when it is on, so sluice's rules are checked on every test run.
+      Test / envVars := Map("SPARK_TESTING" -> "1")
     )
 }
 

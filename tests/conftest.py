@@ -20,6 +20,11 @@ from pyspark.sql import SparkSession
 
 import sluice
 
+# Spark's test mode: Spark checks its own contracts (e.g. that analyzer rules never call a plain
+# transform) only when it is on, so every session and child process here runs with it, as
+# Spark's own suites and many users' test setups do.
+os.environ["SPARK_TESTING"] = "1"
+
 BASE_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.enabled": "false",
@@ -29,6 +34,8 @@ BASE_CONF = {
     # Spark's maintenance thread is one per JVM and keeps the interval of the first session that
     # started it: the same short interval everywhere keeps snapshot/cleanup tests order-independent.
     "spark.sql.streaming.stateStore.maintenanceInterval": "1s",
+    # Spark's JMX metrics sink: tests read the plugin's gauges as a metrics sink reports them.
+    "spark.metrics.conf.*.sink.jmx.class": "org.apache.spark.metrics.sink.JmxSink",
 }
 
 _current: dict[str, Any] = {"key": None, "spark": None}
@@ -110,18 +117,49 @@ def provider(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[st
 _BUDGET = re.compile(r"^SlotBudget\((.*),(\d+),(\d+),(\d+),(\d+)\)$")
 
 
-def plugin_gauges(spark: SparkSession) -> dict[str, int]:
-    """The sluice executor plugin's gauges as Spark's metrics system holds them (source
-    ``plugin.sluice.plugin.SluicePlugin``), which is what a metrics sink reports. Local mode: the
-    executor shares the driver's JVM and metrics system."""
-    metrics = spark.sparkContext._jvm.org.apache.spark.SparkEnv.get().metricsSystem()
-    found: dict[str, int] = {}
-    sources = metrics.getSourcesByName("plugin.sluice.plugin.SluicePlugin").iterator()
-    while sources.hasNext():
-        gauges = sources.next().metricRegistry().getGauges()
-        for name in list(gauges.keySet()):
-            found[name] = int(gauges.get(name).getValue())
+PLUGIN_SOURCE = "plugin.sluice.plugin.SluicePlugin"
+
+
+def jmx_gauges(gateway: Any, source: str) -> dict[str, dict[str, int]]:
+    """The gauges of metrics source `source` as Spark's JMX sink publishes them in this JVM, by
+    the prefix of their registry name (``<app>.<executor>.``, or empty where Spark registered the
+    source before the application had an id, as for executor plugins in local mode):
+    {prefix: {gauge: value}}. (JMX rather
+    than Spark's metrics system through py4j: from Spark 4.3 py4j cannot reflect on SparkEnv, one of
+    whose methods names a class pyspark does not ship.) The MBean server is called through its
+    public interface: py4j looks methods up on the JDK's non-exported implementation class."""
+    jvm = gateway.jvm
+    Class = jvm.java.lang.Class
+    iface = Class.forName("javax.management.MBeanServer")
+
+    def call(target: Any, method: str, types: list[str], args: list[Any]) -> Any:
+        params = gateway.new_array(jvm.java.lang.Class, len(types))
+        values = gateway.new_array(jvm.java.lang.Object, len(args))
+        for i, (t, a) in enumerate(zip(types, args)):
+            params[i] = Class.forName(t)
+            values[i] = a
+        return iface.getMethod(method, params).invoke(target, values)
+
+    server = jvm.java.lang.management.ManagementFactory.getPlatformMBeanServer()
+    names = call(server, "queryNames", ["javax.management.ObjectName", "javax.management.QueryExp"],
+                 [jvm.javax.management.ObjectName("metrics:type=gauges,*"), None])
+    marker = f"{source}."
+    found: dict[str, dict[str, int]] = {}
+    for name in list(names):
+        full = "." + str(name.getKeyProperty("name")).strip('"')
+        if f".{marker}" in full:
+            prefix, gauge = full[1:].split(marker, 1)
+            value = call(server, "getAttribute", ["javax.management.ObjectName", "java.lang.String"], [name, "Value"])
+            found.setdefault(prefix, {})[gauge] = int(value)
     return found
+
+
+def plugin_gauges(spark: SparkSession) -> dict[str, int]:
+    """The sluice executor plugin's gauges as a metrics sink reports them (Spark's JMX sink, in
+    BASE_CONF). Local mode: the executor shares the driver's JVM and metrics system."""
+    by_prefix = jmx_gauges(spark.sparkContext._gateway, PLUGIN_SOURCE)
+    assert len(by_prefix) == 1, f"expected the gauges of one executor plugin in JMX, found {sorted(by_prefix)}"
+    return next(iter(by_prefix.values()))
 
 
 def executor_budgets(spark: SparkSession, executors: int = 1, attempts: int = 20) -> dict[str, dict[str, int]]:

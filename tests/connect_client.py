@@ -31,6 +31,7 @@ SESSION_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "1g",
+    "spark.metrics.conf.*.sink.jmx.class": "org.apache.spark.metrics.sink.JmxSink",
 }
 WATERMARK_DELAY_S = 10
 WINDOW_S = 60
@@ -163,10 +164,9 @@ def server_plugin(spark: SparkSession, work: Path) -> dict[str, Any]:
     """Whether the local server loaded sluice's Spark plugin: its executor part registered its
     metrics (read from the server's JVM, which runs in this process; the local executor shares the
     driver's metrics system)."""
-    jvm = SparkContext._jvm
-    assert jvm is not None
-    metrics = jvm.org.apache.spark.SparkEnv.get().metricsSystem()
-    return {"executors": metrics.getSourcesByName("plugin.sluice.plugin.SluicePlugin").size()}
+    assert SparkContext._gateway is not None
+    from conftest import PLUGIN_SOURCE, jmx_gauges
+    return {"executors": len(jmx_gauges(SparkContext._gateway, PLUGIN_SOURCE))}
 
 
 SCENARIOS = [session_kind, final_results, misuse, output_mode, commit_interval, jvm_helper, server_plugin]

@@ -160,6 +160,30 @@ def test_interval_changed_across_restarts(spark: SparkSession, tmp_path: Path, d
     assert writes[0] == writes[1] == writes[4] == writes[5] == 0 and writes[2] > 0
 
 
+def _state_rows(q: Query) -> dict[int, tuple[int, int, int]]:
+    """Per batch id (no-data batches too, where the watermark evicts): Spark's state row metrics of
+    the first stateful operator."""
+    return {p["batchId"]: (op["numRowsTotal"], op["numRowsUpdated"], op["numRowsRemoved"])
+            for p in q.progress if p.get("stateOperators") for op in p["stateOperators"][:1]}
+
+
+@pytest.mark.parametrize("build", [_windowed, _dedup], ids=["windowed", "dedup"])
+def test_state_row_metrics_equal_the_delegate_alones_while_rows_are_logged(
+        spark: SparkSession, tmp_path: Path, delegate: str, build) -> None:
+    """Spark's numRowsTotal, numRowsUpdated and numRowsRemoved, batch by batch, are the delegate
+    alone's, while the delegate never commits (1 h) and across a restart that reloads logged rows;
+    the windowed query removes rows (watermark eviction), the dedup query only adds them."""
+    batches = _batches(6, 6, rows=80, keys=40)
+    plain = _run(spark, tmp_path / "plain", PLAIN[delegate], delegate, build, batches, ["0"])
+    held = _run(spark, tmp_path / "held", CACHING, delegate, build, batches, ["1h", "1h"])
+    assert sum(held.metric("delegateCommits")) == 0  # every batch's rows stayed in the log
+    expected = _state_rows(plain)
+    assert len(expected) >= 6 and max(r[0] for r in expected.values()) > 0
+    if build is _windowed:
+        assert sum(r[2] for r in expected.values()) > 0  # rows were removed, not only added
+    assert _state_rows(held) == expected
+
+
 def test_dedup_exact_with_writes_coalesced(spark: SparkSession, tmp_path: Path, delegate: str) -> None:
     """dropDuplicates (point reads and writes only): the same rows as the delegate alone; the cache at
     interval 0 writes every new key to the delegate, at 1 h none."""

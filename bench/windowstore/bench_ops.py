@@ -44,7 +44,11 @@ def put_op(pct: int) -> str:
 
 def java_command(heap: str) -> list[str]:
     """java with the test class path and the options build.sbt gives test JVMs, heap replaced."""
-    out = subprocess.run([str(ROOT / "dev" / "sbt"), "show Test/javaOptions", "export Test/fullClasspath"],
+    minor = subprocess.run([str(ROOT / "dev" / "spark-versions"), "default"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    project = "spark" + minor.replace(".", "")  # the default Spark minor's sbt project
+    out = subprocess.run([str(ROOT / "dev" / "sbt"), f"show {project}/Test/javaOptions",
+                          f"export {project}/Test/fullClasspath"],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
     options = [line[len("[info] * "):] for line in out if line.startswith("[info] * ")]
     (classpath,) = [line for line in out if line and not line.startswith("[")]

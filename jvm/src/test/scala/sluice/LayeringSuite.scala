@@ -72,6 +72,19 @@ class LayeringSuite extends AnyFunSuite {
     }
   }
 
+  test("feature code reaches Spark's internals only through the seam (a ratchet: the allowed list only shrinks)") {
+    val seam = Set("spark", Bridge)
+    val using = classes.toSeq.collect {
+      case (name, bytes) if layerOf(name).exists(l => !seam(l)) && sparkInternals(bytes).nonEmpty =>
+        name.takeWhile(_ != '$')
+    }.toSet
+    val unexpected = using -- InternalsAllowed
+    assert(unexpected.isEmpty, s"new uses of Spark internals outside the seam (sluice.spark, the bridge): " +
+      unexpected.toSeq.sorted.mkString(", "))
+    val gone = InternalsAllowed -- using
+    assert(gone.isEmpty, s"no longer use Spark internals: remove them from InternalsAllowed: ${gone.toSeq.sorted.mkString(", ")}")
+  }
+
   test("the checker finds a reference upwards and a cycle") {
     assert(violations(Seq(("cache", "plugin", "up"))).nonEmpty)
     assert(violations(Seq(("suppress", "cache", "a"), ("cache", "suppress", "b"))).nonEmpty)
@@ -88,12 +101,50 @@ object LayeringSuite {
 
   /** Lowest first: each layer may use only those before it. */
   val Layers: Seq[String] =
-    Seq("conf", "state", Bridge, "windowstore", "inspect", "suppress", "cache", "input", "connect", "plugin")
+    Seq("conf", "spark", "state", Bridge, "windowstore", "inspect", "suppress", "cache", "input", "connect", "plugin")
 
   /** The bridge's classes: each adapts a Spark API that is `private[sql]` or `private[spark]`. */
   val BridgeAdapters: Set[String] = Set("StatefulOperatorSupport", "SluiceStatefulNode", "StreamContext",
     "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric",
     "DatasetAccess")
+
+  /**
+   * Feature classes that still name Spark internals directly instead of asking the seam
+   * (`sluice.spark`, per Spark minor) or the bridge: the list only shrinks (issue #26).
+   */
+  val InternalsAllowed: Set[String] = Set(
+    "sluice/cache/CachingStateStoreProvider",
+    "sluice/cache/internal/CacheMetrics",
+    "sluice/cache/internal/DelegateMarker",
+    "sluice/cache/internal/EmitCacheExec",
+    "sluice/cache/internal/EmitCacheRule",
+    "sluice/cache/internal/EmitCacheSkippedExec",
+    "sluice/cache/internal/EmitCacheStrategy",
+    "sluice/cache/internal/StoreCounters",
+    "sluice/cache/internal/UnsafeStoreAdapter",
+    "sluice/connect/SuppressRelationPlugin",
+    "sluice/input/BoundedDataSource",
+    "sluice/input/BoundedFileSource",
+    "sluice/input/BoundedScan",
+    "sluice/input/InputBoundRule",
+    "sluice/input/RateLanes",
+    "sluice/input/SizeFile",
+    "sluice/inspect/Sidecars",
+    "sluice/inspect/StateInspector",
+    "sluice/plugin/SluicePlugin",
+    "sluice/state/CommittedIndexCache",
+    "sluice/state/StoreFiles",
+    "sluice/suppress/internal/FusedFinal",
+    "sluice/suppress/internal/SpillStore",
+    "sluice/suppress/internal/StateStoreBuffer",
+    "sluice/suppress/internal/SuppressExec",
+    "sluice/suppress/internal/SuppressIndexes",
+    "sluice/suppress/internal/SuppressPlanner",
+    "sluice/suppress/internal/SuppressStrategy",
+    "sluice/suppress/internal/SuppressTableFunction",
+    "sluice/windowstore/InMemoryWindowStoreProvider",
+    "sluice/windowstore/SegmentedStateMap",
+    "sluice/windowstore/WindowStoreView")
 
   /** The classes users name (or checkpoints record) in the feature packages that have an `internal`. */
   val UserApi: Map[String, Set[String]] = Map(
@@ -121,7 +172,17 @@ object LayeringSuite {
   def classNamesIn(s: String): Seq[String] = ClassInDescriptor.findAllMatchIn(s).map(_.group(1)).toSeq
 
   /** The sluice class names in a class file's constant pool (class entries and descriptors). */
-  def referencedClasses(bytes: Array[Byte]): Seq[String] = {
+  def referencedClasses(bytes: Array[Byte]): Seq[String] = constantStrings(bytes).flatMap(classNamesIn).distinct
+
+  private val SparkInternal =
+    """org/apache/spark/sql/(?:execution|classic|connect)/[\w/$]+|org/apache/spark/sql/internal/SQLConf\b""".r
+
+  /** The Spark internals (sql.execution, sql.classic, sql.connect, SQLConf) a class file names. */
+  def sparkInternals(bytes: Array[Byte]): Seq[String] =
+    constantStrings(bytes).flatMap(s => SparkInternal.findAllIn(s)).distinct
+
+  /** The UTF-8 entries of a class file's constant pool. */
+  private def constantStrings(bytes: Array[Byte]): Seq[String] = {
     val in = new DataInputStream(new ByteArrayInputStream(bytes))
     require(in.readInt() == 0xCAFEBABE, "not a class file")
     in.readUnsignedShort(); in.readUnsignedShort()
@@ -139,6 +200,6 @@ object LayeringSuite {
       }
       i += 1
     }
-    strings.result().flatMap(classNamesIn).distinct
+    strings.result()
   }
 }

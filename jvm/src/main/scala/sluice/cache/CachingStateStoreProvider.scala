@@ -57,6 +57,11 @@ class CachingStateStoreProvider extends ProviderBase {
   private var delegateVersion = -1L
   private val pending = new java.util.LinkedHashMap[CacheKey, UnsafeRow]()
   private var pendingBytes = 0L
+  // Spark's state row count must not depend on when the delegate commits: the delegate's key count
+  // at `delegateVersion` (-1: not known yet) and, per key of `pending`, whether the delegate has it
+  // there. So a batch that only logs its rows reports the count the delegate would after them.
+  private var delegateKeys = -1L
+  private val inDelegate = new java.util.HashMap[CacheKey, java.lang.Boolean]()
   // Wall clock of the delegate's last commit: it only decides *when* the delegate commits, never
   // what a batch reads or emits (the logical state after each batch is the same either way).
   private var lastDelegateCommitMs = 0L
@@ -195,6 +200,7 @@ class CachingStateStoreProvider extends ProviderBase {
       if (version != cachedVersion || !sameCkpt) {
         slot.dropOwner(this)
         clearPending()
+        delegateKeys = -1L
         cachedVersion = -1L
         val entry = log.read(version)
         delegateVersion = entry.map(_.delegateVersion).getOrElse(version)
@@ -212,7 +218,39 @@ class CachingStateStoreProvider extends ProviderBase {
     }
   }
 
-  private def clearPending(): Unit = { pending.clear(); pendingBytes = 0L }
+  private def clearPending(): Unit = { pending.clear(); pendingBytes = 0L; inDelegate.clear() }
+
+  /**
+   * The number of keys after this batch while its rows are only logged: the delegate's count at
+   * `delegateVersion` plus, per logged key, whether it exists now minus whether it did there.
+   * `reader` is the delegate's store at `delegateVersion`, still open; this releases it (a RocksDB
+   * store reports its count only once released).
+   */
+  private def keysWithLogAndRelease(reader: ReadStateStore): Long = {
+    val rows = synchronized {
+      val b = Seq.newBuilder[(CacheKey, Boolean, java.lang.Boolean)]
+      pending.forEach((k, v) => b += ((k, v != null, inDelegate.get(k))))
+      b.result()
+    }
+    val delta = rows.map { case (k, exists, known) =>
+      val before = if (known != null) known.booleanValue() else {
+        val b = reader.get(k.key, k.colFamily) != null
+        synchronized { if (pending.containsKey(k)) inDelegate.put(k, b) }
+        b
+      }
+      (if (exists) 1L else 0L) - (if (before) 1L else 0L)
+    }.sum
+    val known = synchronized(delegateKeys)
+    val base = if (known >= 0) { reader.release(); known } else reader match {
+      case s: StateStore => reader.release(); s.metrics.numKeys
+      case r => // a read-only store without metrics (HDFS-backed): count it, once per loaded version
+        val n = try { val it = r.iterator(StateStore.DEFAULT_COL_FAMILY_NAME); try it.size.toLong finally it.close() }
+          finally r.release()
+        n
+    }
+    synchronized { delegateKeys = base }
+    base + delta
+  }
 
   private def addPending(key: CacheKey, value: UnsafeRow): Unit = {
     if (pending.containsKey(key)) { // re-inserted last: the log keeps the order rows were last changed
@@ -225,6 +263,7 @@ class CachingStateStoreProvider extends ProviderBase {
   private def invalidate(): Unit = synchronized {
     if (home != null) home.dropOwner(this)
     clearPending()
+    delegateKeys = -1L
     cachedVersion = -1L
     cachedCkptId = None
   }
@@ -356,6 +395,7 @@ class CachingStateStoreProvider extends ProviderBase {
     private val owner = CachingStateStoreProvider.this
     private var done = false
     private var info: StateStoreCheckpointInfo = _
+    private var keysAfter = -1L // the version's key count, set by commit
     cache.attach(owner, this) // takes this store's dirty rows if another store's insert evicts them
     if (writer != null) drainPending()
 
@@ -498,9 +538,11 @@ class CachingStateStoreProvider extends ProviderBase {
           val dv = w.commit()
           lastDelegateCommitMs = now
           counters.delegateCommits += 1
+          keysAfter = w.metrics.numKeys
+          owner.synchronized { delegateKeys = keysAfter }
           dv
         } else {
-          reader.release()
+          keysAfter = keysWithLogAndRelease(reader)
           delegateVersion
         }
         val rows = owner.synchronized {
@@ -534,15 +576,18 @@ class CachingStateStoreProvider extends ProviderBase {
       if (writer != null) writer.abort() else reader.release()
     }
 
-    // In a batch where the delegate did not commit, its own custom metrics describe its last commit,
-    // not this batch: only its key count and memory are reported (0 for a delegate whose read store
-    // has no metrics, the HDFS-backed one).
+    // Spark's own metrics as the delegate alone would report them: the key count after this batch
+    // (with the logged rows when the delegate did not commit) and the memory of the cache's rows on
+    // top of the delegate's. In a batch where the delegate did not commit, its custom metrics
+    // describe its last commit, not this batch, and are left out.
     override def metrics: StateStoreMetrics = {
       val m = if (writer != null) writer.metrics else reader match {
         case s: StateStore => val r = s.metrics; StateStoreMetrics(r.numKeys, r.memoryUsedBytes, Map.empty)
         case _ => StateStoreMetrics(0L, 0L, Map.empty)
       }
-      m.copy(customMetrics = m.customMetrics ++ counters.metrics)
+      val cacheBytes = cache.ownerBytes(owner) + owner.synchronized(pendingBytes)
+      StateStoreMetrics(if (keysAfter >= 0) keysAfter else m.numKeys, m.memoryUsedBytes + cacheBytes,
+        m.customMetrics ++ counters.metrics)
     }
 
     override def getStateStoreCheckpointInfo(): StateStoreCheckpointInfo =

@@ -49,8 +49,11 @@ private[input] object StreamKind {
 final class InputBoundRule(session: SparkSession) extends Rule[LogicalPlan] {
   import InputBoundRule._
 
+  // resolveOperatorsDown, as Spark asks of analyzer rules: it skips subtrees analyzed already (a
+  // DataFrame reused in another query), and Spark's test mode fails any plain transform here.
+  // Idempotent: a bounded source is never wrapped again.
   override def apply(plan: LogicalPlan): LogicalPlan = if (!plan.isStreaming) plan else {
-    plan.transformDown {
+    plan.resolveOperatorsDown {
       case r: StreamingRelation if !r.dataSource.isInstanceOf[BoundedDataSource] && isFiles(r.dataSource) =>
         r.copy(dataSource = new BoundedDataSource(r.dataSource, spec(r.dataSource.options.get)))
       case r: StreamingRelationV2 if !r.table.isInstanceOf[BoundedTable] =>

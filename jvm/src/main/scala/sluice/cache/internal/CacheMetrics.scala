@@ -16,7 +16,8 @@ private[sluice] object CacheMetrics {
   val DelegateWrites = StateStoreCustomSumMetric("delegateWrites", "puts and removes that reached the delegate store")
   val DelegateReads = StateStoreCustomSumMetric("delegateReads", "point reads that reached the delegate store")
   val DelegateCommits = StateStoreCustomSumMetric("delegateCommits", "commits of the delegate store")
-  val WriteBehindRows = StateStoreCustomSizeMetric("writeBehindRows",
+  // A row count (summed over partitions), shown as a number, not as a size.
+  val WriteBehindRows = StateStoreCustomSumMetric("writeBehindRows",
     "rows changed since the delegate's last commit, held in the write-behind log")
 
   val All: Seq[StateStoreCustomMetric] = Seq(Hits, Misses, HitRatio, SizeBytes, Evictions, Flushes,
