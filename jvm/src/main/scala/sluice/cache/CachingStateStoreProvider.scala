@@ -192,7 +192,8 @@ class CachingStateStoreProvider extends ProviderBase {
       if (home != null && (home ne slot)) home.dropOwner(this)
       home = slot
       val sameCkpt = ckptId.isEmpty || cachedCkptId.isEmpty || ckptId == cachedCkptId
-      if (version != cachedVersion || !sameCkpt) {
+      // -1 is also "no cached version": a negative version always goes to the delegate, which refuses it.
+      if (version < 0 || version != cachedVersion || !sameCkpt) {
         slot.dropOwner(this)
         clearPending()
         cachedVersion = -1L
