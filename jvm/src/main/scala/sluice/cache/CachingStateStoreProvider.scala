@@ -408,9 +408,12 @@ class CachingStateStoreProvider extends ProviderBase {
         cache.putDirty(CacheKey(colFamilyName, key.copy(), owner), value, storeCapacity, this)
     }
 
-    override def put(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit =
+    override def put(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit = {
+      // As Spark's stores: a null value is refused (in the cache it would read as a remove).
+      require(value != null, "Cannot put a null value")
       if (isCached(colFamilyName)) putDirty(key, value.copy(), colFamilyName)
       else writable().put(key, value, colFamilyName)
+    }
 
     override def remove(key: UnsafeRow, colFamilyName: String): Unit =
       if (isCached(colFamilyName)) putDirty(key, null, colFamilyName)
