@@ -2,6 +2,7 @@ package sluice.state.conformance
 
 import org.apache.spark.sql.internal.SQLConf
 
+import sluice.state.conformance.CachingConformanceSuite._
 import sluice.state.conformance.SluiceConformanceSuite.{hdfsStyleSQLConf, rocksDBStyleSQLConf}
 
 /**
@@ -38,6 +39,28 @@ abstract class CachingOverRocksDBConformanceSuite(commitIntervalMs: Long)
 object CachingConformanceSuite {
   /** The commit interval of the write-behind configurations: no batch of a test reaches it. */
   val WriteBehindIntervalMs: Long = 3600L * 1000
+
+  // Reasons shared by several configurations.
+  val InvalidVersionsByClass: (String, String) = "getStore with invalid versions" ->
+    ("expects CANNOT_READ_DELTA_FILE_NOT_EXISTS only of an HDFSBackedStateStoreProvider instance (isInstanceOf), " +
+      "else CANNOT_READ_STREAMING_STATE_FILE; the cache passes its HDFS delegate's error " +
+      "(CANNOT_READ_DELTA_FILE_NOT_EXISTS) through unchanged")
+  val IteratorSemanticsByClass: (String, String) = "SPARK-38320 - state store iterator behavior differences" ->
+    ("pins which writes made after an iterator's creation it sees, per Spark provider, chosen by the store's class " +
+      "name (RocksDBStateStore, else HDFS's); sluice's store is neither: over RocksDB it returns RocksDB's iterator, " +
+      "and under write-behind it lays the rows logged since the delegate's last commit, as of the iterator's " +
+      "creation, over the delegate's (no operator relies on either: that was SPARK-38320)")
+  val WriteBehindCommitError: (String, String) = "SPARK-18342: commit fails when rename fails" ->
+    ("the commit fails, as it must, but in a batch where the delegate does not commit the failing write is " +
+      "sluice's own (write-behind log / delegate marker through Spark's CheckpointFileManager), reported as " +
+      "FAILED_RENAME_TEMP_FILE, not as the delegate's CANNOT_WRITE_STATE_STORE.CANNOT_COMMIT")
+  val WriteBehindNumKeys: (String, String) = "numKeys metrics" ->
+    ("in a batch where the write-behind delegate does not commit, the store reports the delegate's key count of " +
+      "its last commit (none for an HDFS delegate, whose read store has no metrics): documented at " +
+      "CachingStateStore.metrics; the test expects this batch's count")
+  val WriteBehindMemory: (String, String) = "reports memory usage" ->
+    ("as for numKeys: a batch where the write-behind delegate does not commit reports the memory of the " +
+      "delegate's last commit, 0 here")
 }
 
 class CacheOverHdfsSuite extends CachingOverHdfsConformanceSuite(0L) {
@@ -45,7 +68,9 @@ class CacheOverHdfsSuite extends CachingOverHdfsConformanceSuite(0L) {
 }
 
 object CacheOverHdfsSuite {
-  val Exclusions: Seq[(String, String)] = Seq()
+  val Exclusions: Seq[(String, String)] = Seq(
+    InvalidVersionsByClass
+  )
 }
 
 class CacheOverHdfsWriteBehindSuite extends CachingOverHdfsConformanceSuite(CachingConformanceSuite.WriteBehindIntervalMs) {
@@ -53,7 +78,13 @@ class CacheOverHdfsWriteBehindSuite extends CachingOverHdfsConformanceSuite(Cach
 }
 
 object CacheOverHdfsWriteBehindSuite {
-  val Exclusions: Seq[(String, String)] = Seq()
+  val Exclusions: Seq[(String, String)] = Seq(
+    InvalidVersionsByClass,
+    IteratorSemanticsByClass,
+    WriteBehindCommitError,
+    WriteBehindNumKeys,
+    WriteBehindMemory
+  )
 }
 
 class CacheOverRocksDBSuite extends CachingOverRocksDBConformanceSuite(0L) {
@@ -61,7 +92,12 @@ class CacheOverRocksDBSuite extends CachingOverRocksDBConformanceSuite(0L) {
 }
 
 object CacheOverRocksDBSuite {
-  val Exclusions: Seq[(String, String)] = Seq()
+  val Exclusions: Seq[(String, String)] = Seq(
+    IteratorSemanticsByClass,
+    "SPARK-18342: commit fails when rename fails" ->
+      ("expects the error to name \"HDFSStateStore\" unless the store's class name contains RocksDBStateStore; the " +
+        "cache passes RocksDB's CANNOT_COMMIT error, naming RocksDBStateStore, through unchanged")
+  )
 }
 
 class CacheOverRocksDBWriteBehindSuite
@@ -70,5 +106,10 @@ class CacheOverRocksDBWriteBehindSuite
 }
 
 object CacheOverRocksDBWriteBehindSuite {
-  val Exclusions: Seq[(String, String)] = Seq()
+  val Exclusions: Seq[(String, String)] = Seq(
+    IteratorSemanticsByClass,
+    WriteBehindCommitError,
+    WriteBehindNumKeys,
+    WriteBehindMemory
+  )
 }
