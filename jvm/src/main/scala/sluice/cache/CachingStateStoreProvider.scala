@@ -93,7 +93,7 @@ class CachingStateStoreProvider extends ProviderBase {
 
   override def close(): Unit = {
     invalidate()
-    delegate.close()
+    if (delegate != null) delegate.close() // null: never initialized, or init failed before creating it
   }
 
   override protected def openStore(version: Long, ckptId: Option[String], options: OpenOptions): StateStore = {
