@@ -9,6 +9,11 @@ import scala.sys.process._
 
 val kafkaStreamsVersion = "4.1.1"
 
+// Spark's published test-jars (StateStoreSuiteBase, for sluice.state.conformance): Maven Central has
+// them for these releases only, so only these minors run the provider conformance suites; the
+// minor's pyspark jars stay its main classpath (same minor, compatible).
+val sparkTestJars = Map("4.1" -> "4.1.3", "4.2" -> "4.2.0")
+
 ThisBuild / organization := "io.sluice"
 ThisBuild / version := "0.1.0"
 
@@ -39,8 +44,10 @@ def sparkLine(minor: String): Project = {
         (ThisBuild / baseDirectory).value / "jvm" / "src" / "main" / s"spark-$minor"),
       Compile / unmanagedResourceDirectories :=
         Seq((ThisBuild / baseDirectory).value / "jvm" / "src" / "main" / "resources"),
-      Test / unmanagedSourceDirectories :=
-        Seq((ThisBuild / baseDirectory).value / "jvm" / "src" / "test" / "scala"),
+      Test / unmanagedSourceDirectories := {
+        val test = (ThisBuild / baseDirectory).value / "jvm" / "src" / "test"
+        Seq(test / "scala") ++ Seq(test / s"spark-$minor").filter(_.isDirectory)
+      },
       Test / unmanagedResourceDirectories :=
         Seq((ThisBuild / baseDirectory).value / "jvm" / "src" / "test" / "resources"),
       target := (ThisBuild / baseDirectory).value / "jvm" / "target" / s"spark-$minor",
@@ -70,7 +77,13 @@ def sparkLine(minor: String): Project = {
         "org.apache.kafka" % "kafka-streams" % kafkaStreamsVersion % Test,
         "org.apache.kafka" % "kafka-streams-test-utils" % kafkaStreamsVersion % Test,
         "org.apache.kafka" % "kafka-clients" % kafkaStreamsVersion % Test
-      ),
+      ) ++ sparkTestJars.get(minor).toSeq.flatMap { v =>
+        Seq("spark-core", "spark-catalyst", "spark-sql").map(m =>
+          ("org.apache.spark" %% m % v % Test classifier "tests").intransitive()) ++ Seq(
+          // What those suites use at run time, at the versions of Spark's parent pom.
+          ("org.scalatestplus" %% "scalacheck-1-18" % "3.2.19.0" % Test).intransitive(),
+          "org.scalacheck" %% "scalacheck" % "1.18.0" % Test)
+      },
       Compile / packageBin / artifactPath := target.value / s"sluice-spark-$minor.jar",
       Compile / packageDoc / publishArtifact := false,
       pomIncludeRepository := (_ => false),

@@ -98,7 +98,7 @@ class CachingStateStoreProvider extends ProviderBase {
 
   override def close(): Unit = {
     invalidate()
-    delegate.close()
+    if (delegate != null) delegate.close() // null: never initialized, or init failed before creating it
   }
 
   override protected def openStore(version: Long, ckptId: Option[String], options: OpenOptions): StateStore = {
@@ -197,7 +197,8 @@ class CachingStateStoreProvider extends ProviderBase {
       if (home != null && (home ne slot)) home.dropOwner(this)
       home = slot
       val sameCkpt = ckptId.isEmpty || cachedCkptId.isEmpty || ckptId == cachedCkptId
-      if (version != cachedVersion || !sameCkpt) {
+      // -1 is also "no cached version": a negative version always goes to the delegate, which refuses it.
+      if (version < 0 || version != cachedVersion || !sameCkpt) {
         slot.dropOwner(this)
         clearPending()
         delegateKeys = -1L
@@ -447,9 +448,12 @@ class CachingStateStoreProvider extends ProviderBase {
         cache.putDirty(CacheKey(colFamilyName, key.copy(), owner), value, storeCapacity, this)
     }
 
-    override def put(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit =
+    override def put(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit = {
+      // As Spark's stores: a null value is refused (in the cache it would read as a remove).
+      require(value != null, "Cannot put a null value")
       if (isCached(colFamilyName)) putDirty(key, value.copy(), colFamilyName)
       else writable().put(key, value, colFamilyName)
+    }
 
     override def remove(key: UnsafeRow, colFamilyName: String): Unit =
       if (isCached(colFamilyName)) putDirty(key, null, colFamilyName)

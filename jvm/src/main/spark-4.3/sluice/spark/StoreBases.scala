@@ -10,7 +10,8 @@ import org.apache.spark.sql.types.StructType
  * one fixed set of members on every Spark.
  *
  * spark-4.2 and later: `ReadStateStore` adds multi-value and range scans and `allColumnFamilyNames`;
- * `StateStore` adds `deleteRange`.
+ * `StateStore` adds `deleteRange`; `multiGet` (unsupported unless a store
+ * implements it) is answered key by key.
  * spark-4.3: `ReadStateStore.registerColFamily` (a read store learning a column family).
  */
 
@@ -30,6 +31,9 @@ trait ForwardingReadStore extends ReadStateStore {
       useMultipleValuesPerKey: Boolean): Unit
 
   override def allColumnFamilyNames: Set[String] = passThrough(StateStore.DEFAULT_COL_FAMILY_NAME).allColumnFamilyNames
+  // Key by key through this store's own get (the cache serves what it holds), as Spark's HDFS-backed store does.
+  override def multiGet(keys: Array[UnsafeRow], colFamilyName: String): Iterator[UnsafeRow] =
+    keys.iterator.map(get(_, colFamilyName))
   override def iteratorWithMultiValues(colFamilyName: String): StateStoreIterator[UnsafeRowPair] =
     passThrough(colFamilyName).iteratorWithMultiValues(colFamilyName)
   override def prefixScanWithMultiValues(prefixKey: UnsafeRow, colFamilyName: String)
@@ -67,6 +71,8 @@ trait SingleFamilyReadStore extends ReadStateStore {
   protected def providerName: String
 
   override def allColumnFamilyNames: Set[String] = Set(StateStore.DEFAULT_COL_FAMILY_NAME)
+  override def multiGet(keys: Array[UnsafeRow], colFamilyName: String): Iterator[UnsafeRow] =
+    keys.iterator.map(get(_, colFamilyName))
   override def iteratorWithMultiValues(colFamilyName: String): StateStoreIterator[UnsafeRowPair] =
     throw StateStoreErrors.unsupportedOperationException("iteratorWithMultiValues", providerName)
   override def prefixScanWithMultiValues(prefixKey: UnsafeRow, colFamilyName: String)

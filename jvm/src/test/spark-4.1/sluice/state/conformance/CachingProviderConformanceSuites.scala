@@ -1,0 +1,138 @@
+package sluice.state.conformance
+
+import org.apache.spark.sql.internal.SQLConf
+
+import sluice.state.conformance.CachingConformanceSuite._
+import sluice.state.conformance.SluiceConformanceSuite.{hdfsStyleSQLConf, rocksDBStyleSQLConf}
+
+/**
+ * sluice's record cache (CachingStateStoreProvider) in each configuration against Spark's
+ * provider conformance suite: over the HDFS-backed store and over RocksDB, committing the delegate
+ * every batch or write-behind (commit interval long enough that the delegate commits only when a
+ * batch forces it). Each is set up as Spark's suite of its delegate is.
+ */
+abstract class CachingConformanceSuite(delegate: String, commitIntervalMs: Long)
+  extends SluiceConformanceSuite[TaskScopedCachingProvider] {
+  override protected def newProvider(): TaskScopedCachingProvider =
+    new TaskScopedCachingProvider(delegate, commitIntervalMs)
+}
+
+/** Over the HDFS-backed store, as Spark's HDFS suite sets its provider up (no column families). */
+abstract class CachingOverHdfsConformanceSuite(commitIntervalMs: Long)
+  extends CachingConformanceSuite("hdfs", commitIntervalMs) {
+  override protected def columnFamilies: Boolean = false
+  override protected def sqlConfForNewProvider(): SQLConf = getDefaultSQLConf(
+    SQLConf.STATE_STORE_MIN_DELTAS_FOR_SNAPSHOT.defaultValue.get, SQLConf.MAX_BATCHES_TO_RETAIN_IN_MEMORY.defaultValue.get)
+  override def getDefaultSQLConf(minDeltasForSnapshot: Int, numOfVersToRetainInMemory: Int): SQLConf =
+    hdfsStyleSQLConf(minDeltasForSnapshot, numOfVersToRetainInMemory)
+}
+
+/** Over RocksDB, as Spark's RocksDB suite sets its provider up. */
+abstract class CachingOverRocksDBConformanceSuite(commitIntervalMs: Long)
+  extends CachingConformanceSuite("rocksdb", commitIntervalMs) {
+  override protected def columnFamilies: Boolean = true
+  override protected def sqlConfForNewProvider(): SQLConf = SQLConf.get
+  override def getDefaultSQLConf(minDeltasForSnapshot: Int, numOfVersToRetainInMemory: Int): SQLConf =
+    rocksDBStyleSQLConf(minDeltasForSnapshot)
+}
+
+object CachingConformanceSuite {
+  /** The commit interval of the write-behind configurations: no batch of a test reaches it. */
+  val WriteBehindIntervalMs: Long = 3600L * 1000
+
+  // Reasons shared by several configurations.
+  val InvalidVersionsByClass: (String, String) = "getStore with invalid versions" ->
+    ("expects CANNOT_READ_DELTA_FILE_NOT_EXISTS only of an HDFSBackedStateStoreProvider instance (isInstanceOf), " +
+      "else CANNOT_READ_STREAMING_STATE_FILE; the cache passes its HDFS delegate's error " +
+      "(CANNOT_READ_DELTA_FILE_NOT_EXISTS) through unchanged")
+  val IteratorSemanticsByClass: (String, String) = "SPARK-38320 - state store iterator behavior differences" ->
+    ("pins which writes made after an iterator's creation it sees, per Spark provider, chosen by the store's class " +
+      "name (RocksDBStateStore, else HDFS's); sluice's store is neither: over RocksDB it returns RocksDB's iterator, " +
+      "and under write-behind it lays the rows logged since the delegate's last commit, as of the iterator's " +
+      "creation, over the delegate's (no operator relies on either: that was SPARK-38320)")
+  val WriteBehindCommitError: (String, String) = "SPARK-18342: commit fails when rename fails" ->
+    ("the commit fails, as it must, but in a batch where the delegate does not commit the failing write is " +
+      "sluice's own (write-behind log / delegate marker through Spark's CheckpointFileManager), reported as " +
+      "FAILED_RENAME_TEMP_FILE, not as the delegate's CANNOT_WRITE_STATE_STORE.CANNOT_COMMIT")
+  val WriteBehindNumKeys: (String, String) = "numKeys metrics" ->
+    ("in a batch where the write-behind delegate does not commit, the store reports the delegate's key count of " +
+      "its last commit (none for an HDFS delegate, whose read store has no metrics): documented at " +
+      "CachingStateStore.metrics; the test expects this batch's count")
+  val ChecksumCleanupLayout: (String, String) = "checksum files are also cleaned up during maintenance" ->
+    ("counts the files left in the store's checkpoint directory in the layout of Spark's provider, chosen by " +
+      "provider class (HDFSBackedStateStoreProvider, else RocksDB's); the cache adds its delegate marker " +
+      "(_sluice_cache_delegate) beside the delegate's files, and is not an HDFSBackedStateStoreProvider")
+  val ChecksumOverwriteLayout: (String, String) = "overwrite state file without overwriting checksum file" ->
+    ("counts the files in the store's checkpoint directory (8: 3 deltas/changelogs, a snapshot, their " +
+      "checksums); the cache adds its delegate marker (_sluice_cache_delegate)")
+  val GoldenCheckpoint: (String, String) = "Load spark 4.0 golden checkpoint written without checksum" ->
+    ("loads checkpoints Spark 4.0's HDFS-backed and RocksDB providers wrote, choosing by provider class; it also " +
+      "reads them as files from the test resources, which in the published test-jar are inside the jar, so " +
+      "Spark's own providers fail it in this harness too (SparkHdfsBaselineSuite, SparkRocksDBBaselineSuite)")
+  val WriteBehindMemory: (String, String) = "reports memory usage" ->
+    ("as for numKeys: a batch where the write-behind delegate does not commit reports the memory of the " +
+      "delegate's last commit, 0 here")
+}
+
+class CacheOverHdfsSuite extends CachingOverHdfsConformanceSuite(0L) {
+  override protected def exclusions: Seq[(String, String)] = CacheOverHdfsSuite.Exclusions
+}
+
+object CacheOverHdfsSuite {
+  val Exclusions: Seq[(String, String)] = Seq(
+    InvalidVersionsByClass,
+    ChecksumCleanupLayout,
+    ChecksumOverwriteLayout,
+    GoldenCheckpoint
+  )
+}
+
+class CacheOverHdfsWriteBehindSuite extends CachingOverHdfsConformanceSuite(CachingConformanceSuite.WriteBehindIntervalMs) {
+  override protected def exclusions: Seq[(String, String)] = CacheOverHdfsWriteBehindSuite.Exclusions
+}
+
+object CacheOverHdfsWriteBehindSuite {
+  val Exclusions: Seq[(String, String)] = Seq(
+    InvalidVersionsByClass,
+    IteratorSemanticsByClass,
+    WriteBehindCommitError,
+    WriteBehindNumKeys,
+    WriteBehindMemory,
+    ChecksumCleanupLayout,
+    ChecksumOverwriteLayout,
+    GoldenCheckpoint
+  )
+}
+
+class CacheOverRocksDBSuite extends CachingOverRocksDBConformanceSuite(0L) {
+  override protected def exclusions: Seq[(String, String)] = CacheOverRocksDBSuite.Exclusions
+}
+
+object CacheOverRocksDBSuite {
+  val Exclusions: Seq[(String, String)] = Seq(
+    IteratorSemanticsByClass,
+    ChecksumCleanupLayout,
+    ChecksumOverwriteLayout,
+    GoldenCheckpoint,
+    "SPARK-18342: commit fails when rename fails" ->
+      ("expects the error to name \"HDFSStateStore\" unless the store's class name contains RocksDBStateStore; the " +
+        "cache passes RocksDB's CANNOT_COMMIT error, naming RocksDBStateStore, through unchanged")
+  )
+}
+
+class CacheOverRocksDBWriteBehindSuite
+  extends CachingOverRocksDBConformanceSuite(CachingConformanceSuite.WriteBehindIntervalMs) {
+  override protected def exclusions: Seq[(String, String)] = CacheOverRocksDBWriteBehindSuite.Exclusions
+}
+
+object CacheOverRocksDBWriteBehindSuite {
+  val Exclusions: Seq[(String, String)] = Seq(
+    IteratorSemanticsByClass,
+    WriteBehindCommitError,
+    WriteBehindNumKeys,
+    WriteBehindMemory,
+    ChecksumCleanupLayout,
+    ChecksumOverwriteLayout,
+    GoldenCheckpoint
+  )
+}
