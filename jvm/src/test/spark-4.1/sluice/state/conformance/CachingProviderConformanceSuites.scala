@@ -54,10 +54,6 @@ object CachingConformanceSuite {
     ("the commit fails, as it must, but in a batch where the delegate does not commit the failing write is " +
       "sluice's own (write-behind log / delegate marker through Spark's CheckpointFileManager), reported as " +
       "FAILED_RENAME_TEMP_FILE, not as the delegate's CANNOT_WRITE_STATE_STORE.CANNOT_COMMIT")
-  val WriteBehindNumKeys: (String, String) = "numKeys metrics" ->
-    ("in a batch where the write-behind delegate does not commit, the store reports the delegate's key count of " +
-      "its last commit (none for an HDFS delegate, whose read store has no metrics): documented at " +
-      "CachingStateStore.metrics; the test expects this batch's count")
   val ChecksumCleanupLayout: (String, String) = "checksum files are also cleaned up during maintenance" ->
     ("counts the files left in the store's checkpoint directory in the layout of Spark's provider, chosen by " +
       "provider class (HDFSBackedStateStoreProvider, else RocksDB's); the cache adds its delegate marker " +
@@ -69,9 +65,6 @@ object CachingConformanceSuite {
     ("loads checkpoints Spark 4.0's HDFS-backed and RocksDB providers wrote, choosing by provider class; it also " +
       "reads them as files from the test resources, which in the published test-jar are inside the jar, so " +
       "Spark's own providers fail it in this harness too (SparkHdfsBaselineSuite, SparkRocksDBBaselineSuite)")
-  val WriteBehindMemory: (String, String) = "reports memory usage" ->
-    ("as for numKeys: a batch where the write-behind delegate does not commit reports the memory of the " +
-      "delegate's last commit, 0 here")
 }
 
 class CacheOverHdfsSuite extends CachingOverHdfsConformanceSuite(0L) {
@@ -96,8 +89,6 @@ object CacheOverHdfsWriteBehindSuite {
     InvalidVersionsByClass,
     IteratorSemanticsByClass,
     WriteBehindCommitError,
-    WriteBehindNumKeys,
-    WriteBehindMemory,
     ChecksumCleanupLayout,
     ChecksumOverwriteLayout,
     GoldenCheckpoint
@@ -129,8 +120,6 @@ object CacheOverRocksDBWriteBehindSuite {
   val Exclusions: Seq[(String, String)] = Seq(
     IteratorSemanticsByClass,
     WriteBehindCommitError,
-    WriteBehindNumKeys,
-    WriteBehindMemory,
     ChecksumCleanupLayout,
     ChecksumOverwriteLayout,
     GoldenCheckpoint

@@ -54,13 +54,6 @@ object CachingConformanceSuite {
     ("the commit fails, as it must, but in a batch where the delegate does not commit the failing write is " +
       "sluice's own (write-behind log / delegate marker through Spark's CheckpointFileManager), reported as " +
       "FAILED_RENAME_TEMP_FILE, not as the delegate's CANNOT_WRITE_STATE_STORE.CANNOT_COMMIT")
-  val WriteBehindNumKeys: (String, String) = "numKeys metrics" ->
-    ("in a batch where the write-behind delegate does not commit, the store reports the delegate's key count of " +
-      "its last commit (none for an HDFS delegate, whose read store has no metrics): documented at " +
-      "CachingStateStore.metrics; the test expects this batch's count")
-  val WriteBehindMemory: (String, String) = "reports memory usage" ->
-    ("as for numKeys: a batch where the write-behind delegate does not commit reports the memory of the " +
-      "delegate's last commit, 0 here")
 }
 
 class CacheOverHdfsSuite extends CachingOverHdfsConformanceSuite(0L) {
@@ -81,9 +74,7 @@ object CacheOverHdfsWriteBehindSuite {
   val Exclusions: Seq[(String, String)] = Seq(
     InvalidVersionsByClass,
     IteratorSemanticsByClass,
-    WriteBehindCommitError,
-    WriteBehindNumKeys,
-    WriteBehindMemory
+    WriteBehindCommitError
   )
 }
 
@@ -108,8 +99,6 @@ class CacheOverRocksDBWriteBehindSuite
 object CacheOverRocksDBWriteBehindSuite {
   val Exclusions: Seq[(String, String)] = Seq(
     IteratorSemanticsByClass,
-    WriteBehindCommitError,
-    WriteBehindNumKeys,
-    WriteBehindMemory
+    WriteBehindCommitError
   )
 }
