@@ -151,7 +151,7 @@ def commit_interval(spark: SparkSession, work: Path) -> dict[str, Any]:
 
 
 def jvm_helper(spark: SparkSession, work: Path) -> dict[str, Any] | None:
-    from sluice._jvm import jvm
+    from sluice._handles import jvm
 
     try:
         jvm(spark)

@@ -133,10 +133,10 @@ def test_the_extension_message_is_the_documented_protobuf_message() -> None:
 
     limited = Suppressed.until_time_limit(timedelta(minutes=5), BufferConfig.max_bytes(1 << 40).with_max_records(7)
                                           .spill_to_disk_when_full()).with_name("alerts")
-    m = cls.FromString(encode(b"\x00child\xff" * 300, limited, "window.end"))
+    m = cls.FromString(encode(b"\x00child\xff" * 300, **limited._wire(), time_col="window.end"))
     assert (m.input, m.kind, m.limit_ms, m.max_records, m.max_bytes, m.when_full, m.name, m.time_col) == (
         b"\x00child\xff" * 300, "until_time_limit", 300_000, 7, 1 << 40, "spill_to_disk", "alerts", "window.end")
-    final = cls.FromString(encode(b"", Suppressed.until_window_closes(BufferConfig.unbounded()), None))
+    final = cls.FromString(encode(b"", **Suppressed.until_window_closes(BufferConfig.unbounded())._wire()))
     # an unbounded buffer, no name and no time_col are absent fields
     assert (final.kind, final.when_full, final.ListFields()[-1][0].name) == ("until_window_closes", "shut_down",
                                                                            "when_full")

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sluice import BufferConfig, SluiceBufferFullError, SluiceSuppressError, Suppressed, suppress
-from sluice._jvm import translate
+from sluice._errors import translate
 from sluice.suppress import EagerBufferConfig, StrictBufferConfig
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)

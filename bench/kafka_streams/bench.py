@@ -27,6 +27,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import kafka_harness as kh  # noqa: E402
 from harness import Harness  # noqa: E402
+from pyspark.version import __version__ as PYSPARK_VERSION  # noqa: E402
+
+import sluice  # noqa: E402
 
 KS, SL = "kafka-streams", "sluice"
 CP = f"{HERE / 'target' / 'classes'}:{HERE / 'target' / 'lib' / '*'}"
@@ -182,7 +185,7 @@ def run_bench(a: argparse.Namespace, work: Path, bs: str) -> None:
         KS: "Kafka Streams 4.1.1, 2 stream threads, Stores.inMemoryWindowStore, "
             "suppress(untilWindowCloses(unbounded())), defaults otherwise (at-least-once, changelogs on), "
             f"commit.interval.ms {a.ks_commit_ms}, statestore.cache.max.bytes {a.ks_cache_bytes}, -Xmx{a.heap}",
-        SL: f"Spark 4.1.3 local[2] + sluice (Python API), spark.driver.memory={a.heap}, shuffle partitions 2, "
+        SL: f"Spark {PYSPARK_VERSION} local[2] + sluice (Python API, {os.path.basename(sluice.jar_path())}), spark.driver.memory={a.heap}, shuffle partitions 2, "
             "state store sluice.windowstore.InMemoryWindowStoreProvider, suppress(until_window_closes(unbounded())), "
             f"Kafka source (earliest) and sink, checkpoint on local disk, trigger "
             f"{'default' if a.trigger == '0' else a.trigger}, maxOffsetsPerTrigger {a.max_offsets or 'not set'}",

@@ -143,6 +143,14 @@ def _key_option(k: dict[str, Any]) -> Option:
     return Option(key, message("at_least", form=expected, min=minimum), bounded)
 
 
+def key(name: str) -> str:
+    """The full Spark key of a conf.json key name (``windowstore.retention`` ->
+    ``spark.sluice.windowstore.retention``); fails on a name conf.json does not list."""
+    if not any(k["name"] == name for k in spec()["keys"]):
+        raise KeyError(f"{name} is not a key of sluice/conf.json")
+    return spec()["prefix"] + name
+
+
 def state_store_providers() -> dict[str, str]:
     """State store provider classes by the names sluice's options use."""
     return dict(spec()["providers"])

@@ -3,36 +3,32 @@
 A Connect client has no JVM: ``suppress`` sends its plan to the server as a relation ``extension``
 that sluice's relation plugin (``sluice.connect.SuppressRelationPlugin``, registered on the server
 with ``spark.connect.extensions.relation.classes``) turns into the plan the classic API builds.
-
-This module imports pyspark's Connect client (grpc, protobuf) only when a Connect object is
-actually in use, so ``import sluice`` works without the client's extras.
+This module encodes plain values (``sluice.suppress`` turns its objects into them), and imports
+pyspark's Connect client (grpc, protobuf) only when a Connect object is actually in use, so
+``import sluice`` works without the client's extras.
 """
 from __future__ import annotations
 
-import re
-import sys
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
+from sluice import _handles
 from sluice._conf import CONNECT_RELATION_PLUGIN, LOADING_SETTINGS, CONNECT_RELATION_CLASSES_KEY
-from sluice._jvm import SluiceError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from sluice.suppress import Suppressed
+from sluice._errors import SluiceError, on_missing_connect_plugin, translating
 
 # Must match sluice.connect.SuppressRelation.TypeUrl on the server.
 TYPE_URL = "type.googleapis.com/sluice.connect.Suppress"
 
 
-def is_connect_dataframe(df: Any) -> bool:
-    """Whether ``df`` is a Spark Connect DataFrame (checked without importing the Connect client:
-    if it is not loaded, no Connect DataFrame exists)."""
-    module = sys.modules.get("pyspark.sql.connect.dataframe")
-    return module is not None and isinstance(df, module.DataFrame)
+def _missing_plugin() -> SluiceError:
+    return SluiceError(
+        "the Spark Connect server does not load sluice's relation plugin, which suppress needs: "
+        f"start it with --jars <sluice.jar_path()> and --conf {CONNECT_RELATION_CLASSES_KEY}="
+        f"{CONNECT_RELATION_PLUGIN} (and the other sluice keys: "
+        + ", ".join(f"{k}={v}" for k, v in LOADING_SETTINGS.items() if k != CONNECT_RELATION_CLASSES_KEY)
+        + ")")
 
 
-def is_connect_session(spark: Any) -> bool:
-    module = sys.modules.get("pyspark.sql.connect.session")
-    return module is not None and isinstance(spark, module.SparkSession)
+on_missing_connect_plugin(_missing_plugin)
 
 
 # --- the extension message (its schema is documented in sluice.connect.SuppressRelation) --------
@@ -61,20 +57,19 @@ def _int64_field(number: int, value: int) -> bytes:
     return _varint(number << 3) + _varint(value)
 
 
-def encode(input_relation: bytes, suppressed: "Suppressed", time_col: Optional[str]) -> bytes:
-    """The ``sluice.connect.Suppress`` message for ``suppress(input, suppressed, time_col=...)``."""
-    from sluice.suppress import _UNBOUNDED
-
-    buf = suppressed.buffer
-    out = _bytes_field(1, input_relation) + _string_field(2, suppressed.kind)
-    out += _int64_field(3, suppressed.limit_ms)
-    if buf.records != _UNBOUNDED:
-        out += _int64_field(4, buf.records)
-    if buf.bytes != _UNBOUNDED:
-        out += _int64_field(5, buf.bytes)
-    out += _string_field(6, buf.when_full)
-    if suppressed.name is not None:
-        out += _string_field(7, suppressed.name)
+def encode(input_relation: bytes, kind: str, limit_ms: int, when_full: str, max_records: Optional[int] = None,
+           max_bytes: Optional[int] = None, name: Optional[str] = None, time_col: Optional[str] = None) -> bytes:
+    """The ``sluice.connect.Suppress`` message for ``suppress`` of ``input_relation`` (a bound left
+    out is unbounded)."""
+    out = _bytes_field(1, input_relation) + _string_field(2, kind)
+    out += _int64_field(3, limit_ms)
+    if max_records is not None:
+        out += _int64_field(4, max_records)
+    if max_bytes is not None:
+        out += _int64_field(5, max_bytes)
+    out += _string_field(6, when_full)
+    if name is not None:
+        out += _string_field(7, name)
     if time_col is not None:
         out += _string_field(8, time_col)
     return out
@@ -83,22 +78,21 @@ def encode(input_relation: bytes, suppressed: "Suppressed", time_col: Optional[s
 # --- the plan ---------------------------------------------------------------------------------
 
 def _plan_class() -> type:
-    from pyspark.sql.connect.plan import LogicalPlan
+    LogicalPlan = _handles.connect_logical_plan_class()
 
-    class SuppressRelation(LogicalPlan):
+    class SuppressRelation(LogicalPlan):  # type: ignore[misc, valid-type]
         """``suppress`` of ``child``: a relation ``extension`` for sluice's server plugin."""
 
-        def __init__(self, child: LogicalPlan, suppressed: "Suppressed", time_col: Optional[str]) -> None:
+        def __init__(self, child: Any, fields: dict[str, Any]) -> None:
             super().__init__(child)
-            self._suppressed = suppressed
-            self._time_col = time_col
+            self._fields = fields
 
         def plan(self, session: Any) -> Any:
             assert self._child is not None
             rel = self._create_proto_relation()
             child = self._child.plan(session).SerializeToString()
             rel.extension.type_url = TYPE_URL
-            rel.extension.value = encode(child, self._suppressed, self._time_col)
+            rel.extension.value = encode(child, **self._fields)
             return rel
 
     return SuppressRelation
@@ -107,45 +101,13 @@ def _plan_class() -> type:
 _PLAN_CLASS: list[type] = []
 
 
-def suppress(df: Any, suppressed: "Suppressed", time_col: Optional[str]) -> Any:
-    """``sluice.suppress`` for a Connect DataFrame. The result is analyzed at once (one round trip),
-    so misuse raises here with the classic API's error, not when the query starts."""
-    from pyspark.sql.connect.dataframe import DataFrame
-
+@translating
+def suppress(df: Any, fields: dict[str, Any]) -> Any:
+    """``sluice.suppress`` for a Connect DataFrame, with ``encode``'s fields. The result is analyzed
+    at once (one round trip), so misuse raises here with the classic API's error, not when the
+    query starts."""
     if not _PLAN_CLASS:
         _PLAN_CLASS.append(_plan_class())
-    out = DataFrame(_PLAN_CLASS[0](df._plan, suppressed, time_col), df.sparkSession)
-    try:
-        out.schema  # noqa: B018 (analysis on the server)
-    except Exception as e:
-        err = translate(e)
-        if err is e:
-            raise
-        raise err from None
+    out = _handles.connect_dataframe(_PLAN_CLASS[0](_handles.connect_plan(df), fields), df.sparkSession)
+    out.schema  # noqa: B018 (analysis on the server)
     return out
-
-
-# --- errors -----------------------------------------------------------------------------------
-
-# pyspark shows a server exception it has no Python class for as "(<Java class>) <message>".
-_UNKNOWN_SERVER_ERROR = re.compile(r"^\((sluice\.[\w.$]+)\) (.*)$", re.DOTALL)
-
-
-def translate(exc: BaseException) -> BaseException:
-    """A sluice error for a Connect error raised by sluice on the server; else ``exc``."""
-    from sluice._jvm import translation_for
-
-    getter = getattr(exc, "getMessage", None)
-    message = getter() if callable(getter) else str(exc)
-    if "No handler found for extension" in message:
-        return SluiceError(
-            "the Spark Connect server does not load sluice's relation plugin, which suppress needs: "
-            f"start it with --jars <sluice.jar_path()> and --conf {CONNECT_RELATION_CLASSES_KEY}="
-            f"{CONNECT_RELATION_PLUGIN} (and the other sluice keys: "
-            + ", ".join(f"{k}={v}" for k, v in LOADING_SETTINGS.items() if k != CONNECT_RELATION_CLASSES_KEY)
-            + ")")
-    m = _UNKNOWN_SERVER_ERROR.match(message)
-    if m is None:
-        return exc
-    java_class, text = m.group(1), m.group(2).split("\n\nJVM stacktrace:", 1)[0]
-    return translation_for(java_class)(text, java_class)

@@ -14,14 +14,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sluice._jvm import SluiceError
+from sluice import _handles
+from sluice._errors import SluiceUnsupportedSparkError
 
 JARS_DIR = Path(__file__).resolve().parent / "jars"
 _JAR_PATTERN = re.compile(r"^sluice-spark-(\d+\.\d+)\.jar$")
-
-
-class SluiceUnsupportedSparkError(SluiceError, RuntimeError):
-    """The running Spark is not one sluice supports (or its jar is not bundled)."""
 
 
 def bundled_jars() -> dict[str, Path]:
@@ -59,16 +56,9 @@ def minor_of(version: str) -> str:
     return f"{parts[0]}.{parts[1]}"
 
 
-def running_version() -> str:
-    """The version of the installed pyspark (the Spark a classic or local Connect session runs)."""
-    from pyspark.version import __version__
-
-    return __version__
-
-
 def jar_for(version: str | None = None) -> Path:
     """The bundled jar for Spark ``version`` (default: the installed pyspark's)."""
-    found = version if version is not None else running_version()
+    found = version if version is not None else _handles.pyspark_version()
     minor = minor_of(found)
     if minor not in supported():
         raise SluiceUnsupportedSparkError(_text("unsupported", found=found))

@@ -21,7 +21,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from sluice._jvm import jvm, translating
+from sluice import _handles
+from sluice._errors import translating
 
 __all__ = ["inspect", "SluiceState", "SuppressState", "EmitCacheState", "WindowStoreState"]
 
@@ -44,7 +45,7 @@ def _ts(ms: Optional[int]) -> Optional[datetime]:
 
 
 def _text(df: DataFrame, n: int) -> str:
-    return str(df._jdf.showString(n, 0, False))
+    return _handles.show_string(df, n)
 
 
 @dataclass
@@ -158,8 +159,8 @@ def inspect(spark: SparkSession, checkpoint_location: str, *, now: Optional[date
     ``spark`` is any session configured with sluice (the query need not run). ``now`` is the
     wall-clock time that until_wall_clock_time_limit rows are judged against (default: now).
     """
-    inspector = jvm(spark).sluice.inspect.StateInspector
-    jspark = spark._jsparkSession
+    inspector = _handles.jvm(spark).sluice.inspect.StateInspector
+    jspark = _handles.jsession(spark)
     inspector.prepare(jspark)  # Spark's statestore reader needs the coordinator a fresh session lacks
     summary = json.loads(str(inspector.summary(jspark, checkpoint_location)))
     batch = summary.get("lastCommittedBatchId")
@@ -200,9 +201,9 @@ def _suppress(spark: SparkSession, inspector: Any, ckpt: str, op_id: int, partit
         .withColumn("spilled", F.lit(False))
     buffer = sidecar.get("buffer") or {}
     if buffer.get("whenFull") == "spill_to_disk":
-        jspark = spark._jsparkSession
+        jspark = _handles.jsession(spark)
         schema = inspector.storeSchema(jspark, ckpt, op_id)
-        spill = DataFrame(inspector.readSpillStore(jspark, ckpt, op_id, partitions, version, schema), spark)
+        spill = _handles.dataframe(inspector.readSpillStore(jspark, ckpt, op_id, partitions, version, schema), spark)
         raw = raw.unionByName(spill.withColumn("spilled", F.lit(True)))
     meta = raw.filter(F.col("key.key").isNull())
     stream_time = {int(r.partition_id): _ts(int(r.t)) for r in
@@ -238,9 +239,9 @@ def _ms(t: datetime) -> int:
 
 def _emit_cache(spark: SparkSession, inspector: Any, ckpt: str, op_id: int, partitions: int, version: int,
                 sidecar: dict) -> EmitCacheState:
-    jspark = spark._jsparkSession
+    jspark = _handles.jsession(spark)
     schema = inspector.storeSchema(jspark, ckpt, op_id)
-    raw = DataFrame(inspector.readEmitCacheStore(jspark, ckpt, op_id, partitions, version, schema), spark)
+    raw = _handles.dataframe(inspector.readEmitCacheStore(jspark, ckpt, op_id, partitions, version, schema), spark)
     interval = sidecar.get("intervalMs")
     cols = [c for c in raw.schema["value"].dataType.fieldNames()
             if c not in ("__sluice_emit_insert_ms", "__sluice_emit_seq")]
@@ -256,13 +257,13 @@ def _emit_cache(spark: SparkSession, inspector: Any, ckpt: str, op_id: int, part
 def _window_store(spark: SparkSession, inspector: Any, ckpt: str, op_id: int, name: str, partitions: int,
                   version: int, settings: Optional[dict]) -> WindowStoreState:
     if settings is None:  # no sluice operator recorded the query's settings: this session's
-        conf = spark.sparkContext._jvm.sluice.windowstore.WindowStoreSettings.apply(
-            spark._jsparkSession.conf().getAll())
+        conf = _handles.jvm(spark).sluice.windowstore.WindowStoreSettings.apply(
+            _handles.jsession(spark).conf().getAll())
         settings = {"name": conf.name(), "retentionMs": conf.retentionMs()}
-    jspark = spark._jsparkSession
+    jspark = _handles.jsession(spark)
     schema = inspector.storeSchema(jspark, ckpt, op_id)
-    seg = DataFrame(inspector.windowStoreSegments(jspark, ckpt, op_id, partitions, version, schema,
-                                                  settings["name"], settings["retentionMs"]), spark)
+    seg = _handles.dataframe(inspector.windowStoreSegments(jspark, ckpt, op_id, partitions, version, schema,
+                                                           settings["name"], settings["retentionMs"]), spark)
     retention = int(settings["retentionMs"])
     expires = (F.timestamp_millis(F.unix_millis("window_start") + F.lit(retention)) if retention > 0
                else F.lit(None).cast("timestamp"))

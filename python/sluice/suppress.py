@@ -12,8 +12,8 @@ from typing import Any, Optional, Union
 
 from pyspark.sql import DataFrame
 
-from sluice import _connect
-from sluice._jvm import SluiceSuppressError, jvm, translate
+from sluice import _connect, _handles
+from sluice._errors import SluiceSuppressError, translating
 
 __all__ = ["suppress", "Suppressed", "BufferConfig", "StrictBufferConfig", "EagerBufferConfig",
            "SluiceSuppressError"]
@@ -91,7 +91,7 @@ class BufferConfig:
         return StrictBufferConfig(records=self.records, bytes=self.bytes, when_full="spill_to_disk")
 
     def _to_java(self, spark: Any) -> Any:
-        cfg = jvm(spark).sluice.suppress.BufferConfig.unbounded() \
+        cfg = _handles.jvm(spark).sluice.suppress.BufferConfig.unbounded() \
             .withMaxRecords(self.records).withMaxBytes(self.bytes)
         if self.when_full == "emit_early":
             return cfg.emitEarlyWhenFull()
@@ -163,7 +163,7 @@ class Suppressed:
         return replace(self, name=name)
 
     def _to_java(self, spark: Any) -> Any:
-        s = jvm(spark).sluice.suppress.Suppressed
+        s = _handles.jvm(spark).sluice.suppress.Suppressed
         buf = self.buffer._to_java(spark)
         if self.kind == "until_window_closes":
             j = s.untilWindowCloses(buf)
@@ -172,6 +172,13 @@ class Suppressed:
         else:
             j = s.untilWallClockTimeLimit(self.limit_ms, buf)
         return j.withName(self.name) if self.name else j
+
+    def _wire(self) -> dict[str, Any]:
+        """This config as the plain values the Connect encoding takes (``sluice._connect.encode``)."""
+        buf = self.buffer
+        return {"kind": self.kind, "limit_ms": self.limit_ms, "when_full": buf.when_full,
+                "max_records": None if buf.records == _UNBOUNDED else buf.records,
+                "max_bytes": None if buf.bytes == _UNBOUNDED else buf.bytes, "name": self.name}
 
 
 def _check_config(cfg: Any) -> BufferConfig:
@@ -197,16 +204,12 @@ def suppress(df: DataFrame, suppressed: Suppressed, *, time_col: Optional[str] =
         raise TypeError(f"suppressed must be a Suppressed, got {type(suppressed).__name__}")
     if time_col is not None and not isinstance(time_col, str):
         raise TypeError(f"time_col must be a column name, got {type(time_col).__name__}")
-    if _connect.is_connect_dataframe(df):
-        return _connect.suppress(df, suppressed, time_col)
+    if _handles.is_connect_dataframe(df):
+        return _connect.suppress(df, {**suppressed._wire(), "time_col": time_col})
     spark = df.sparkSession
-    try:
+    with translating():
         jsup = suppressed._to_java(spark)
-        entry = jvm(spark).sluice.suppress.Suppress
-        jdf = entry.apply(df._jdf, jsup) if time_col is None else entry.apply(df._jdf, jsup, time_col)
-    except Exception as e:
-        err = translate(e)
-        if err is e:
-            raise
-        raise err from None
-    return DataFrame(jdf, spark)
+        entry = _handles.jvm(spark).sluice.suppress.Suppress
+        jdf = _handles.jdf(df)
+        out = entry.apply(jdf, jsup) if time_col is None else entry.apply(jdf, jsup, time_col)
+    return _handles.dataframe(out, spark)

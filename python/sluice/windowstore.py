@@ -9,7 +9,9 @@ from pyspark.sql import SparkSession
 
 __all__ = ["Stores", "InMemoryWindowStoreSupplier"]
 
+from sluice import _conf
 from sluice._conf import supplier_message
+from sluice._configure import configure
 
 
 def _java_duration(d: timedelta) -> str:
@@ -52,15 +54,13 @@ class InMemoryWindowStoreSupplier:
         size and grace only bound the retention (checked when the supplier is built, as Kafka does):
         the store itself needs only the retention."""
         return {
-            "spark.sluice.windowstore.name": self.name,
-            "spark.sluice.windowstore.retention": str(_millis(self.retention, "retentionPeriod")),
+            _conf.key("windowstore.name"): self.name,
+            _conf.key("windowstore.retention"): str(_millis(self.retention, "retentionPeriod")),
         }
 
     def configure(self, builder: SparkSession.Builder) -> SparkSession.Builder:
         """Adds sluice to ``builder``, selects the provider and sets retention, size and grace."""
-        import sluice
-
-        sluice.configure(builder, state_store="in_memory_window")
+        configure(builder, state_store="in_memory_window")
         for key, value in self.settings.items():
             builder.config(key, value)
         return builder
