@@ -36,6 +36,7 @@ def sparkLine(minor: String): Project = {
   Project(id, file("jvm") / "target" / s"spark-$minor")
     .settings(
       name := s"sluice-spark-$minor",
+      moduleName := s"sluice-spark-$minor", // io.sluice:sluice-spark-4.3_2.13 (sbt would write 4-3)
       description := s"Kafka Streams' state and emission controls for Spark $minor Structured Streaming",
       versionScheme := Some("early-semver"),
       scalaVersion := line("scala"),
