@@ -24,8 +24,9 @@ import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.sluice.{MinMetric, SluiceStateStoreExec, SluiceStatefulNode, StatefulOperatorSupport, StreamContext}
 import org.json4s.JsonDSL._
 
-import sluice.conf.{MemoryBudget, SluiceConf}
+import sluice.conf.{MemoryBudget, SluiceConf, SluiceConfException}
 import sluice.inspect.Sidecars
+import sluice.spark.RealTimeMode
 import sluice.suppress.internal.SuppressNode
 import sluice.windowstore.InMemoryWindowStoreProvider
 
@@ -71,6 +72,13 @@ private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[Log
     exec match {
       case Some(e) =>
         val interval = SluiceConf(session.conf.getAll).commitIntervalMs
+        if (interval > 0 && StatefulOperatorSupport.isRealTime(session)) {
+          throw new SluiceConfException(RealTimeMode.refusal(
+            s"The emission cache (${SluiceConf.CommitIntervalMs.key}=$interval)",
+            "it forwards the rows it holds at batch boundaries",
+            s"Set ${SluiceConf.CommitIntervalMs.key}=0 for this query, or " + RealTimeMode.UseMicroBatches.head.toLower +
+              RealTimeMode.UseMicroBatches.tail))
+        }
         val update = e.outputMode == OutputMode.Update()
         var index = 0 // the plan has no EmitCacheNode yet (checked above)
         def place(p: LogicalPlan): LogicalPlan = p match {

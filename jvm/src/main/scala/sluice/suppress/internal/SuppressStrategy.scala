@@ -10,12 +10,17 @@ import org.json4s._
 import org.json4s.JsonDSL._
 
 import sluice.inspect.Sidecars
+import sluice.spark.RealTimeMode
 import sluice.suppress._
 
 /** Plans [[SuppressNode]]s; installed by sluice.plugin.SluiceExtensions. */
 private[sluice] case class SuppressStrategy(session: SparkSession) extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
     case n: SuppressNode =>
+      if (StatefulOperatorSupport.isRealTime(session)) {
+        throw new SuppressUsageException(RealTimeMode.refusal("suppress",
+          "its buffer releases rows at batch boundaries", RealTimeMode.UseMicroBatches))
+      }
       val ctx = StatefulOperatorSupport.streamContext(session, n)
       ctx.foreach(c => SuppressChecks.requireUpdateMode(c.outputMode.toString))
       // The sidecar (mode, limit and bound for sluice.inspect) only beside a suppress operator's own

@@ -111,6 +111,13 @@ object StatefulOperatorSupport {
   }
 
   /** The StreamExecution running on this thread, when called from a query's stream thread. */
+  /**
+   * Whether the query being planned runs under Spark's real-time trigger: long-running batches
+   * whose end is the checkpoint interval, not a micro-batch.
+   */
+  def isRealTime(session: SparkSession): Boolean =
+    currentStream(session).exists(_.trigger.isInstanceOf[org.apache.spark.sql.execution.streaming.RealTimeTrigger])
+
   def currentStream(session: SparkSession): Option[StreamExecution] = {
     val fromThread = Thread.currentThread() match {
       case t: org.apache.spark.sql.execution.streaming.runtime.QueryExecutionThread =>
