@@ -30,6 +30,24 @@ lazy val sparkLines: Map[String, Map[String, String]] = {
   }
 }
 
+/** "4.2" as (4, 2), for comparing minors. */
+def minorKey(minor: String): (Int, Int) = minor.split('.') match { case Array(a, b) => (a.toInt, b.toInt) }
+
+/**
+ * The folders `spark-<from>+` under `dir` whose range includes `minor` (what several minors share:
+ * spark-4.2+ serves 4.2 and every later minor), so a difference is written once, from the minor
+ * that brought it.
+ */
+def rangeFolders(dir: File, minor: String): Seq[File] = {
+  val Range = """spark-(\d+\.\d+)\+""".r
+  Option(dir.listFiles()).toSeq.flatten.collect {
+    case f @ (_: File) if f.isDirectory && (f.getName match {
+      case Range(from) => Ordering[(Int, Int)].lteq(minorKey(from), minorKey(minor))
+      case _ => false
+    }) => f
+  }.sortBy(_.getName)
+}
+
 def sparkLine(minor: String): Project = {
   val line = sparkLines(minor)
   val id = "spark" + minor.replace(".", "")
@@ -40,9 +58,10 @@ def sparkLine(minor: String): Project = {
       description := s"Kafka Streams' state and emission controls for Spark $minor Structured Streaming",
       versionScheme := Some("early-semver"),
       scalaVersion := line("scala"),
-      Compile / unmanagedSourceDirectories := Seq(
-        (ThisBuild / baseDirectory).value / "jvm" / "src" / "main" / "scala",
-        (ThisBuild / baseDirectory).value / "jvm" / "src" / "main" / s"spark-$minor"),
+      Compile / unmanagedSourceDirectories := {
+        val main = (ThisBuild / baseDirectory).value / "jvm" / "src" / "main"
+        Seq(main / "scala", main / s"spark-$minor") ++ rangeFolders(main, minor)
+      },
       Compile / unmanagedResourceDirectories :=
         Seq((ThisBuild / baseDirectory).value / "jvm" / "src" / "main" / "resources"),
       Test / unmanagedSourceDirectories := {

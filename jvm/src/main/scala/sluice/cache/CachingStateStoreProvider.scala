@@ -151,7 +151,7 @@ class CachingStateStoreProvider extends ProviderBase {
   }
 
   /** The delegate cleans its own versions; write-behind files no retained batch version needs go. */
-  override protected def maintain(work: Maintenance): Unit = {
+  override protected[sluice] def maintain(work: Maintenance): Unit = {
     SparkShim.maintain(delegate, work)
     if (work.cleanup && log != null) {
       val versions = log.versions()
@@ -375,12 +375,12 @@ class CachingStateStoreProvider extends ProviderBase {
 
     // A read store holds no dirty row; rows of the write-behind log are not in the delegate, so a
     // read the cache does not serve is answered by the delegate only when none of them is of the family.
-    override protected def passThrough(colFamilyName: String): ReadStateStore =
+    override protected[sluice] def passThrough(colFamilyName: String): ReadStateStore =
       if (pendingOf(colFamilyName).isEmpty) inner
       else throw new UnsupportedOperationException(s"sluice write-behind cache: a multi-value or range read of " +
         s"column family '$colFamilyName' while rows written since the delegate's last commit are held in the " +
         "write-behind log; read this version after the next delegate commit")
-    override protected def registered(colFamilyName: String, keyStateEncoderSpec: KeyStateEncoderSpec,
+    override protected[sluice] def registered(colFamilyName: String, keyStateEncoderSpec: KeyStateEncoderSpec,
         useMultipleValuesPerKey: Boolean): Unit = learnFamily(colFamilyName, keyStateEncoderSpec, useMultipleValuesPerKey)
   }
 
@@ -498,7 +498,7 @@ class CachingStateStoreProvider extends ProviderBase {
       learnFamily(colFamilyName, keyStateEncoderSpec, useMultipleValuesPerKey)
     }
 
-    override protected def passThrough(colFamilyName: String): ReadStateStore = {
+    override protected[sluice] def passThrough(colFamilyName: String): ReadStateStore = {
       writable()
       flush()
       writer
@@ -508,7 +508,7 @@ class CachingStateStoreProvider extends ProviderBase {
       cache.dropColumnFamily(colFamilyName, owner) // clean after the flush; the delete may void any of them
       writer
     }
-    override protected def registered(colFamilyName: String, keyStateEncoderSpec: KeyStateEncoderSpec,
+    override protected[sluice] def registered(colFamilyName: String, keyStateEncoderSpec: KeyStateEncoderSpec,
         useMultipleValuesPerKey: Boolean): Unit = {
       if (useMultipleValuesPerKey) cache.dropColumnFamily(colFamilyName, owner)
       learnFamily(colFamilyName, keyStateEncoderSpec, useMultipleValuesPerKey)

@@ -19,7 +19,7 @@ import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
 import sluice.conf.{SluiceConf, SluiceConfException}
-import sluice.spark.SparkShim
+import sluice.spark.DataSourceCopy
 
 /** Where a source's bound comes from, resolved when the query creates the source. */
 private[input] sealed trait BudgetSpec {
@@ -99,7 +99,7 @@ object InputBoundRule {
 }
 
 /** The v1 file source's DataSource, creating its source behind the bound. */
-final class BoundedDataSource(ds: DataSource, spec: BudgetSpec) extends SparkShim.DataSourceCopy(ds) {
+final class BoundedDataSource(ds: DataSource, spec: BudgetSpec) extends DataSourceCopy(ds) {
   // DataSource is a case class: without these, the bounded copy equals the original and tree
   // transforms keep the original.
   override def canEqual(that: Any): Boolean = that.isInstanceOf[BoundedDataSource]

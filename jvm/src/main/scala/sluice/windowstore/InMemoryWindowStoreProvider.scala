@@ -127,7 +127,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
   /** Writes a snapshot when due and deletes files no longer needed to load the last
    *  `minBatchesToRetain` versions. The snapshot is of a frozen view taken between batches, and
    *  written while the next batches run. */
-  override protected def maintain(work: Maintenance): Unit = {
+  override protected[sluice] def maintain(work: Maintenance): Unit = {
     try {
       if (work.snapshots) {
         val lastSnapshot = listFiles().filter(_.snapshot).map(_.version).foldLeft(0L)(math.max)

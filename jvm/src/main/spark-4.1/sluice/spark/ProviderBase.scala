@@ -19,7 +19,7 @@ abstract class ProviderBase extends StateStoreProvider {
       options: OpenOptions): StateStore
 
   /** Background maintenance: snapshots, cleanup of files no retained version needs, or both. */
-  protected def maintain(work: Maintenance): Unit
+  protected[sluice] def maintain(work: Maintenance): Unit
 
   final override def getStore(version: Long, stateStoreCkptId: Option[String]): StateStore =
     openStore(version, stateStoreCkptId, OpenOptions.Default)

@@ -1,17 +1,15 @@
 package sluice.spark
 
-import org.apache.spark.sql.execution.datasources.DataSource
 import org.apache.spark.sql.execution.streaming.checkpointing.{OffsetSeqLog, OffsetSeqMetadata}
 import org.apache.spark.sql.execution.streaming.state.{ReadStateStore, StateStore, StateStoreProvider}
 import org.apache.spark.sql.internal.SQLConf
 
 /**
- * The Spark 4.1 side of the seam: the only place where sluice's sources differ between Spark
- * minors. Each of jvm/src/main/spark-<minor>/ holds a file of this name with the same members;
- * the build compiles the one of its minor (build.sbt), so the choice is made once, at build time.
+ * The Spark 4.1 side of the seam. Each supported minor has an object of this name with the same
+ * members; the build compiles the one of its minor (build.sbt: jvm/src/main/spark-<minor>/ and the
+ * range folders spark-<from>+/ that include it), so the choice is made once, at build time.
  *
- * spark-4.1: an offset log entry is an `OffsetSeq` whose `metadata` is an `OffsetSeqMetadata`;
- * `DataSource` has eight fields.
+ * spark-4.1: an offset log entry is an `OffsetSeq` whose `metadata` is an `OffsetSeqMetadata`.
  */
 object SparkShim {
   /** The Spark minor this jar is compiled for; the plugin refuses any other at start. */
@@ -24,14 +22,6 @@ object SparkShim {
   /** Sets on `conf` the SQL settings the latest entry of `log` recorded (as a restarted query does). */
   def applyRecordedConf(log: OffsetSeqLog, conf: SQLConf): Unit =
     log.getLatest().flatMap(e => e._2.metadata).foreach(m => OffsetSeqMetadata.setSessionConf(m, conf))
-
-  /**
-   * A `DataSource` that copies every field of `ds` (the field list differs between minors); a
-   * subclass overrides how the source is created.
-   */
-  abstract class DataSourceCopy(ds: DataSource)
-    extends DataSource(ds.sparkSession, ds.className, ds.paths, ds.userSpecifiedSchema,
-      ds.partitionColumns, ds.bucketSpec, ds.options, ds.catalogTable)
 
   /** Opens a writable store of another provider (a delegate), passing `options` on. */
   def openStore(p: StateStoreProvider, version: Long, ckptId: Option[String], options: OpenOptions): StateStore = {

@@ -18,10 +18,10 @@ trait ForwardingReadStore extends ReadStateStore {
    * The wrapped store, ready to answer a read of `colFamilyName` that this store does not serve:
    * every write made through this store so far must be visible in it.
    */
-  protected def passThrough(colFamilyName: String): ReadStateStore
+  protected[sluice] def passThrough(colFamilyName: String): ReadStateStore
 
   /** A column family was registered on the wrapped store (Spark 4.3 and later). */
-  protected def registered(colFamilyName: String, keyStateEncoderSpec: KeyStateEncoderSpec,
+  protected[sluice] def registered(colFamilyName: String, keyStateEncoderSpec: KeyStateEncoderSpec,
       useMultipleValuesPerKey: Boolean): Unit
 
 }

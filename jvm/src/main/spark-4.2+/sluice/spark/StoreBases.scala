@@ -3,13 +3,13 @@ package sluice.spark
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.execution.streaming.state.{KeyStateEncoderSpec, ReadStateStore, StateStore, StateStoreErrors,
   StateStoreIterator, UnsafeRowPair}
-import org.apache.spark.sql.types.StructType
 
 /**
  * The parts of Spark's store traits that differ between minors, so that sluice's stores implement
  * one fixed set of members on every Spark.
  *
- * spark-4.2 and later: `ReadStateStore` adds multi-value and range scans and `allColumnFamilyNames`;
+ * spark-4.2 and later (what only a later minor adds is in its `ColumnFamilyRegistration`):
+ * `ReadStateStore` adds multi-value and range scans and `allColumnFamilyNames`;
  * `StateStore` adds `deleteRange`; `multiGet` (unsupported unless a store
  * implements it) is answered key by key.
  */
@@ -18,15 +18,15 @@ import org.apache.spark.sql.types.StructType
  * A store wrapping another (the record cache): what it does not serve itself is answered by the
  * wrapped store that `passThrough` returns.
  */
-trait ForwardingReadStore extends ReadStateStore {
+trait ForwardingReadStore extends ReadStateStore with ColumnFamilyRegistration {
   /**
    * The wrapped store, ready to answer a read of `colFamilyName` that this store does not serve:
    * every write made through this store so far must be visible in it.
    */
-  protected def passThrough(colFamilyName: String): ReadStateStore
+  protected[sluice] def passThrough(colFamilyName: String): ReadStateStore
 
   /** A column family was registered on the wrapped store (Spark 4.3 and later). */
-  protected def registered(colFamilyName: String, keyStateEncoderSpec: KeyStateEncoderSpec,
+  protected[sluice] def registered(colFamilyName: String, keyStateEncoderSpec: KeyStateEncoderSpec,
       useMultipleValuesPerKey: Boolean): Unit
 
   override def allColumnFamilyNames: Set[String] = passThrough(StateStore.DEFAULT_COL_FAMILY_NAME).allColumnFamilyNames

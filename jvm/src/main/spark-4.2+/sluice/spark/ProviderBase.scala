@@ -7,10 +7,10 @@ import org.apache.spark.sql.execution.streaming.state.{ReadStateStore, StateStor
  * asking for maintenance, whose signatures differ between minors, reach the provider as
  * `openStore`, `upgradeStore` and `maintain`.
  *
- * spark-4.2: `getStore` and `upgradeReadStoreToWriteStore` carry `forceSnapshotOnCommit` (and `loadEmpty`).
- * spark-4.2: maintenance is one call, `doMaintenance`.
+ * spark-4.2 and later: `getStore` and `upgradeReadStoreToWriteStore` carry `forceSnapshotOnCommit` (and
+ * `loadEmpty`). How maintenance is asked for differs between minors: see `MaintenanceCalls`.
  */
-abstract class ProviderBase extends StateStoreProvider {
+abstract class ProviderBase extends StateStoreProvider with MaintenanceCalls {
   /** A writable store at `version`. */
   protected def openStore(version: Long, ckptId: Option[String], options: OpenOptions): StateStore
 
@@ -19,7 +19,7 @@ abstract class ProviderBase extends StateStoreProvider {
       options: OpenOptions): StateStore
 
   /** Background maintenance: snapshots, cleanup of files no retained version needs, or both. */
-  protected def maintain(work: Maintenance): Unit
+  protected[sluice] def maintain(work: Maintenance): Unit
 
   final override def getStore(version: Long, stateStoreCkptId: Option[String],
       forceSnapshotOnCommit: Boolean, loadEmpty: Boolean): StateStore =
