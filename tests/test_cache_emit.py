@@ -115,6 +115,31 @@ def test_interval_set_back_to_zero_forwards_the_held_rows(spark: SparkSession, t
     assert q.metric("emitCacheForwardedTotal") == len(keys) + 1
 
 
+def test_an_interval_set_on_a_checkpoint_that_ran_without_one_starts_the_cache_empty(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A query that ran without an emission cache, restarted with a commit interval on the same
+    checkpoint: the cache's stores start empty at that batch (found by Spark's own
+    StreamingAggregationSuite under sluice), hold its updates, and forward them when the interval is
+    set back to 0."""
+    keys = [f"k{i}" for i in range(4)]
+    first, second, third = _rows(keys, 2), _rows(keys[:2], 1), _rows(keys[2:], 1)
+    q = Query(spark, tmp_path)
+    q.start("0")
+    q.feed(first)  # no emission cache: every update forwarded
+    q.stop()
+    assert sorted(q.batches[-1][1]) == sorted((k, n, s) for k, (n, s) in count_sum_by_key([first]).items())
+    before = len(q.batches)
+    q.start("1h")
+    q.feed(second)  # the cache appears: it holds this batch's updates
+    q.stop()
+    assert [rows for _, rows in q.batches[before:]] == [[]]
+    q.start("0")
+    q.feed(third)  # interval 0 again: the held rows and this batch's own leave together
+    q.stop()
+    assert sorted(q.batches[-1][1]) == sorted((k, n, s) for k, (n, s) in count_sum_by_key([first, second, third]).items()
+                                              if k in {r["k"] for r in second + third})
+
+
 def test_interval_zero_is_exactly_sparks_output(spark: SparkSession, tmp_path: Path) -> None:
     keys = [f"k{i}" for i in range(5)]
     batches = [_rows(keys, 2), _rows(keys[:2], 1)]

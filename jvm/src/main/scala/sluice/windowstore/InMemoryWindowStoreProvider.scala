@@ -238,8 +238,8 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
 
   private case class StoreFile(version: Long, snapshot: Boolean, name: String)
 
-  private def deltaFile(v: Long) = s"$v.$DeltaSuffix"
-  private def snapshotFile(v: Long) = s"$v.$SnapshotSuffix"
+  private def deltaFile(v: Long) = InMemoryWindowStoreProvider.deltaFile(v)
+  private def snapshotFile(v: Long) = InMemoryWindowStoreProvider.snapshotFile(v)
 
   private def listFiles(): Seq[StoreFile] = {
     files.list().flatMap { name =>
@@ -260,17 +260,8 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     logInfo(s"Wrote snapshot of version $version of $this")
   }
 
-  /** A delta or snapshot file: magic, the records `records` writes, the end record, then the
-   *  stream time `records` returns (read back by [[readFile]]). */
   private def writeFile(name: String, magic: Int)(records: DataOutputStream => Long): Unit =
-    files.write(name) { out =>
-      val data = new DataOutputStream(new LZ4BlockOutputStream(out, BlockSize))
-      data.writeInt(magic)
-      val streamTime = records(data)
-      RowTable.writeEnd(data, new Array[Byte](8))
-      data.writeLong(streamTime)
-      data.close()
-    }
+    InMemoryWindowStoreProvider.writeFile(files, name, magic)(records)
 
   /** Applies a delta or snapshot file to the live map, then its stream time and expiry. */
   private def readFile(path: String, isSnapshot: Boolean): Unit = {
@@ -424,6 +415,36 @@ object InMemoryWindowStoreProvider {
   /** LZ4 block: larger than the 64 KiB default, for fewer native calls per file. */
   private val BlockSize = 256 * 1024
   private val WriterWaitMs = 60000L
+
+  private def deltaFile(v: Long) = s"$v.$DeltaSuffix"
+  private def snapshotFile(v: Long) = s"$v.$SnapshotSuffix"
+
+  /** A delta or snapshot file: magic, the records `records` writes, the end record, then the
+   *  stream time `records` returns (read back by `readFile`). */
+  private def writeFile(files: StoreFiles, name: String, magic: Int)(records: DataOutputStream => Long): Unit =
+    files.write(name) { out =>
+      val data = new DataOutputStream(new LZ4BlockOutputStream(out, BlockSize))
+      data.writeInt(magic)
+      val streamTime = records(data)
+      RowTable.writeEnd(data, new Array[Byte](8))
+      data.writeLong(streamTime)
+      data.close()
+    }
+
+  /**
+   * Makes the store in `storeDir` start empty at `version` when it has no file yet: an empty
+   * snapshot of that version, from which loading it and later versions proceeds as usual. For a
+   * store that a query adds to a checkpoint it has run for `version` batches already (the emission
+   * cache, once a commit interval is set); the caller knows the store is new (its operator has no
+   * state directory), so a store whose files were lost is never started empty here.
+   */
+  private[sluice] def startEmpty(storeDir: org.apache.hadoop.fs.Path, hadoopConf: Configuration, version: Long): Unit = {
+    val files = StoreFiles(storeDir, hadoopConf)
+    if (version > 0 && files.list().isEmpty) {
+      files.mkdirs()
+      writeFile(files, snapshotFile(version), SnapshotMagic)(_ => Long.MinValue)
+    }
+  }
 
   private val FormatKey = SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key
   /** Spark's state store checkpoint format from which stores are opened with checkpoint ids. */

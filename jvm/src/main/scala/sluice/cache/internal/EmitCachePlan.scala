@@ -128,10 +128,8 @@ private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[Log
     case _ => false
   }
 
-  private def hasState(stateRoot: String, operatorId: Long): Boolean = Try {
-    val p = new Path(stateRoot, operatorId.toString)
-    p.getFileSystem(session.sessionState.newHadoopConf()).exists(p)
-  }.getOrElse(false)
+  private def hasState(stateRoot: String, operatorId: Long): Boolean =
+    EmitCacheExec.hasState(session, stateRoot, operatorId)
 
   /** Output attributes of `agg` that are its grouping expressions. */
   private def groupingOutput(agg: Aggregate): Seq[Attribute] = {
@@ -230,12 +228,15 @@ private[sluice] case class EmitCacheExec(
     val storeConf = EmitCacheExec.storeConf(session)
     val hadoopConf = StatefulOperatorSupport.runHadoopConf(session, info.queryRunId)
     val bothCaches = MemoryBudget.bothCaches(conf.stateStoreProviderClass, intervalMs)
+    val firstVersion = EmitCacheExec.firstVersion(session, info.checkpointLocation, info.operatorId, info.storeVersion)
 
     child.execute().mapPartitionsWithIndex { (partition, iter) =>
       // The aggregation's restore leaves its read store in this thread-local (see
       // StatefulOperatorSupport.mapPartitionsWithStore); its own store is already open by now.
       StateStoreThreadLocalTracker.clearStore()
       val id = StateStoreProviderId(StateStoreId(info.checkpointLocation, info.operatorId, partition), info.queryRunId)
+      firstVersion.foreach(v => InMemoryWindowStoreProvider.startEmpty(id.storeId.storeCheckpointLocation(),
+        hadoopConf.value.value, v))
       val store = StateStore.get(id, lay.storeKeySchema, lay.valueSchema, NoPrefixKeyStateEncoderSpec(lay.storeKeySchema),
         info.storeVersion, None, None, useColumnFamilies = false, storeConf, hadoopConf.value.value)
       TaskContext.get().addTaskCompletionListener[Unit](_ => if (!store.hasCommitted) store.abort())
@@ -305,6 +306,42 @@ private[sluice] object EmitCacheExec {
    * are one binary column (see [[EmitLayout]]), so the window store never treats a windowed
    * grouping key as a window to expire.
    */
+  /** Beside the operator's stores: the batch version its stores started empty at (see `firstVersion`). */
+  private val FirstVersionFile = "_sluice_emit_cache_first_version"
+
+  /**
+   * The version the operator's stores started at when the query ran batches before it had an
+   * emission cache (a commit interval set on an existing checkpoint), recorded by the driver the
+   * first time; None for an operator that started with the query (version 0, as every store).
+   * A store with no file starts empty at this version ([[InMemoryWindowStoreProvider.startEmpty]]),
+   * also when that first batch is replayed; one that lost its files after it fails to load.
+   */
+  def firstVersion(session: SparkSession, stateRoot: String, operatorId: Long, version: Long): Option[Long] = {
+    val dir = new Path(stateRoot, operatorId.toString)
+    val fs = dir.getFileSystem(session.sessionState.newHadoopConf())
+    val marker = new Path(dir, FirstVersionFile)
+    if (fs.exists(marker)) {
+      val in = fs.open(marker)
+      try Some(new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8).trim.toLong) finally in.close()
+    } else if (version > 0 && !hasStores(fs, dir)) {
+      fs.mkdirs(dir)
+      val out = fs.create(marker, false)
+      try out.write(version.toString.getBytes(java.nio.charset.StandardCharsets.UTF_8)) finally out.close()
+      Some(version)
+    } else None
+  }
+
+  // A store directory per partition, named by its number (the operator's directory also holds
+  // sluice.inspect's settings file, written when the batch is planned).
+  private def hasStores(fs: org.apache.hadoop.fs.FileSystem, dir: Path): Boolean =
+    fs.exists(dir) && fs.listStatus(dir).exists(s => s.isDirectory && s.getPath.getName.forall(_.isDigit))
+
+  /** Whether the checkpoint's state root holds a directory for operator `operatorId`. */
+  def hasState(session: SparkSession, stateRoot: String, operatorId: Long): Boolean = Try {
+    val p = new Path(stateRoot, operatorId.toString)
+    p.getFileSystem(session.sessionState.newHadoopConf()).exists(p)
+  }.getOrElse(false)
+
   def storeConf(session: SparkSession): StateStoreConf = {
     val conf = session.sessionState.conf.clone()
     conf.setConfString(SQLConf.STATE_STORE_PROVIDER_CLASS.key, classOf[InMemoryWindowStoreProvider].getName)
