@@ -66,8 +66,12 @@ def sparkLine(minor: String): Project = {
         Seq((ThisBuild / baseDirectory).value / "jvm" / "src" / "main" / "resources"),
       Test / unmanagedSourceDirectories := {
         val test = (ThisBuild / baseDirectory).value / "jvm" / "src" / "test"
-        Seq(test / "scala") ++ Seq(test / s"spark-$minor").filter(_.isDirectory)
+        Seq(test / "scala") ++ Seq(test / s"spark-$minor").filter(_.isDirectory) ++
+          // What needs Spark's test-jars and is the same for every minor that has them.
+          sparkTestJars.get(minor).map(_ => test / "spark-testjars").toSeq
       },
+      // dev/spark-suites' probe: only meaningful with the system properties that route sets.
+      Test / testOptions += Tests.Filter(n => !n.endsWith(".SessionDefaultsProbe")),
       Test / unmanagedResourceDirectories :=
         Seq((ThisBuild / baseDirectory).value / "jvm" / "src" / "test" / "resources"),
       target := (ThisBuild / baseDirectory).value / "jvm" / "target" / s"spark-$minor",
