@@ -128,10 +128,11 @@ def test_spark_submit_packages_from_local_maven_repo(clone: Path, tmp_path: Path
     assert ("kafka-clients", "provided") in scopes and ("scala-library", "provided") in scopes
     # nothing that --packages would fetch besides sluice: every dependency is provided or test-only
     assert {s for _, s in scopes} == {"provided", "test"}
-    # (Spark itself is no dependency the package brings: the installation provides it; Spark's
-    # test-jars, where the build uses them, are test-scoped)
+    # (Spark's own modules are no dependency at all: the installation provides them; the Kafka
+    # connector is provided, Spark's test-jars, where the build uses them, test-scoped)
     spark_deps = re.findall(r"<artifactId>(spark-[^<]+)</artifactId>\s*<version>[^<]+</version>\s*<scope>(\w+)</scope>", pom)
-    assert all(scope == "test" for _, scope in spark_deps), spark_deps
+    assert ("spark-sql-kafka-0-10_2.13", "provided") in spark_deps
+    assert all(scope == "test" for name, scope in spark_deps if name != "spark-sql-kafka-0-10_2.13"), spark_deps
 
     src = tmp_path / "in"
     src.mkdir()
