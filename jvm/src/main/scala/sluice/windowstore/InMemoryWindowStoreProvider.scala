@@ -440,11 +440,18 @@ object InMemoryWindowStoreProvider {
    */
   private[sluice] def startEmpty(storeDir: org.apache.hadoop.fs.Path, hadoopConf: Configuration, version: Long): Unit = {
     val files = StoreFiles(storeDir, hadoopConf)
-    if (version > 0 && files.list().isEmpty) {
+    if (version > 0 && !hasVersions(files)) {
       files.mkdirs()
       writeFile(files, snapshotFile(version), SnapshotMagic)(_ => Long.MinValue)
     }
   }
+
+  /** Whether the store in `storeDir` has written a version (Spark's `_metadata` does not count). */
+  private[sluice] def hasVersions(storeDir: org.apache.hadoop.fs.Path, hadoopConf: Configuration): Boolean =
+    hasVersions(StoreFiles(storeDir, hadoopConf))
+
+  private def hasVersions(files: StoreFiles): Boolean =
+    files.list().exists(n => n.endsWith(s".$DeltaSuffix") || n.endsWith(s".$SnapshotSuffix"))
 
   private val FormatKey = SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key
   /** Spark's state store checkpoint format from which stores are opened with checkpoint ids. */

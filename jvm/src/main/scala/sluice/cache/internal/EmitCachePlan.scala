@@ -323,7 +323,7 @@ private[sluice] object EmitCacheExec {
     if (fs.exists(marker)) {
       val in = fs.open(marker)
       try Some(new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8).trim.toLong) finally in.close()
-    } else if (version > 0 && !hasStores(fs, dir)) {
+    } else if (version > 0 && !hasStores(fs, dir, session.sessionState.newHadoopConf())) {
       fs.mkdirs(dir)
       val out = fs.create(marker, false)
       try out.write(version.toString.getBytes(java.nio.charset.StandardCharsets.UTF_8)) finally out.close()
@@ -331,10 +331,14 @@ private[sluice] object EmitCacheExec {
     } else None
   }
 
-  // A store directory per partition, named by its number (the operator's directory also holds
-  // sluice.inspect's settings file, written when the batch is planned).
-  private def hasStores(fs: org.apache.hadoop.fs.FileSystem, dir: Path): Boolean =
-    fs.exists(dir) && fs.listStatus(dir).exists(s => s.isDirectory && s.getPath.getName.forall(_.isDigit))
+  // A store directory per partition, named by its number, holding a version: the operator's
+  // directory also holds sluice.inspect's settings and Spark's schema files, both written when the
+  // batch is planned.
+  private def hasStores(fs: org.apache.hadoop.fs.FileSystem, dir: Path, conf: org.apache.hadoop.conf.Configuration)
+      : Boolean =
+    fs.exists(dir) && fs.listStatus(dir).exists { s =>
+      s.isDirectory && s.getPath.getName.forall(_.isDigit) && InMemoryWindowStoreProvider.hasVersions(s.getPath, conf)
+    }
 
   /** Whether the checkpoint's state root holds a directory for operator `operatorId`. */
   def hasState(session: SparkSession, stateRoot: String, operatorId: Long): Boolean = Try {
