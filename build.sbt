@@ -119,7 +119,9 @@ def sparkLine(minor: String): Project = {
         "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
         "--add-opens=java.base/java.util=ALL-UNNAMED",
         "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED",
-        "--add-opens=java.base/java.lang.invoke=ALL-UNNAMED"
+        "--add-opens=java.base/java.lang.invoke=ALL-UNNAMED",
+        // LayeringSuite reads the main sources (type aliases leave no trace in class files).
+        s"-Dsluice.mainSources=${(ThisBuild / baseDirectory).value / "jvm" / "src" / "main"}"
       ),
       Test / parallelExecution := false,
       // Spark's test mode: Spark checks its own contracts (analyzer rules use resolveOperators*, ...)

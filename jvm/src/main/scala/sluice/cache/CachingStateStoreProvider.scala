@@ -7,15 +7,14 @@ import scala.util.control.NonFatal
 import org.apache.hadoop.conf.Configuration
 import org.apache.spark.{SparkEnv, TaskContext}
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
-import org.apache.spark.sql.execution.streaming.state._
-import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types.StructType
 
 import sluice.cache.internal.{CacheKey, CacheMetrics, DelegateMarker, DirtyWriter, LoggedRow, RecordCache, SlotCaches,
   StoreCounters, WriteBehindEntry, WriteBehindLog}
 import sluice.conf.{MemoryBudget, SluiceConf, SluiceConfException}
-import sluice.spark.{ForwardingReadStore, ForwardingStore, Maintenance, OpenOptions, ProviderBase, SparkShim}
 import sluice.windowstore.InMemoryWindowStoreProvider
+import sluice.spark.StateStoreTypes._
+import sluice.spark.{ForwardingReadStore, ForwardingStore, Maintenance, OpenOptions, ProviderBase, SessionConf, SparkShim}
 
 /**
  * A [[StateStoreProvider]] that puts Kafka Streams' record cache (KIP-63) in front of another
@@ -633,7 +632,7 @@ object CachingStateStoreProvider {
   private val WindowStoreDelegate = "in_memory_window"
   // Spark's HDFS-backed store refuses checkpoint format 2 itself, as the window store does.
   private val DelegatesWithCheckpointIds = Set("rocksdb")
-  private val FormatKey = SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key
+  private val FormatKey = SessionConf.CheckpointFormatKey
 
   /**
    * Why the record cache cannot run under state store checkpoint format `formatVersion`, or None.
@@ -647,7 +646,7 @@ object CachingStateStoreProvider {
     else if (intervalMs <= 0 || formatVersion <= 1) None
     else {
       val interval = SluiceConf.CommitIntervalMs.key
-      Some(s"$interval=$intervalMs with ${SQLConf.STATE_STORE_PROVIDER_CLASS.key}=${SluiceConf.CachingProviderClass} " +
+      Some(s"$interval=$intervalMs with ${SessionConf.ProviderClassKey}=${SluiceConf.CachingProviderClass} " +
         s"needs $FormatKey=1, got $formatVersion: the write-behind cache numbers its delegate's versions itself, " +
         s"which the store checkpoint ids of format $formatVersion cannot follow. Set $FormatKey=1 (or unset it)" +
         (if (DelegatesWithCheckpointIds(delegate)) s", or $interval=0" else ""))
@@ -660,7 +659,7 @@ object CachingStateStoreProvider {
   private[cache] def currentDelegate(): String = {
     val key = SluiceConf.StateStoreCacheDelegate.key
     val fromTask = Option(TaskContext.get()).flatMap(tc => Option(tc.getLocalProperty(key)))
-    val fromSession = if (TaskContext.get() == null) Option(SQLConf.get.getConfString(key, null)) else None
+    val fromSession = if (TaskContext.get() == null) SessionConf.current(key) else None
     val fromEnv = Option(SparkEnv.get).flatMap(_.conf.getOption(key))
     val settings = fromTask.orElse(fromSession).orElse(fromEnv).map(key -> _).toSeq
     SluiceConf(settings).get(SluiceConf.StateStoreCacheDelegate)

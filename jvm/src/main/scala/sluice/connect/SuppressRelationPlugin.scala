@@ -1,17 +1,13 @@
 package sluice.connect
 
-import java.util.Optional
-
-import org.apache.spark.SparkEnv
-import org.apache.spark.connect.proto.Relation
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
-import org.apache.spark.sql.connect.planner.SparkConnectPlanner
-import org.apache.spark.sql.connect.plugin.RelationPlugin
-import sluice.suppress.internal.SuppressPlanner
-// Spark Connect's jar carries its own (shaded) protobuf; the relation bytes come from it.
-import org.sparkproject.connect.protobuf.{Any => ProtoAny, CodedInputStream, WireFormat}
+// Spark Connect's jar carries its own (shaded) protobuf; the extension message is read with it.
+import org.sparkproject.connect.protobuf.{CodedInputStream, WireFormat}
 
+import sluice.spark.ConnectRelationPlugin
 import sluice.suppress._
+import sluice.suppress.internal.SuppressPlanner
 
 /**
  * Spark Connect relation plugin for `suppress`: a Connect client (python/sluice/_connect.py)
@@ -19,13 +15,11 @@ import sluice.suppress._
  * [[SuppressRelation.TypeUrl]]; this plugin turns it into the same plan the DataFrame API builds.
  * Registered on the server with `spark.connect.extensions.relation.classes=sluice.connect.SuppressRelationPlugin`.
  */
-class SuppressRelationPlugin extends RelationPlugin {
-  override def transform(relation: Array[Byte], planner: SparkConnectPlanner): Optional[LogicalPlan] = {
-    val any = ProtoAny.parseFrom(relation)
-    if (any.getTypeUrl != SuppressRelation.TypeUrl) return Optional.empty()
-    val msg = SuppressRelation.decode(any.getValue.toByteArray)
-    val child = planner.transformRelation(SuppressRelation.parseRelation(msg.input))
-    Optional.of(SuppressPlanner.ofPlan(planner.session, child, msg.suppressed, msg.timeCol))
+class SuppressRelationPlugin extends ConnectRelationPlugin(SuppressRelation.TypeUrl) {
+  override protected def plan(message: Array[Byte], session: SparkSession,
+      resolve: Array[Byte] => LogicalPlan): LogicalPlan = {
+    val msg = SuppressRelation.decode(message)
+    SuppressPlanner.ofPlan(session, resolve(msg.input), msg.suppressed, msg.timeCol)
   }
 }
 
@@ -83,13 +77,6 @@ object SuppressRelation {
     }
     if (input == null) invalid("no input relation")
     Message(input, suppressed(kind, limitMs, bufferConfig(maxRecords, maxBytes, whenFull), name), timeCol)
-  }
-
-  /** Parses the input relation with the Connect server's own nesting limit (deep plans). */
-  def parseRelation(bytes: Array[Byte]): Relation = {
-    val in = CodedInputStream.newInstance(bytes)
-    in.setRecursionLimit(SparkEnv.get.conf.getInt("spark.connect.grpc.marshallerRecursionLimit", 1024))
-    Relation.parseFrom(in)
   }
 
   private def bufferConfig(maxRecords: Long, maxBytes: Long, whenFull: String): BufferConfig = {

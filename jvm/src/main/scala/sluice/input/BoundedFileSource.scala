@@ -7,10 +7,11 @@ import scala.jdk.CollectionConverters._
 
 import org.apache.spark.sql.DataFrame
 import org.apache.spark.sql.connector.read.streaming.{Offset => OffsetV2, ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxFiles, ReportsSourceMetrics, SupportsTriggerAvailableNow}
-import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRelation, PartitioningAwareFileIndex}
-import org.apache.spark.sql.execution.streaming.{Offset, Source}
-import org.apache.spark.sql.execution.streaming.runtime.FileStreamSource
 import org.apache.spark.sql.types.StructType
+
+import sluice.spark.SourceTypes.FileStreamSource
+import sluice.spark.SourceTypes.{HadoopFsRelation, LogicalRelation, PartitioningAwareFileIndex}
+import sluice.spark.SourceTypes.{Offset, Source}
 
 /**
  * The file source with a byte bound. File sizes are known before reading, and Spark's file source

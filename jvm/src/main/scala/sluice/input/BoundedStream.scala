@@ -8,7 +8,8 @@ import scala.jdk.CollectionConverters._
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReaderFactory}
 import org.apache.spark.sql.connector.read.streaming._
-import org.apache.spark.sql.execution.streaming.runtime.LongOffset
+
+import sluice.spark.SourceTypes.LongOffset
 
 /**
  * How admission control sees one kind of v2 source: its offsets as positions per lane, the cost

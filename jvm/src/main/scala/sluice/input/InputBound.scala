@@ -11,15 +11,15 @@ import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.connector.metric.{CustomMetric, CustomTaskMetric}
 import org.apache.spark.sql.connector.read.{Batch, Scan, ScanBuilder}
 import org.apache.spark.sql.connector.read.streaming.{ContinuousStream, MicroBatchStream}
-import org.apache.spark.sql.execution.datasources.{DataSource, FileFormat}
-import org.apache.spark.sql.execution.streaming.Source
-import org.apache.spark.sql.execution.streaming.runtime.{FileStreamSource, StreamingRelation}
-import org.apache.spark.sql.execution.streaming.sources.RateStreamMicroBatchStream
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
 import sluice.conf.{SluiceConf, SluiceConfException}
-import sluice.spark.DataSourceCopy
+import sluice.spark.SourceTypes.RateStreamMicroBatchStream
+import sluice.spark.SourceTypes.Source
+import sluice.spark.SourceTypes.{DataSource, FileFormat}
+import sluice.spark.SourceTypes.{FileStreamSource, StreamingRelation}
+import sluice.spark.{DataSourceCopy, SourceTypes}
 
 /** Where a source's bound comes from, resolved when the query creates the source. */
 private[input] sealed trait BudgetSpec {
@@ -89,7 +89,7 @@ final class InputBoundRule(session: SparkSession) extends Rule[LogicalPlan] {
 
 object InputBoundRule {
   val KafkaProvider = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
-  val RateProvider = "org.apache.spark.sql.execution.streaming.sources.RateStreamProvider"
+  val RateProvider = SourceTypes.RateStreamProviderClass
   /**
    * The size assumed for a Kafka record when none could be measured or sampled: the broker's
    * default maximum batch size (message.max.bytes, about 1 MiB), so the first batch cannot

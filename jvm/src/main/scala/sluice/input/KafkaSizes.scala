@@ -16,7 +16,8 @@ import org.apache.kafka.common.TopicPartition
 import org.apache.kafka.common.serialization.ByteArrayDeserializer
 import org.slf4j.LoggerFactory
 
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+import sluice.spark.CheckpointTypes.CheckpointFileManager
+
 
 /** Record sizes read from a partition before its first batch: their statistics and the largest. */
 final case class Sample(stats: SizeStats, largest: Long)

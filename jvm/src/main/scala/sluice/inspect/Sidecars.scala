@@ -13,11 +13,13 @@ import org.json4s.jackson.JsonMethods.{compact, render}
 
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.classic.{SparkSession => ClassicSession}
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
 import org.apache.spark.sql.sluice.{SluiceStatefulNode, StatefulOperatorSupport}
 
 import sluice.conf.SluiceConf
+import sluice.spark.CheckpointTypes.CheckpointFileManager
+import sluice.spark.SessionConf
+import sluice.spark.StateStoreTypes.HdfsProviderClass
+import sluice.spark.Sessions.ClassicSession
 import sluice.windowstore.InMemoryWindowStoreProvider
 
 /**
@@ -76,8 +78,8 @@ object Sidecars extends Logging {
   /** The query's state store provider and, when it is (or caches) the window store, its settings. */
   private def stateStoreJson(session: SparkSession): JObject = {
     val all = session.conf.getAll
-    val provider = all.getOrElse("spark.sql.streaming.stateStore.providerClass",
-      "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
+    val provider = all.getOrElse(SessionConf.ProviderClassKey,
+      HdfsProviderClass)
     val conf = SluiceConf(all)
     val windowStore = provider == classOf[InMemoryWindowStoreProvider].getName ||
       (provider == SluiceConf.CachingProviderClass &&

@@ -14,13 +14,13 @@ import org.json4s.jackson.JsonMethods.{compact, parse, render}
 
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.CatalystTypeConverters
-import org.apache.spark.sql.classic.{SparkSession => ClassicSession}
-import org.apache.spark.sql.execution.streaming.checkpointing.{CheckpointFileManager, CommitLog, OffsetSeqLog}
-import org.apache.spark.sql.execution.streaming.state._
-import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types._
 
-import sluice.spark.SparkShim
+import sluice.spark.CheckpointTypes.{CheckpointFileManager, CommitLog, OffsetSeqLog}
+import sluice.spark.Sessions
+import sluice.spark.Sessions.ClassicSession
+import sluice.spark.StateStoreTypes._
+import sluice.spark.{SessionConf, SparkShim}
 import sluice.windowstore.{InMemoryWindowStoreProvider, WindowStoreSettings, WindowStoreView}
 
 /**
@@ -36,7 +36,6 @@ import sluice.windowstore.{InMemoryWindowStoreProvider, WindowStoreSettings, Win
  * nothing here touches a running query's loaded stores or needs the state store coordinator.
  */
 object StateInspector {
-  private val RocksDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
   /**
    * Makes the session ready for Spark's `statestore` reader: its tasks ask the state store
@@ -45,11 +44,11 @@ object StateInspector {
    * one, after the query's context was stopped) has none, and the read fails with "Cannot find
    * endpoint: spark://StateStoreCoordinator".
    */
-  def prepare(spark: SparkSession): Unit = classic(spark).streams
+  def prepare(spark: SparkSession): Unit = Sessions.classic(spark).streams
 
   /** JSON: batch ids, watermarks, batch time, provider and sidecars by operator id. */
   def summary(spark: SparkSession, checkpoint: String): String = {
-    val session = classic(spark)
+    val session = Sessions.classic(spark)
     val root = new Path(checkpoint)
     val hadoopConf = session.sessionState.newHadoopConf()
     val fs = root.getFileSystem(hadoopConf)
@@ -83,7 +82,7 @@ object StateInspector {
       ("batchWatermarkMs" -> committedMeta.map(_.batchWatermarkMs)) ~
       ("batchTimestampMs" -> committedMeta.map(_.batchTimestampMs)) ~
       ("nextBatchWatermarkMs" -> lastCommit.map(_._2.nextBatchWatermarkMs)) ~
-      ("providerClass" -> conf.get(SQLConf.STATE_STORE_PROVIDER_CLASS.key)) ~
+      ("providerClass" -> conf.get(SessionConf.ProviderClassKey)) ~
       ("sidecars" -> JObject(sidecars))
     compact(render(json))
   }
@@ -102,7 +101,7 @@ object StateInspector {
       providerClass: String, numPartitions: Int, version: Long, schemaFrom: StructType): DataFrame = {
     val keySchema = schemaFrom("key").dataType.asInstanceOf[StructType]
     val valueSchema = schemaFrom("value").dataType.asInstanceOf[StructType]
-    val session = classic(spark)
+    val session = Sessions.classic(spark)
     val storeConf = storeConfFor(session, checkpoint, providerClass)
     val toKey = CatalystTypeConverters.createToScalaConverter(keySchema)
     val toValue = CatalystTypeConverters.createToScalaConverter(valueSchema)
@@ -131,7 +130,7 @@ object StateInspector {
   /** [[readStore]] for suppress's spill store: RocksDB whatever the query's provider. */
   def readSpillStore(spark: SparkSession, checkpoint: String, operatorId: Long, numPartitions: Int,
       version: Long, schemaFrom: StructType): DataFrame =
-    readStore(spark, checkpoint, operatorId, "suppressSpill", RocksDB, numPartitions, version, schemaFrom)
+    readStore(spark, checkpoint, operatorId, "suppressSpill", RocksDBProviderClass, numPartitions, version, schemaFrom)
 
   /** [[readStore]] for an emission cache: sluice's window store whatever the query's provider. */
   def readEmitCacheStore(spark: SparkSession, checkpoint: String, operatorId: Long, numPartitions: Int,
@@ -149,7 +148,7 @@ object StateInspector {
       version: Long, schemaFrom: StructType, name: String, retentionMs: Long): DataFrame = {
     val keySchema = schemaFrom("key").dataType.asInstanceOf[StructType]
     val valueSchema = schemaFrom("value").dataType.asInstanceOf[StructType]
-    val session = classic(spark)
+    val session = Sessions.classic(spark)
     val storeConf = storeConfFor(session, checkpoint, classOf[InMemoryWindowStoreProvider].getName)
     val settings = WindowStoreSettings(name, retentionMs, snapshotInterval = 10)
     def ts(micros: Long): java.sql.Timestamp =
@@ -172,7 +171,6 @@ object StateInspector {
     spark.createDataFrame(rows.asJava, schema)
   }
 
-  private def classic(spark: SparkSession): ClassicSession = spark.asInstanceOf[ClassicSession]
 
   private def stateRoot(checkpoint: String): String = new Path(checkpoint, "state").toString
 
@@ -185,13 +183,8 @@ object StateInspector {
    * and plain batch-id versions (the stores read here never use checkpoint ids).
    */
   private def storeConfFor(session: ClassicSession, checkpoint: String, providerClass: String): StateStoreConf = {
-    val conf = session.sessionState.conf.clone()
     val offsets = new Path(checkpoint, "offsets")
-    if (exists(session, offsets)) {
-      SparkShim.applyRecordedConf(new OffsetSeqLog(session, offsets.toString), conf)
-    }
-    conf.setConfString(SQLConf.STATE_STORE_PROVIDER_CLASS.key, providerClass)
-    conf.setConfString(SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key, "1")
-    new StateStoreConf(conf)
+    SessionConf.sideStoreConf(session.sessionState.conf, providerClass, conf =>
+      if (exists(session, offsets)) SparkShim.applyRecordedConf(new OffsetSeqLog(session, offsets.toString), conf))
   }
 }

@@ -7,13 +7,12 @@ import scala.jdk.CollectionConverters._
 import com.codahale.metrics.Gauge
 import org.apache.spark.SparkContext
 import org.apache.spark.api.plugin.{DriverPlugin, ExecutorPlugin, PluginContext, SparkPlugin}
-import org.apache.spark.sql.internal.SQLConf
 import org.slf4j.LoggerFactory
 
 import sluice.cache.CachingStateStoreProvider
 import sluice.cache.internal.SlotCaches
 import sluice.conf.{MemoryBudget, SlotBudget, SluiceConf, SluiceConfException}
-import sluice.spark.SparkVersions
+import sluice.spark.{SessionConf, SparkVersions}
 import sluice.windowstore.InMemoryWindowStoreProvider
 
 /**
@@ -40,9 +39,9 @@ object SluicePlugin {
    * refused by the store when it opens, with the same message.
    */
   private[plugin] def stateStoreRefusal(settings: Map[String, String], conf: SluiceConf): Option[String] = {
-    val format = settings.get(SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key).flatMap(_.trim.toIntOption)
-      .getOrElse(SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.defaultValue.get)
-    settings.get(SQLConf.STATE_STORE_PROVIDER_CLASS.key).map(_.trim) match {
+    val format = settings.get(SessionConf.CheckpointFormatKey).flatMap(_.trim.toIntOption)
+      .getOrElse(SessionConf.defaultCheckpointFormat)
+    settings.get(SessionConf.ProviderClassKey).map(_.trim) match {
       case Some(SluiceConf.CachingProviderClass) => CachingStateStoreProvider.checkpointFormatRefusal(
         conf.commitIntervalMs, conf.get(SluiceConf.StateStoreCacheDelegate), format)
       case Some(c) if c == classOf[InMemoryWindowStoreProvider].getName =>

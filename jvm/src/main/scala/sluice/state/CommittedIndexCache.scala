@@ -2,7 +2,8 @@ package sluice.state
 
 import scala.jdk.CollectionConverters._
 
-import org.apache.spark.sql.execution.streaming.state.{StateStore, StateStoreProviderId}
+import sluice.spark.StateStoreTypes.{StateStore, StateStoreProviderId}
+
 
 /**
  * An executor's in-memory indexes over state stores (what a feature keeps beside a store so a

@@ -9,8 +9,9 @@ import scala.util.control.NonFatal
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.{LocalFileSystem, Path, RawLocalFileSystem}
 
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
-import org.apache.spark.sql.internal.SQLConf
+import sluice.spark.CheckpointTypes.CheckpointFileManager
+import sluice.spark.SessionConf
+
 
 /**
  * The files a feature keeps in one directory of a store's checkpoint, by name (the window store's
@@ -45,7 +46,7 @@ private[sluice] sealed trait StoreFiles {
 }
 
 private[sluice] object StoreFiles {
-  private val ManagerClassKey = SQLConf.STREAMING_CHECKPOINT_FILE_MANAGER_CLASS.parent.key
+  private val ManagerClassKey = SessionConf.CheckpointFileManagerKey
   private val BufferBytes = 64 * 1024
 
   def apply(dir: Path, hadoopConf: Configuration): StoreFiles =

@@ -11,12 +11,11 @@ import org.apache.hadoop.conf.Configuration
 import org.apache.spark.{SparkEnv, TaskContext}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
-import org.apache.spark.sql.execution.streaming.state._
-import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types.StructType
 
 import sluice.conf.SluiceConf
-import sluice.spark.{Maintenance, OpenOptions, ProviderBase, SingleFamilyReadStore}
+import sluice.spark.StateStoreTypes._
+import sluice.spark.{Maintenance, OpenOptions, ProviderBase, SessionConf, SingleFamilyReadStore}
 import sluice.state.StoreFiles
 
 /**
@@ -453,7 +452,7 @@ object InMemoryWindowStoreProvider {
   private def hasVersions(files: StoreFiles): Boolean =
     files.list().exists(n => n.endsWith(s".$DeltaSuffix") || n.endsWith(s".$SnapshotSuffix"))
 
-  private val FormatKey = SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key
+  private val FormatKey = SessionConf.CheckpointFormatKey
   /** Spark's state store checkpoint format from which stores are opened with checkpoint ids. */
   private val FormatWithCheckpointIds = 2
 

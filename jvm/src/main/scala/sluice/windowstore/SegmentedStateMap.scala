@@ -5,9 +5,10 @@ import java.util.concurrent.ConcurrentSkipListMap
 import scala.jdk.CollectionConverters._
 
 import org.apache.spark.sql.catalyst.expressions.{BoundReference, UnsafeProjection, UnsafeRow}
-import org.apache.spark.sql.execution.streaming.state.UnsafeRowPair
 import org.apache.spark.sql.types.{StructType, TimestampNTZType, TimestampType}
 import org.apache.spark.unsafe.Platform
+
+import sluice.spark.StateStoreTypes.UnsafeRowPair
 
 /** One window start's entries (or all window-less entries). */
 private[windowstore] final class Segment(val start: Long, keyFields: Int, valueFields: Int) {

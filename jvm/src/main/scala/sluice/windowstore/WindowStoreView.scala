@@ -4,8 +4,9 @@ import scala.collection.mutable
 
 import org.apache.hadoop.conf.Configuration
 
-import org.apache.spark.sql.execution.streaming.state.{NoPrefixKeyStateEncoderSpec, StateStoreConf, StateStoreId}
 import org.apache.spark.sql.types.StructType
+
+import sluice.spark.StateStoreTypes.{NoPrefixKeyStateEncoderSpec, StateStoreConf, StateStoreId}
 
 /**
  * A read-only view of one window store's committed version, for `sluice.inspect`: a provider of

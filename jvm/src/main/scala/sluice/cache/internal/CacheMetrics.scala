@@ -1,8 +1,8 @@
 package sluice.cache.internal
 
-import org.apache.spark.sql.execution.streaming.state.{StateStoreCustomMetric, StateStoreCustomSizeMetric,
-  StateStoreCustomSumMetric}
 import org.apache.spark.sql.sluice.AverageStoreMetric
+
+import sluice.spark.StateStoreTypes.{StateStoreCustomMetric, StateStoreCustomSizeMetric, StateStoreCustomSumMetric}
 
 /** The record cache's operator metrics (`customMetrics` of every operator whose stores it serves). */
 private[sluice] object CacheMetrics {

@@ -5,9 +5,9 @@ import java.nio.charset.StandardCharsets
 
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
 
 import sluice.conf.{SluiceConf, SluiceConfException}
+import sluice.spark.CheckpointTypes.CheckpointFileManager
 
 /**
  * Which delegate wrote a store's files: a store's checkpoint can only be read by the provider that

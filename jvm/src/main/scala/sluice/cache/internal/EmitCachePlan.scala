@@ -13,11 +13,6 @@ import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.internal.Logging
-import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
-import org.apache.spark.sql.execution.streaming.sources.{WriteToMicroBatchDataSource, WriteToMicroBatchDataSourceV1}
-import org.apache.spark.sql.execution.streaming.operators.stateful.{StatefulOperatorCustomMetric, StatefulOperatorCustomSumMetric}
-import org.apache.spark.sql.execution.streaming.state._
-import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.streaming.OutputMode
 import org.apache.spark.sql.types.StructType
 
@@ -26,7 +21,11 @@ import org.json4s.JsonDSL._
 
 import sluice.conf.{MemoryBudget, SluiceConf, SluiceConfException}
 import sluice.inspect.Sidecars
-import sluice.spark.RealTimeMode
+import sluice.spark.PlanTypes.{SparkPlan, SparkStrategy, UnaryExecNode}
+import sluice.spark.PlanTypes.{StatefulOperatorCustomMetric, StatefulOperatorCustomSumMetric}
+import sluice.spark.PlanTypes.{WriteToMicroBatchDataSource, WriteToMicroBatchDataSourceV1}
+import sluice.spark.StateStoreTypes._
+import sluice.spark.{RealTimeMode, SessionConf}
 import sluice.suppress.internal.SuppressNode
 import sluice.windowstore.InMemoryWindowStoreProvider
 
@@ -347,10 +346,6 @@ private[sluice] object EmitCacheExec {
   }.getOrElse(false)
 
   def storeConf(session: SparkSession): StateStoreConf = {
-    val conf = session.sessionState.conf.clone()
-    conf.setConfString(SQLConf.STATE_STORE_PROVIDER_CLASS.key, classOf[InMemoryWindowStoreProvider].getName)
-    // The store versions are plain batch ids (no checkpoint ids), whatever the query's format.
-    conf.setConfString(SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key, "1")
-    new StateStoreConf(conf)
+    SessionConf.sideStoreConf(session.sessionState.conf, classOf[InMemoryWindowStoreProvider].getName)
   }
 }

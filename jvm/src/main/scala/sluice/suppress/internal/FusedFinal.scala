@@ -9,13 +9,13 @@ import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan, Project}
-import org.apache.spark.sql.execution.{ProjectExec, SparkPlan}
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
-import org.apache.spark.sql.execution.streaming.operators.stateful.{StateStoreRestoreExec, StateStoreSaveExec}
 import org.apache.spark.sql.sluice.{StatefulOperatorSupport, StreamContext}
 import org.apache.spark.sql.streaming.OutputMode
 
 import sluice.conf.{SluiceConf, SluiceConfException}
+import sluice.spark.CheckpointTypes.CheckpointFileManager
+import sluice.spark.PlanTypes.{ProjectExec, SparkPlan}
+import sluice.spark.PlanTypes.{StateStoreRestoreExec, StateStoreSaveExec}
 import sluice.suppress.{SuppressUsageException, UntilWindowCloses}
 
 /**

@@ -6,14 +6,14 @@ import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
-import org.apache.spark.sql.execution.SparkPlan
-import org.apache.spark.sql.execution.streaming.operators.stateful.{StatefulOperatorCustomMetric, StatefulOperatorCustomSumMetric, StatefulOperatorStateInfo}
-import org.apache.spark.sql.execution.streaming.state._
-import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.sluice.{CombinedCustomMetric, CombinedMetric, MinMetric, SluiceStateStoreExec, StatefulOperatorSupport, StreamContext}
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.util.SerializableConfiguration
 
+import sluice.spark.PlanTypes.SparkPlan
+import sluice.spark.PlanTypes.{StatefulOperatorCustomMetric, StatefulOperatorCustomSumMetric, StatefulOperatorStateInfo}
+import sluice.spark.SessionConf
+import sluice.spark.StateStoreTypes._
 import sluice.suppress._
 
 /**
@@ -228,10 +228,7 @@ private[sluice] case class SuppressExec(
 
   /** The spill store: a RocksDB state store (local disk, checkpointed) beside the operator's own. */
   private def spillSettings(ctx: StreamContext): SpillStore = {
-    val conf = session.sessionState.conf.clone()
-    conf.setConfString(SQLConf.STATE_STORE_PROVIDER_CLASS.key,
-      "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-    SpillStore(ctx.stateInfo, new StateStoreConf(conf),
+    SpillStore(ctx.stateInfo, SessionConf.sideStoreConf(session.sessionState.conf, RocksDBProviderClass),
       StatefulOperatorSupport.runHadoopConf(session, ctx.stateInfo.queryRunId))
   }
 
@@ -239,7 +236,7 @@ private[sluice] case class SuppressExec(
 }
 
 private[sluice] case class SpillStore(
-    info: org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorStateInfo,
+    info: StatefulOperatorStateInfo,
     storeConf: StateStoreConf,
     hadoopConf: Broadcast[SerializableConfiguration]) {
   def open(partition: Int, layout: BufferLayout): StateStore = {

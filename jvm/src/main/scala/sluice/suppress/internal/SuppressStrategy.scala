@@ -4,12 +4,12 @@ import org.apache.spark.sql.{AnalysisException, SparkSession}
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.catalyst.streaming.WriteToStream
 import org.apache.spark.sql.streaming.OutputMode
-import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy}
 import org.apache.spark.sql.sluice.StatefulOperatorSupport
 import org.json4s._
 import org.json4s.JsonDSL._
 
 import sluice.inspect.Sidecars
+import sluice.spark.PlanTypes.{SparkPlan, SparkStrategy}
 import sluice.spark.RealTimeMode
 import sluice.suppress._
 

@@ -7,12 +7,12 @@ import org.apache.spark.sql.catalyst.FunctionIdentifier
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Expression, ExpressionInfo, FunctionTableSubqueryArgumentExpression, NamedExpression}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project, SubqueryAlias, View}
 import org.apache.spark.sql.catalyst.util.IntervalUtils
-import org.apache.spark.sql.classic.{SparkSession => ClassicSession}
 import org.apache.spark.sql.sluice.DatasetAccess
 import org.apache.spark.sql.types.{CalendarIntervalType, DayTimeIntervalType, StringType}
 import org.apache.spark.unsafe.types.{CalendarInterval, UTF8String}
 
 import sluice.conf.SluiceConf
+import sluice.spark.Sessions
 import sluice.suppress._
 
 /**
@@ -73,7 +73,7 @@ private[sluice] object SuppressTableFunction {
         (Suppressed.untilWallClockTimeLimit(millis(rest(1)), buffer(rest.lift(2))), None)
       case other => fail(s"unknown mode '$other'")
     }
-    val session = ClassicSession.active
+    val session = Sessions.active
     try {
       SuppressPlanner.ofPlan(session, unwrapView(input), suppressed, timeCol)
     } catch {

@@ -1,0 +1,30 @@
+package sluice.spark
+
+/**
+ * Spark's physical planning and stateful operator classes under the names feature code uses (why
+ * aliases: see [[StateStoreTypes]]).
+ */
+object PlanTypes {
+  type SparkPlan = org.apache.spark.sql.execution.SparkPlan
+  type SparkStrategy = org.apache.spark.sql.execution.SparkStrategy
+  type UnaryExecNode = org.apache.spark.sql.execution.UnaryExecNode
+  type ProjectExec = org.apache.spark.sql.execution.ProjectExec
+  val ProjectExec = org.apache.spark.sql.execution.ProjectExec
+
+  type StateStoreRestoreExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreRestoreExec
+  val StateStoreRestoreExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreRestoreExec
+  type StateStoreSaveExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreSaveExec
+  val StateStoreSaveExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreSaveExec
+  type StatefulOperatorStateInfo = org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorStateInfo
+  val StatefulOperatorStateInfo = org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorStateInfo
+  type StatefulOperatorCustomMetric = org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorCustomMetric
+  type StatefulOperatorCustomSumMetric =
+    org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorCustomSumMetric
+  val StatefulOperatorCustomSumMetric =
+    org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorCustomSumMetric
+
+  type WriteToMicroBatchDataSource = org.apache.spark.sql.execution.streaming.sources.WriteToMicroBatchDataSource
+  val WriteToMicroBatchDataSource = org.apache.spark.sql.execution.streaming.sources.WriteToMicroBatchDataSource
+  type WriteToMicroBatchDataSourceV1 = org.apache.spark.sql.execution.streaming.sources.WriteToMicroBatchDataSourceV1
+  val WriteToMicroBatchDataSourceV1 = org.apache.spark.sql.execution.streaming.sources.WriteToMicroBatchDataSourceV1
+}

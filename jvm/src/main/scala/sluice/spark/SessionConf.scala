@@ -1,0 +1,35 @@
+package sluice.spark
+
+import org.apache.spark.sql.internal.SQLConf
+
+import sluice.spark.StateStoreTypes.StateStoreConf
+
+/**
+ * The Spark SQL settings sluice reads or sets, in sluice's terms: feature code never names `SQLConf`.
+ */
+object SessionConf {
+  /** `spark.sql.streaming.stateStore.providerClass`. */
+  val ProviderClassKey: String = SQLConf.STATE_STORE_PROVIDER_CLASS.key
+  /** `spark.sql.streaming.stateStore.checkpointFormatVersion`. */
+  val CheckpointFormatKey: String = SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key
+  def defaultCheckpointFormat: Int = SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.defaultValue.get
+  /** The prefix of the checkpoint file manager setting (`spark.sql.streaming.checkpointFileManagerClass`). */
+  val CheckpointFileManagerKey: String = SQLConf.STREAMING_CHECKPOINT_FILE_MANAGER_CLASS.parent.key
+
+  /** The active session's value of `key` (on the driver; on an executor, what Spark propagated). */
+  def current(key: String): Option[String] = Option(SQLConf.get.getConfString(key, null))
+
+  /**
+   * The store settings of a side store, a store sluice opens beside an operator's own (the emission
+   * cache's, suppress's spill store, the inspector's reads): `base`'s settings, then `recorded` (what
+   * a checkpoint's offset log recorded), then provider `providerClass` with plain batch-id versions.
+   * Side stores never use checkpoint ids, whatever the query's checkpoint format.
+   */
+  def sideStoreConf(base: SQLConf, providerClass: String, recorded: SQLConf => Unit = _ => ()): StateStoreConf = {
+    val conf = base.clone()
+    recorded(conf)
+    conf.setConfString(ProviderClassKey, providerClass)
+    conf.setConfString(CheckpointFormatKey, "1")
+    new StateStoreConf(conf)
+  }
+}
