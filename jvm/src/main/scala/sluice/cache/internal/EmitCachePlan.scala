@@ -20,12 +20,12 @@ import org.apache.spark.sql.sluice.{MinMetric, SluiceStateStoreExec, SluiceState
 import org.json4s.JsonDSL._
 
 import sluice.conf.{MemoryBudget, SluiceConf, SluiceConfException}
-import sluice.inspect.Sidecars
 import sluice.spark.PlanTypes.{SparkPlan, SparkStrategy, UnaryExecNode}
 import sluice.spark.PlanTypes.{StatefulOperatorCustomMetric, StatefulOperatorCustomSumMetric}
 import sluice.spark.PlanTypes.{WriteToMicroBatchDataSource, WriteToMicroBatchDataSourceV1}
 import sluice.spark.StateStoreTypes._
 import sluice.spark.{RealTimeMode, SessionConf}
+import sluice.state.Sidecars
 import sluice.suppress.internal.SuppressNode
 import sluice.windowstore.InMemoryWindowStoreProvider
 
@@ -192,7 +192,7 @@ private[sluice] case class EmitCacheExec(
   override def keyAttributes: Seq[Attribute] = keys
   override def stateKeySchema: StructType = layout.storeKeySchema
   override def stateValueSchema: StructType = layout.valueSchema
-  override def shortName: String = "emitCache"
+  override def shortName: String = EmitCacheStateLayout.OperatorName
 
   override protected def customStatefulOperatorMetrics: Seq[StatefulOperatorCustomMetric] = Seq(
     StatefulOperatorCustomSumMetric("emitCacheForwardedTotal", "rows forwarded downstream by the emission cache"),
@@ -346,6 +346,6 @@ private[sluice] object EmitCacheExec {
   }.getOrElse(false)
 
   def storeConf(session: SparkSession): StateStoreConf = {
-    SessionConf.sideStoreConf(session.sessionState.conf, classOf[InMemoryWindowStoreProvider].getName)
+    SessionConf.sideStoreConf(session.sessionState.conf, EmitCacheStateLayout.ProviderClass)
   }
 }
