@@ -299,9 +299,9 @@ private[sluice] object EmitCacheExec {
    * The emission cache keeps its rows in sluice's in-memory store whatever the query's provider:
    * its state is bounded by the cache's byte share, so memory is the right place, and that store
    * updates its one live map in place and writes only the batch's changes (one small delta file per
-   * version). Spark's HDFS-backed store copies its map every version and, in 4.1, writes each
-   * delta through a checksum file manager that hands the bytes to another thread pool; that commit
-   * would cost more than everything else the emission cache does. The store keys
+   * version). Spark's HDFS-backed store copies its map every version (spark-4.1: and writes each
+   * delta through a checksum file manager that hands the bytes to another thread pool); that commit
+   * would cost more than everything else the emission cache does (bench/cache/README.md). The store keys
    * are one binary column (see [[EmitLayout]]), so the window store never treats a windowed
    * grouping key as a window to expire.
    */
