@@ -10,7 +10,8 @@ import scala.sys.process._
 val kafkaStreamsVersion = "4.1.1"
 
 // Spark's published test-jars (StateStoreSuiteBase, for sluice.state.conformance): Maven Central has
-// them for these releases only, so only these minors run the provider conformance suites; the
+// them for these releases only (spark-4.1, spark-4.2; none for spark-4.3), so only these minors run
+// the provider conformance suites; the
 // minor's pyspark jars stay its main classpath (same minor, compatible).
 val sparkTestJars = Map("4.1" -> "4.1.3", "4.2" -> "4.2.0")
 

@@ -125,7 +125,7 @@ def jmx_gauges(gateway: Any, source: str) -> dict[str, dict[str, int]]:
     the prefix of their registry name (``<app>.<executor>.``, or empty where Spark registered the
     source before the application had an id, as for executor plugins in local mode):
     {prefix: {gauge: value}}. (JMX rather
-    than Spark's metrics system through py4j: from Spark 4.3 py4j cannot reflect on SparkEnv, one of
+    than Spark's metrics system through py4j. spark-4.3: py4j cannot reflect on SparkEnv, one of
     whose methods names a class pyspark does not ship.) The MBean server is called through its
     public interface: py4j looks methods up on the JDK's non-exported implementation class."""
     jvm = gateway.jvm

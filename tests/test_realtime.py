@@ -1,4 +1,4 @@
-"""Spark 4.3's real-time trigger (stateful queries, Kafka only) with sluice configured: a real-time
+"""spark-4.3: Spark's real-time trigger (stateful queries, Kafka only) with sluice configured: a real-time
 query without sluice's stateful features runs as it does without sluice (the extensions and the
 input bound stay out of its way), and each sluice feature that works at batch boundaries is
 refused when the query plans its first batch, naming itself, why and what to use instead."""

@@ -1,7 +1,7 @@
 """Stopping a stateful query while a batch runs logs nothing on sluice's in-memory window store
 that Spark's own providers (HDFS-backed, RocksDB) do not, and no StackOverflowError on any: with a
-sink, and with a foreachBatch function running the batch as a job (where Spark 4.1's own stop check
-overflows the stack on py4j's long error text unless `sluice.configure` is used; see sluice/_stop.py).
+sink, and with a foreachBatch function running the batch as a job. spark-4.1: there Spark's own stop
+check overflows the stack on py4j's long error text unless `sluice.configure` is used (see sluice/_stop.py).
 Whether the stop reaches the batch function as an interruption or as its job's cancellation is a
 race, so each is also checked directly against Spark's stop check."""
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 `query.stop()` interrupts the query thread; a job the batch function is waiting on then fails in
 Python with a Py4JJavaError about java.lang.InterruptedException, which py4j hands back to the JVM
-as text: the Python traceback, which embeds the Java stack trace (~8 KB). Spark (4.1 to 4.3) recognises a
-stop from that text with the regex ``StreamExecution.PROXY_ERROR``, whose
+as text: the Python traceback, which embeds the Java stack trace (~8 KB). spark-4.1 to spark-4.3: Spark
+recognises a stop from that text with the regex ``StreamExecution.PROXY_ERROR``, whose
 ``((.|\\r\\n|\\r|\\n)*)`` recurses once per character: on text this long the query thread dies with a
 StackOverflowError and prints ~1,000 lines of regex frames (with any state store provider, and
 without sluice). The stop can also reach the batch function as the cancellation of its job (a

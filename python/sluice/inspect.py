@@ -26,10 +26,6 @@ from sluice._errors import translating
 
 __all__ = ["inspect", "SluiceState", "SuppressState", "EmitCacheState", "WindowStoreState"]
 
-_WINDOW_STORE = "sluice.windowstore.InMemoryWindowStoreProvider"
-_SUPPRESS_IDS = range(1000, 2000)
-_EMIT_CACHE_IDS = range(2000, 3000)
-
 _DUE_RULES = {
     "until_window_closes": "due once the watermark reaches due_at (the window end); "
                            "due_next_batch: the next batch's watermark already does",
@@ -163,6 +159,8 @@ def inspect(spark: SparkSession, checkpoint_location: str, *, now: Optional[date
     jspark = _handles.jsession(spark)
     inspector.prepare(jspark)  # Spark's statestore reader needs the coordinator a fresh session lacks
     summary = json.loads(str(inspector.summary(jspark, checkpoint_location)))
+    # Which operators are whose and how their rows lie, as the JVM features publish it.
+    layouts = json.loads(str(inspector.layouts()))
     batch = summary.get("lastCommittedBatchId")
     state = SluiceState(
         checkpoint=summary["checkpoint"], batch_id=batch, batch_time=_ts(summary.get("batchTimestampMs")),
@@ -177,16 +175,22 @@ def inspect(spark: SparkSession, checkpoint_location: str, *, now: Optional[date
                  .filter(F.col("stateStoreName") == "default")
                  .select("operatorId", "operatorName", "numPartitions").orderBy("operatorId").collect())
     now_ms = int((now or datetime.now(timezone.utc)).timestamp() * 1000)
+    suppress_layout, emit_layout = layouts["suppress"], layouts["emitCache"]
+
+    def owns(layout: dict, op_id: int, name: str) -> bool:
+        return op_id in range(*layout["operatorIds"]) and name == layout["operatorName"]
+
     for op in operators:
         op_id, name, partitions = int(op.operatorId), str(op.operatorName), int(op.numPartitions)
         sidecar = sidecars.get(op_id, {})
-        if op_id in _SUPPRESS_IDS and name == "suppress":
+        if owns(suppress_layout, op_id, name):
             state.suppress.append(_suppress(spark, inspector, checkpoint_location, op_id, partitions, version,
-                                            sidecar, summary, now_ms))
-        elif op_id in _EMIT_CACHE_IDS and name == "emitCache":
+                                            sidecar, summary, now_ms, suppress_layout))
+        elif owns(emit_layout, op_id, name):
             state.emit_caches.append(_emit_cache(spark, inspector, checkpoint_location, op_id, partitions,
-                                                 version, sidecar))
-        elif op_id < _SUPPRESS_IDS.start and summary.get("providerClass") == _WINDOW_STORE:
+                                                 version, sidecar, emit_layout))
+        elif (op_id in range(*layouts["sparkOperatorIds"])
+              and summary.get("providerClass") == layouts["windowStore"]["providerClass"]):
             settings = next((s["stateStore"]["windowStore"] for s in sidecars.values()
                              if (s.get("stateStore") or {}).get("windowStore")), None)
             state.window_stores.append(_window_store(spark, inspector, checkpoint_location, op_id, name,
@@ -195,21 +199,22 @@ def inspect(spark: SparkSession, checkpoint_location: str, *, now: Optional[date
 
 
 def _suppress(spark: SparkSession, inspector: Any, ckpt: str, op_id: int, partitions: int, version: int,
-              sidecar: dict, summary: dict, now_ms: int) -> SuppressState:
+              sidecar: dict, summary: dict, now_ms: int, layout: dict) -> SuppressState:
     mode, limit = sidecar.get("mode"), sidecar.get("limitMs")
     raw = spark.read.format("statestore").option("operatorId", op_id).load(ckpt) \
         .withColumn("spilled", F.lit(False))
     buffer = sidecar.get("buffer") or {}
-    if buffer.get("whenFull") == "spill_to_disk":
+    if buffer.get("whenFull") == layout["spillWhenFull"]:
         jspark = _handles.jsession(spark)
         schema = inspector.storeSchema(jspark, ckpt, op_id)
         spill = _handles.dataframe(inspector.readSpillStore(jspark, ckpt, op_id, partitions, version, schema), spark)
         raw = raw.unionByName(spill.withColumn("spilled", F.lit(True)))
-    meta = raw.filter(F.col("key.key").isNull())
+    key = F.col("key").getField(layout["keyColumn"])
+    buffer_ms = F.col("value").getField(layout["bufferTimeColumn"])
+    meta = raw.filter(key.isNull())  # the partition's stream time, as its buffer time
     stream_time = {int(r.partition_id): _ts(int(r.t)) for r in
-                   meta.select("partition_id", F.col("value.bufferTime").alias("t")).collect()}
-    rows = raw.filter(F.col("key.key").isNotNull())
-    buffer_ms = F.col("value.bufferTime")
+                   meta.select("partition_id", buffer_ms.alias("t")).collect()}
+    rows = raw.filter(key.isNotNull())
     due_ms: Column = buffer_ms if mode == "until_window_closes" or limit is None else buffer_ms + F.lit(limit)
     if mode == "until_window_closes":
         next_wm = summary.get("nextBatchWatermarkMs")
@@ -223,7 +228,7 @@ def _suppress(spark: SparkSession, inspector: Any, ckpt: str, op_id: int, partit
     else:
         due_next = F.lit(None).cast("boolean")
     out = rows.select(
-        F.col("key.key").alias("key"), "value.row.*",
+        key.alias("key"), f"value.{layout['rowColumn']}.*",
         F.timestamp_millis(buffer_ms).alias("buffer_time"),
         F.timestamp_millis(due_ms).alias("due_at") if mode else F.lit(None).cast("timestamp").alias("due_at"),
         due_next.alias("due_next_batch"), "spilled", F.col("partition_id").alias("partition"))
@@ -238,14 +243,13 @@ def _ms(t: datetime) -> int:
 
 
 def _emit_cache(spark: SparkSession, inspector: Any, ckpt: str, op_id: int, partitions: int, version: int,
-                sidecar: dict) -> EmitCacheState:
+                sidecar: dict, layout: dict) -> EmitCacheState:
     jspark = _handles.jsession(spark)
     schema = inspector.storeSchema(jspark, ckpt, op_id)
     raw = _handles.dataframe(inspector.readEmitCacheStore(jspark, ckpt, op_id, partitions, version, schema), spark)
     interval = sidecar.get("intervalMs")
-    cols = [c for c in raw.schema["value"].dataType.fieldNames()
-            if c not in ("__sluice_emit_insert_ms", "__sluice_emit_seq")]
-    insert = F.col("value.__sluice_emit_insert_ms")
+    cols = [c for c in raw.schema["value"].dataType.fieldNames() if c not in layout["addedColumns"]]
+    insert = F.col("value").getField(layout["insertTimeColumn"])
     oldest = F.min(insert).over(Window.partitionBy("partition_id"))
     due = F.timestamp_millis(oldest + F.lit(interval)) if interval is not None else F.lit(None).cast("timestamp")
     out = raw.select(*[F.col("value").getField(c).alias(c) for c in cols],

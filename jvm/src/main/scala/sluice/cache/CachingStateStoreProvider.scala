@@ -131,7 +131,7 @@ class CachingStateStoreProvider extends ProviderBase {
   }
 
   /**
-   * An empty store at `version` (Spark 4.2+ rewriting state, e.g. repartitioning): nothing cached
+   * An empty store at `version` (spark-4.2 and later: Spark rewriting state, e.g. repartitioning): nothing cached
    * or logged for this provider describes it, and the delegate starts it empty at the same version.
    */
   private def openEmpty(version: Long, ckptId: Option[String], options: OpenOptions): StateStore = {

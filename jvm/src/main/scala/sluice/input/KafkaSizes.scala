@@ -128,8 +128,9 @@ private[input] object KafkaSampler {
  * a restarted query sizes its first batches from what it measured before. They only size batches:
  * offsets and recovery never depend on them, so the file is written after each batch's
  * measurements arrive and a missing or unreadable file just means starting without them. Writes
- * happen on a background thread, the latest statistics replacing any not yet written: a file
- * create and rename can cost tens of milliseconds, which must not be added to every batch.
+ * happen on a background thread, the latest statistics replacing any not yet written: a file's
+ * create and rename through Spark's checkpoint file manager has a per-file cost (measured in
+ * bench/windowstore/README.md) that must not be added to every batch.
  */
 private[input] final class SizeFile(dir: String, hadoopConf: Configuration) {
   private val path = new Path(dir, SizeFile.Name)

@@ -3,6 +3,7 @@ package sluice.inspect
 import java.nio.charset.StandardCharsets
 import java.util.UUID
 
+import scala.collection.immutable.NumericRange
 import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
 
@@ -16,11 +17,14 @@ import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.CatalystTypeConverters
 import org.apache.spark.sql.types._
 
+import sluice.cache.internal.EmitCacheStateLayout
 import sluice.spark.CheckpointTypes.{CheckpointFileManager, CommitLog, OffsetSeqLog}
 import sluice.spark.Sessions
 import sluice.spark.Sessions.ClassicSession
 import sluice.spark.StateStoreTypes._
 import sluice.spark.{SessionConf, SparkShim}
+import sluice.state.Sidecars
+import sluice.suppress.internal.SuppressStateLayout
 import sluice.windowstore.{InMemoryWindowStoreProvider, WindowStoreSettings, WindowStoreView}
 
 /**
@@ -31,7 +35,8 @@ import sluice.windowstore.{InMemoryWindowStoreProvider, WindowStoreSettings, Win
  *  - [[readStore]]: one store's rows as Spark's `statestore` reader lays them out (key, value,
  *    partition_id), for the stores that reader cannot open: the emission cache (always sluice's
  *    window store, whatever the query's provider) and suppress's spill store (always RocksDB);
- *  - [[windowStoreSegments]]: a window store's segments and stream time.
+ *  - [[windowStoreSegments]]: a window store's segments and stream time;
+ *  - [[layouts]]: which operators are whose and how their rows lie, as each feature publishes it.
  * Each store is opened by a provider of its own, never registered with Spark's store registry, so
  * nothing here touches a running query's loaded stores or needs the state store coordinator.
  */
@@ -87,6 +92,27 @@ object StateInspector {
     compact(render(json))
   }
 
+  /**
+   * JSON: how each feature's state lies in a checkpoint, as the features publish it
+   * ([[SuppressStateLayout]], [[EmitCacheStateLayout]]): per sluice operator kind its name in Spark's
+   * state metadata, its operator ids (`[first, end)`) and its rows' columns; the ids of Spark's own
+   * operators (below every sluice kind's), and the window store's provider class (which serves them
+   * when it is the query's provider).
+   */
+  def layouts(): String = {
+    def ids(r: NumericRange[Long]): List[Long] = List(r.start, r.end)
+    val s = SuppressStateLayout
+    val e = EmitCacheStateLayout
+    val json = ("suppress" -> (("operatorName" -> s.OperatorName) ~ ("operatorIds" -> ids(s.OperatorIds)) ~
+        ("keyColumn" -> s.KeyColumn) ~ ("bufferTimeColumn" -> s.BufferTimeColumn) ~ ("rowColumn" -> s.RowColumn) ~
+        ("spillWhenFull" -> s.SpillWhenFull))) ~
+      ("emitCache" -> (("operatorName" -> e.OperatorName) ~ ("operatorIds" -> ids(e.OperatorIds)) ~
+        ("insertTimeColumn" -> e.InsertTimeColumn) ~ ("addedColumns" -> e.AddedColumns.toList))) ~
+      ("sparkOperatorIds" -> List(0L, math.min(s.OperatorIds.start, e.OperatorIds.start))) ~
+      ("windowStore" -> ("providerClass" -> classOf[InMemoryWindowStoreProvider].getName))
+    compact(render(json))
+  }
+
   /** Key and value schema of an operator's default store, from its state schema file (no data read). */
   def storeSchema(spark: SparkSession, checkpoint: String, operatorId: Long): StructType =
     spark.read.format("statestore").option("operatorId", operatorId).load(checkpoint).schema
@@ -127,16 +153,17 @@ object StateInspector {
     spark.createDataFrame(rows.asJava, schema)
   }
 
-  /** [[readStore]] for suppress's spill store: RocksDB whatever the query's provider. */
+  /** [[readStore]] for suppress's spill store, where [[SuppressStateLayout]] puts it. */
   def readSpillStore(spark: SparkSession, checkpoint: String, operatorId: Long, numPartitions: Int,
       version: Long, schemaFrom: StructType): DataFrame =
-    readStore(spark, checkpoint, operatorId, "suppressSpill", RocksDBProviderClass, numPartitions, version, schemaFrom)
+    readStore(spark, checkpoint, operatorId, SuppressStateLayout.SpillStoreName, SuppressStateLayout.SpillProviderClass,
+      numPartitions, version, schemaFrom)
 
-  /** [[readStore]] for an emission cache: sluice's window store whatever the query's provider. */
+  /** [[readStore]] for an emission cache, where [[EmitCacheStateLayout]] puts it. */
   def readEmitCacheStore(spark: SparkSession, checkpoint: String, operatorId: Long, numPartitions: Int,
       version: Long, schemaFrom: StructType): DataFrame =
-    readStore(spark, checkpoint, operatorId, StateStoreId.DEFAULT_STORE_NAME,
-      classOf[InMemoryWindowStoreProvider].getName, numPartitions, version, schemaFrom)
+    readStore(spark, checkpoint, operatorId, EmitCacheStateLayout.StoreName, EmitCacheStateLayout.ProviderClass,
+      numPartitions, version, schemaFrom)
 
   /**
    * The segments of the window store of `operatorId` at `version`, one row per partition and

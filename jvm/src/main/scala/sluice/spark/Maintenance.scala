@@ -1,8 +1,8 @@
 package sluice.spark
 
 /**
- * Which part of a provider's background maintenance Spark asks for. Spark 4.1 and 4.2 ask for all
- * of it at once (`doMaintenance`); 4.3 may ask for snapshots and cleanup separately.
+ * Which part of a provider's background maintenance Spark asks for. spark-4.1, spark-4.2: all of it
+ * at once (`doMaintenance`). spark-4.3: snapshots and cleanup may also be asked for separately.
  */
 sealed trait Maintenance {
   def snapshots: Boolean

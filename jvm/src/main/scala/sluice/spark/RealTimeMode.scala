@@ -1,7 +1,7 @@
 package sluice.spark
 
 /**
- * Spark's real-time trigger (stateful from Spark 4.3): batches run for the checkpoint interval
+ * Spark's real-time trigger (spark-4.3: open to stateful queries): batches run for the checkpoint interval
  * while records flow through. sluice's operators release and forward rows at batch boundaries, so
  * under this trigger they would hold rows for the whole interval: they refuse it when the query's
  * first batch is planned, with the one text below.

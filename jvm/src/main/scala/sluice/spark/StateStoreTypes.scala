@@ -3,7 +3,7 @@ package sluice.spark
 /**
  * Spark's state store SPI under the names feature code uses. Feature code imports these from here,
  * never from Spark's package: Spark has moved its streaming classes between packages before
- * (`execution.streaming` was split into `runtime`, `checkpointing` and `operators.stateful` in 4.1),
+ * (spark-4.1: `execution.streaming` was split into `runtime`, `checkpointing` and `operators.stateful`),
  * and a move is then one edit here (or in a per-minor folder), not one per feature.
  */
 object StateStoreTypes {

@@ -20,8 +20,8 @@ import sluice.spark.SessionConf
  *
  * On the local file system the files are written with java.nio: Hadoop's local file system,
  * without its native library, starts a `chmod` or `stat` process for each file it creates or
- * renames (~25 ms per file through Spark's FileContext manager here, against well under 1 ms),
- * and a store commits one file per micro-batch. Durability is the same as Hadoop's local file
+ * renames, which costs more than the rest of a small store's commit (per-file times in
+ * bench/windowstore/README.md), and a store commits one file per micro-batch. Durability is the same as Hadoop's local file
  * system gives Spark's own checkpoint files: a rename on one file system, no fsync (a killed
  * process loses nothing; a power cut may lose what the OS had not written, commit log included).
  * Any other file system, or a checkpoint file manager chosen with

@@ -368,7 +368,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
       checkOpen("commit")
       val v = commitVersion(this, snapshotOnCommit)
       state = 1
-      // Spark 4.1 checks that a foreachBatch batch committed every store, as the HDFS provider reports.
+      // spark-4.1: Spark checks that a foreachBatch batch committed every store, as the HDFS provider reports.
       if (commitValidation) StateStore.reportCommitToCoordinator(v, _id, hadoopConf)
       v
     }

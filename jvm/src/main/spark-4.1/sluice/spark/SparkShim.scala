@@ -35,7 +35,7 @@ object SparkShim {
     p.upgradeReadStoreToWriteStore(readStore, version, ckptId)
   }
 
-  // Spark 4.1 never sets them; a sluice caller passing them on could only be a bug.
+  // spark-4.1: Spark never sets them; a sluice caller passing them on could only be a bug.
   private def refuseOptions(p: StateStoreProvider, options: OpenOptions): Unit =
     if (options != OpenOptions.Default) {
       throw new UnsupportedOperationException(s"Spark 4.1 cannot open $p with $options")

@@ -25,7 +25,7 @@ trait ForwardingReadStore extends ReadStateStore with ColumnFamilyRegistration {
    */
   protected[sluice] def passThrough(colFamilyName: String): ReadStateStore
 
-  /** A column family was registered on the wrapped store (Spark 4.3 and later). */
+  /** A column family was registered on the wrapped store (spark-4.3 and later: `registerColFamily`). */
   protected[sluice] def registered(colFamilyName: String, keyStateEncoderSpec: KeyStateEncoderSpec,
       useMultipleValuesPerKey: Boolean): Unit
 

@@ -20,12 +20,12 @@ import org.apache.spark.sql.sluice.{MinMetric, SluiceStateStoreExec, SluiceState
 import org.json4s.JsonDSL._
 
 import sluice.conf.{MemoryBudget, SluiceConf, SluiceConfException}
-import sluice.inspect.Sidecars
 import sluice.spark.PlanTypes.{SparkPlan, SparkStrategy, UnaryExecNode}
 import sluice.spark.PlanTypes.{StatefulOperatorCustomMetric, StatefulOperatorCustomSumMetric}
 import sluice.spark.PlanTypes.{WriteToMicroBatchDataSource, WriteToMicroBatchDataSourceV1}
 import sluice.spark.StateStoreTypes._
 import sluice.spark.{RealTimeMode, SessionConf}
+import sluice.state.Sidecars
 import sluice.suppress.internal.SuppressNode
 import sluice.windowstore.InMemoryWindowStoreProvider
 
@@ -192,7 +192,7 @@ private[sluice] case class EmitCacheExec(
   override def keyAttributes: Seq[Attribute] = keys
   override def stateKeySchema: StructType = layout.storeKeySchema
   override def stateValueSchema: StructType = layout.valueSchema
-  override def shortName: String = "emitCache"
+  override def shortName: String = EmitCacheStateLayout.OperatorName
 
   override protected def customStatefulOperatorMetrics: Seq[StatefulOperatorCustomMetric] = Seq(
     StatefulOperatorCustomSumMetric("emitCacheForwardedTotal", "rows forwarded downstream by the emission cache"),
@@ -299,9 +299,9 @@ private[sluice] object EmitCacheExec {
    * The emission cache keeps its rows in sluice's in-memory store whatever the query's provider:
    * its state is bounded by the cache's byte share, so memory is the right place, and that store
    * updates its one live map in place and writes only the batch's changes (one small delta file per
-   * version). Spark's HDFS-backed store copies its map every version and, in 4.1, writes each
-   * delta through a checksum file manager that hands the bytes to another thread pool; that commit
-   * would cost more than everything else the emission cache does. The store keys
+   * version). Spark's HDFS-backed store copies its map every version (spark-4.1: and writes each
+   * delta through a checksum file manager that hands the bytes to another thread pool); that commit
+   * would cost more than everything else the emission cache does (bench/cache/README.md). The store keys
    * are one binary column (see [[EmitLayout]]), so the window store never treats a windowed
    * grouping key as a window to expire.
    */
@@ -346,6 +346,6 @@ private[sluice] object EmitCacheExec {
   }.getOrElse(false)
 
   def storeConf(session: SparkSession): StateStoreConf = {
-    SessionConf.sideStoreConf(session.sessionState.conf, classOf[InMemoryWindowStoreProvider].getName)
+    SessionConf.sideStoreConf(session.sessionState.conf, EmitCacheStateLayout.ProviderClass)
   }
 }

@@ -60,7 +60,7 @@ private[sluice] case class SuppressExec(
   override def keyAttributes: Seq[Attribute] = keys
   override def stateKeySchema: StructType = layout.keySchema
   override def stateValueSchema: StructType = layout.valueSchema
-  override def shortName: String = "suppress"
+  override def shortName: String = SuppressStateLayout.OperatorName
 
   private def operatorName: String =
     suppressed.name.getOrElse(s"suppress#${context.map(_.stateInfo.operatorId).getOrElse("?")}")
@@ -228,7 +228,7 @@ private[sluice] case class SuppressExec(
 
   /** The spill store: a RocksDB state store (local disk, checkpointed) beside the operator's own. */
   private def spillSettings(ctx: StreamContext): SpillStore = {
-    SpillStore(ctx.stateInfo, SessionConf.sideStoreConf(session.sessionState.conf, RocksDBProviderClass),
+    SpillStore(ctx.stateInfo, SessionConf.sideStoreConf(session.sessionState.conf, SuppressStateLayout.SpillProviderClass),
       StatefulOperatorSupport.runHadoopConf(session, ctx.stateInfo.queryRunId))
   }
 

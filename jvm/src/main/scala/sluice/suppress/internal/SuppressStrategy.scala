@@ -8,9 +8,9 @@ import org.apache.spark.sql.sluice.StatefulOperatorSupport
 import org.json4s._
 import org.json4s.JsonDSL._
 
-import sluice.inspect.Sidecars
 import sluice.spark.PlanTypes.{SparkPlan, SparkStrategy}
 import sluice.spark.RealTimeMode
+import sluice.state.Sidecars
 import sluice.suppress._
 
 /** Plans [[SuppressNode]]s; installed by sluice.plugin.SluiceExtensions. */
@@ -47,8 +47,11 @@ private[sluice] object SuppressStrategy {
       ("graceMs" -> (if (s.window.isDefined) Some(s.graceMs) else None)) ~
       ("keys" -> s.keys.map(_.name).toList) ~
       ("buffer" -> (("maxRecords" -> bound(b.maxRecords)) ~ ("maxBytes" -> bound(b.maxBytes)) ~
-        ("whenFull" -> b.whenFull.name.replace('-', '_'))))
+        ("whenFull" -> whenFull(b.whenFull))))
   }
+
+  /** A buffer's when-full strategy as the sidecar names it. */
+  def whenFull(s: BufferFullStrategy): String = s.name.replace('-', '_')
 }
 
 private[sluice] object SuppressChecks {

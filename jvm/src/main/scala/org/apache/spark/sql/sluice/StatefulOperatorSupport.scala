@@ -71,15 +71,16 @@ final class StreamContext(
  *  - [[SluiceStateStoreExec]] for physical nodes.
  */
 object StatefulOperatorSupport {
-  /** Id ranges of the node kinds. */
+  /** Id ranges of the node kinds: each kind's ids run from its base for [[IdsPerKind]] ids. */
   val SuppressIdBase = 1000L
   val EmitCacheIdBase = 2000L
+  val IdsPerKind = 1000L
 
   /**
    * The Hadoop configuration tasks open sluice's own stores with, broadcast once per query run: a
    * store reads it only when its provider is created, while building and shipping a session's
-   * configuration (~110 KB serialized) costs ~5 ms per batch on the driver alone. Weak keys: the
-   * run id instance lives as long as its query, and the broadcast is cleaned up after it.
+   * configuration with every batch costs the driver time per batch (bench/cache/README.md). Weak
+   * keys: the run id instance lives as long as its query, and the broadcast is cleaned up after it.
    */
   private val runConfs = new java.util.WeakHashMap[UUID, Broadcast[SerializableConfiguration]]()
 

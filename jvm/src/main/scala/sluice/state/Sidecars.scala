@@ -1,4 +1,4 @@
-package sluice.inspect
+package sluice.state
 
 import java.nio.charset.StandardCharsets
 import java.util.{Collections, UUID, WeakHashMap}
@@ -20,7 +20,6 @@ import sluice.spark.CheckpointTypes.CheckpointFileManager
 import sluice.spark.SessionConf
 import sluice.spark.StateStoreTypes.HdfsProviderClass
 import sluice.spark.Sessions.ClassicSession
-import sluice.windowstore.InMemoryWindowStoreProvider
 
 /**
  * What a sluice operator's state means but the checkpoint does not say (the suppress mode and
@@ -37,6 +36,9 @@ import sluice.windowstore.InMemoryWindowStoreProvider
  */
 object Sidecars extends Logging {
   val FileName = "_sluice_operator.json"
+
+  /** The window store's name among sluice's provider names (`SluiceConf.ProviderClasses`). */
+  private val WindowStore = "in_memory_window"
 
   /** Operator ids already recorded, per query run (the run id instance lives as long as the run). */
   private val recorded = Collections.synchronizedMap(new WeakHashMap[UUID, java.util.Set[java.lang.Long]]())
@@ -68,7 +70,7 @@ object Sidecars extends Logging {
       case NonFatal(e) => logWarning(s"Could not record the settings of ${node.nodeName} for sluice.inspect", e)
     }
 
-  private[inspect] def json(session: SparkSession, settings: JObject, operatorId: Long, runId: UUID,
+  private def json(session: SparkSession, settings: JObject, operatorId: Long, runId: UUID,
       batchId: Long): String = {
     val common: JObject = ("operatorId" -> operatorId) ~ ("runId" -> runId.toString) ~
       ("firstBatchId" -> batchId) ~ ("stateStore" -> stateStoreJson(session))
@@ -78,12 +80,11 @@ object Sidecars extends Logging {
   /** The query's state store provider and, when it is (or caches) the window store, its settings. */
   private def stateStoreJson(session: SparkSession): JObject = {
     val all = session.conf.getAll
-    val provider = all.getOrElse(SessionConf.ProviderClassKey,
-      HdfsProviderClass)
+    val provider = all.getOrElse(SessionConf.ProviderClassKey, HdfsProviderClass)
     val conf = SluiceConf(all)
-    val windowStore = provider == classOf[InMemoryWindowStoreProvider].getName ||
+    val windowStore = provider == SluiceConf.ProviderClasses(WindowStore) ||
       (provider == SluiceConf.CachingProviderClass &&
-        all.get(SluiceConf.StateStoreCacheDelegate.key).exists(_.trim == "in_memory_window"))
+        all.get(SluiceConf.StateStoreCacheDelegate.key).exists(_.trim == WindowStore))
     val ws: Option[JObject] = if (!windowStore) None else Some(
       ("name" -> conf.get(SluiceConf.WindowStoreName)) ~
         ("retentionMs" -> conf.get(SluiceConf.WindowStoreRetention)) ~
