@@ -50,7 +50,7 @@ def configure(builder: SparkSession.Builder, spark_version: str | None = None,
     (with its relation plugin, ``spark.connect.extensions.relation.classes``, which ``suppress``
     needs). A server you start yourself (``sc://`` URLs) needs the same settings at its start;
     on such a builder only the options read per query take effect (``commit_interval_ms``,
-    ``input_buffer_max_bytes``, ``state_store``).
+    ``input_buffer_max_bytes``, ``statestore_cache_max_bytes``, ``state_store``).
 
     The jar added is the one built for the running Spark: the installed pyspark's version, or
     ``spark_version`` when given (a Connect client whose server runs another Spark). An unsupported

@@ -24,8 +24,9 @@ final case class ConfEntry[T](key: String, default: T, expected: String, parse: 
 /**
  * Every `spark.sluice.*` key, parsed and validated in one place.
  *
- * Values come from SparkConf (driver plugin at startup) or from a session's SQL conf (operators,
- * providers); both are plain string maps, so one `SluiceConf(settings)` serves both.
+ * Values come from SparkConf (driver plugin at startup), a session's conf (rules planning a query)
+ * or [[ConfResolver]] (everything on the task path); all are plain string maps, so one
+ * `SluiceConf(settings)` serves all.
  */
 final class SluiceConf private (val settings: Map[String, String]) {
   import SluiceConf._
@@ -124,6 +125,10 @@ object SluiceConf {
 
   /** Keys whose use is deprecated, with the key that replaces them. */
   val deprecated: Map[String, String] = Map(CacheMaxBytesBuffering.key -> StateStoreCacheMaxBytes.key)
+
+  /** The keys that set `entry`: its own, then its deprecated aliases. */
+  def keysOf(entry: ConfEntry[_]): Seq[String] =
+    entry.key +: deprecated.toSeq.collect { case (old, replacement) if replacement == entry.key => old }.sorted
 
   /** One driver-log warning per deprecated key in use, saying which key wins. */
   def deprecationWarnings(settings: Map[String, String]): Seq[String] =
