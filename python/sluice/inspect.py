@@ -21,14 +21,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from sluice import _handles
+from sluice import _conf, _handles
 from sluice._errors import translating
 
 __all__ = ["inspect", "SluiceState", "SuppressState", "EmitCacheState", "WindowStoreState"]
-
-_WINDOW_STORE = "sluice.windowstore.InMemoryWindowStoreProvider"
-_SUPPRESS_IDS = range(1000, 2000)
-_EMIT_CACHE_IDS = range(2000, 3000)
 
 _DUE_RULES = {
     "until_window_closes": "due once the watermark reaches due_at (the window end); "
@@ -177,16 +173,18 @@ def inspect(spark: SparkSession, checkpoint_location: str, *, now: Optional[date
                  .filter(F.col("stateStoreName") == "default")
                  .select("operatorId", "operatorName", "numPartitions").orderBy("operatorId").collect())
     now_ms = int((now or datetime.now(timezone.utc)).timestamp() * 1000)
+    suppress_ids, emit_cache_ids = _conf.operator_ids("suppress"), _conf.operator_ids("emit_cache")
+    window_store = _conf.state_store_providers()["in_memory_window"]
     for op in operators:
         op_id, name, partitions = int(op.operatorId), str(op.operatorName), int(op.numPartitions)
         sidecar = sidecars.get(op_id, {})
-        if op_id in _SUPPRESS_IDS and name == "suppress":
+        if op_id in suppress_ids and name == "suppress":
             state.suppress.append(_suppress(spark, inspector, checkpoint_location, op_id, partitions, version,
                                             sidecar, summary, now_ms))
-        elif op_id in _EMIT_CACHE_IDS and name == "emitCache":
+        elif op_id in emit_cache_ids and name == "emitCache":
             state.emit_caches.append(_emit_cache(spark, inspector, checkpoint_location, op_id, partitions,
                                                  version, sidecar))
-        elif op_id < _SUPPRESS_IDS.start and summary.get("providerClass") == _WINDOW_STORE:
+        elif op_id < suppress_ids.start and summary.get("providerClass") == window_store:
             settings = next((s["stateStore"]["windowStore"] for s in sidecars.values()
                              if (s.get("stateStore") or {}).get("windowStore")), None)
             state.window_stores.append(_window_store(spark, inspector, checkpoint_location, op_id, name,

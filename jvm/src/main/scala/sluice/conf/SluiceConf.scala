@@ -150,6 +150,27 @@ object SluiceConf {
   /** The record cache's provider class (sluice.cache.CachingStateStoreProvider; a name users type). */
   val CachingProviderClass: String = spec.get("caching_provider").asText()
 
+  // --- the other names both languages use (conf.json's "contract"; its class names and Spark's
+  // provider key only Python reads: Scala has the classes and Spark's own key, its tests compare) ---
+  private def contract: JsonNode = spec.get("contract")
+
+  /** The state operator ids [from, until) of one kind of sluice stateful operator. */
+  final case class OperatorIds(from: Long, until: Long)
+  private def operatorIds(kind: String): OperatorIds = {
+    val r = contract.get("operator_ids").get(kind)
+    OperatorIds(r.get("from").asLong(), r.get("until").asLong())
+  }
+  val SuppressIds: OperatorIds = operatorIds("suppress")
+  val EmitCacheIds: OperatorIds = operatorIds("emit_cache")
+
+  /** The type URL of the Spark Connect relation extension that carries `suppress`. */
+  val ConnectTypeUrl: String = contract.get("connect_type_url").asText()
+
+  /** The source option bounding one source (KIP-770), and the keys of a bounded source's metrics. */
+  val SourceMaxBytesOption: String = contract.get("input").get("source_option").asText()
+  val SourceBytesMetric: String = contract.get("input").get("bytes_metric").asText()
+  val SourceThrottledMetric: String = contract.get("input").get("throttled_metric").asText()
+
   // --- suppress (sluice.suppress) ---
   /**
    * Whether an unbounded `untilWindowCloses` directly above a windowed aggregation (the query's only
