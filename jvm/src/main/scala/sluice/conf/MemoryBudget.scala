@@ -15,10 +15,6 @@ object SlotBudget {
   /** Task slots of an executor: its cores over the cores a task takes, at least one. */
   def slots(executorCores: Int, taskCpus: Int): Int = math.max(1, executorCores / math.max(1, taskCpus))
 
-  def split(executorId: String, cacheMaxBytes: Long, executorCores: Int, taskCpus: Int,
-      inputBufferMaxBytes: Long): SlotBudget =
-    of(executorId, slots(executorCores, taskCpus), cacheMaxBytes, inputBufferMaxBytes)
-
   def of(executorId: String, taskSlots: Int, cacheMaxBytes: Long, inputBufferMaxBytes: Long): SlotBudget =
     SlotBudget(executorId, taskSlots, cacheMaxBytes, cacheMaxBytes / taskSlots, inputBufferMaxBytes)
 }
