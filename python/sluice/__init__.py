@@ -4,7 +4,9 @@ Importing this package needs no JVM; ``configure`` only sets builder options.
 """
 from __future__ import annotations
 
-from sluice._conf import EXTENSIONS_CLASS, LOADING_SETTINGS, PLUGIN_CLASS  # noqa: F401
+from typing import Any
+
+from sluice import _conf
 from sluice._configure import configure, jar_path
 from sluice._errors import (SluiceBufferFullError, SluiceConfError, SluiceError, SluiceSuppressError,
                             SluiceUnsupportedSparkError)
@@ -25,3 +27,10 @@ __all__ = [
     "BufferConfig",
     "SluiceSuppressError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The class names that load sluice, read from the bundled conf.json on first use, not at import.
+    if name in ("EXTENSIONS_CLASS", "LOADING_SETTINGS", "PLUGIN_CLASS"):
+        return getattr(_conf, name)
+    raise AttributeError(name)

@@ -1,9 +1,11 @@
-"""Python-side checks of sluice options, so bad values fail before any Spark work.
+"""Python-side checks of sluice options, so bad values fail before any Spark work, and every name
+the Python side shares with the JVM side.
 
-The key table, expected forms, messages and provider names are not written here: they are read
-from ``sluice/conf.json`` inside the bundled jars, the file sluice.conf.SluiceConf (Scala) reads, so
-the two sides cannot drift. Only the parsers are code on both sides; both test suites check them
-against the vectors in that file.
+The key table, expected forms, messages, provider and class names, operator id ranges, the Connect
+type URL and the input bound's option and metric names are not written here: they are read from
+``sluice/conf.json`` inside the bundled jars, the file sluice.conf.SluiceConf (Scala) reads, so the
+two sides cannot drift (``tests/test_contract.py`` fails on a copy written out elsewhere). Only the
+parsers are code on both sides; both test suites check them against the vectors in that file.
 """
 from __future__ import annotations
 
@@ -15,20 +17,9 @@ from typing import Any, Callable
 
 from sluice import _spark
 
-PROVIDER_CLASS_KEY = "spark.sql.streaming.stateStore.providerClass"
-
-PLUGIN_CLASS = "sluice.plugin.SluicePlugin"
-EXTENSIONS_CLASS = "sluice.plugin.SluiceExtensions"
-# Spark Connect: the server plugin that plans suppress for Connect clients (sluice._connect).
-CONNECT_RELATION_PLUGIN = "sluice.connect.SuppressRelationPlugin"
+# Spark Connect: the setting that registers the server plugin planning suppress for Connect clients
+# (its class is CONNECT_RELATION_PLUGIN; sluice._connect).
 CONNECT_RELATION_CLASSES_KEY = "spark.connect.extensions.relation.classes"
-
-# The comma-separated Spark settings that load sluice, each with the class configure() adds to it.
-LOADING_SETTINGS = {
-    "spark.plugins": PLUGIN_CLASS,
-    "spark.sql.extensions": EXTENSIONS_CLASS,
-    CONNECT_RELATION_CLASSES_KEY: CONNECT_RELATION_PLUGIN,
-}
 
 _NUMBER_WITH_UNIT = re.compile(r"^([0-9]+)\s*([a-z]*)$")
 
@@ -143,6 +134,27 @@ def _key_option(k: dict[str, Any]) -> Option:
     return Option(key, message("at_least", form=expected, min=minimum), bounded)
 
 
+def contract() -> dict[str, Any]:
+    """The names both languages use (conf.json's ``contract``)."""
+    return spec()["contract"]
+
+
+def operator_ids(kind: str) -> range:
+    """The state operator ids of one kind of sluice operator (``suppress``, ``emit_cache``)."""
+    ids = contract()["operator_ids"][kind]
+    return range(ids["from"], ids["until"])
+
+
+def loading_settings() -> dict[str, str]:
+    """The comma-separated Spark settings that load sluice, each with the class configure() adds to it."""
+    classes = contract()["classes"]
+    return {
+        "spark.plugins": classes["plugin"],
+        "spark.sql.extensions": classes["extensions"],
+        CONNECT_RELATION_CLASSES_KEY: classes["connect_relation_plugin"],
+    }
+
+
 def key(name: str) -> str:
     """The full Spark key of a conf.json key name (``windowstore.retention`` ->
     ``spark.sluice.windowstore.retention``); fails on a name conf.json does not list."""
@@ -162,17 +174,27 @@ def options() -> dict[str, Option]:
     out = {k["option"]: _key_option(k) for k in spec()["keys"] if "option" in k}
     providers = state_store_providers()
     out["state_store"] = Option(
-        PROVIDER_CLASS_KEY, spec()["forms"]["choice"]["expected"].replace("{values}", ", ".join(providers)),
+        contract()["provider_class_key"], spec()["forms"]["choice"]["expected"].replace("{values}", ", ".join(providers)),
         lambda v: providers.get(v.strip().lower()) if isinstance(v, str) else None)
-    out["state_store_cache"] = _FlagOption(PROVIDER_CLASS_KEY, "True or False", lambda v: v,
+    out["state_store_cache"] = _FlagOption(contract()["provider_class_key"], "True or False", lambda v: v,
                                            value_if_true=spec()["caching_provider"])
     return out
 
 
+_NAMES: dict[str, Callable[[], Any]] = {
+    "STATE_STORE_PROVIDERS": state_store_providers,
+    "PREFIX": lambda: spec()["prefix"],
+    "PROVIDER_CLASS_KEY": lambda: contract()["provider_class_key"],
+    "PLUGIN_CLASS": lambda: contract()["classes"]["plugin"],
+    "EXTENSIONS_CLASS": lambda: contract()["classes"]["extensions"],
+    "CONNECT_RELATION_PLUGIN": lambda: contract()["classes"]["connect_relation_plugin"],
+    "CONNECT_TYPE_URL": lambda: contract()["connect_type_url"],
+    "LOADING_SETTINGS": loading_settings,
+}
+
+
 def __getattr__(name: str) -> Any:
     # Module-level names computed from the spec on first use (the jar is read then, not at import).
-    if name == "STATE_STORE_PROVIDERS":
-        return state_store_providers()
-    if name == "PREFIX":
-        return spec()["prefix"]
+    if name in _NAMES:
+        return _NAMES[name]()
     raise AttributeError(name)

@@ -8,7 +8,6 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from sluice import _conf, _handles, _spark, _stop
-from sluice._conf import LOADING_SETTINGS, PLUGIN_CLASS
 from sluice._errors import translating
 
 
@@ -50,7 +49,7 @@ def configure(builder: SparkSession.Builder, spark_version: str | None = None,
     (with its relation plugin, ``spark.connect.extensions.relation.classes``, which ``suppress``
     needs). A server you start yourself (``sc://`` URLs) needs the same settings at its start;
     on such a builder only the options read per query take effect (``commit_interval_ms``,
-    ``input_buffer_max_bytes``, ``state_store``).
+    ``input_buffer_max_bytes``, ``statestore_cache_max_bytes``, ``state_store``).
 
     The jar added is the one built for the running Spark: the installed pyspark's version, or
     ``spark_version`` when given (a Connect client whose server runs another Spark). An unsupported
@@ -71,12 +70,13 @@ def configure(builder: SparkSession.Builder, spark_version: str | None = None,
     _stop.install()
     current = _handles.builder_options(builder)
     builder.config("spark.jars", _append(current.get("spark.jars"), jar))
-    for key, cls in LOADING_SETTINGS.items():
+    for key, cls in _conf.loading_settings().items():
         builder.config(key, _append(current.get(key), cls))
     if _starts_local_connect_server(current):
         # pyspark starts that server with spark.plugins replaced by Connect's own plugin; Spark
         # loads the plugins of spark.plugins.defaultList as well.
-        builder.config("spark.plugins.defaultList", _append(current.get("spark.plugins.defaultList"), PLUGIN_CLASS))
+        plugin = _conf.contract()["classes"]["plugin"]
+        builder.config("spark.plugins.defaultList", _append(current.get("spark.plugins.defaultList"), plugin))
     for key, value in settings.items():
         builder.config(key, value)
     if not getattr(builder, "_sluice_translating", False):

@@ -11,20 +11,18 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from sluice import _handles
-from sluice._conf import CONNECT_RELATION_PLUGIN, LOADING_SETTINGS, CONNECT_RELATION_CLASSES_KEY
+from sluice import _conf, _handles
+from sluice._conf import CONNECT_RELATION_CLASSES_KEY
 from sluice._errors import SluiceError, on_missing_connect_plugin, translating
-
-# Must match sluice.connect.SuppressRelation.TypeUrl on the server.
-TYPE_URL = "type.googleapis.com/sluice.connect.Suppress"
 
 
 def _missing_plugin() -> SluiceError:
+    loading = _conf.loading_settings()
     return SluiceError(
         "the Spark Connect server does not load sluice's relation plugin, which suppress needs: "
         f"start it with --jars <sluice.jar_path()> and --conf {CONNECT_RELATION_CLASSES_KEY}="
-        f"{CONNECT_RELATION_PLUGIN} (and the other sluice keys: "
-        + ", ".join(f"{k}={v}" for k, v in LOADING_SETTINGS.items() if k != CONNECT_RELATION_CLASSES_KEY)
+        f"{loading[CONNECT_RELATION_CLASSES_KEY]} (and the other sluice keys: "
+        + ", ".join(f"{k}={v}" for k, v in loading.items() if k != CONNECT_RELATION_CLASSES_KEY)
         + ")")
 
 
@@ -91,7 +89,7 @@ def _plan_class() -> type:
             assert self._child is not None
             rel = self._create_proto_relation()
             child = self._child.plan(session).SerializeToString()
-            rel.extension.type_url = TYPE_URL
+            rel.extension.type_url = _conf.contract()["connect_type_url"]
             rel.extension.value = encode(child, **self._fields)
             return rel
 

@@ -5,8 +5,19 @@ file and rate source of a query once sluice is configured.
 for one source; ``BYTES_METRIC`` and ``THROTTLED_METRIC`` are the keys sluice adds to each bounded
 source's ``metrics`` in the query progress.
 """
+from __future__ import annotations
+
+from sluice import _conf
+
 __all__ = ["MAX_BYTES_PER_TRIGGER", "BYTES_METRIC", "THROTTLED_METRIC"]
 
-MAX_BYTES_PER_TRIGGER = "sluice.maxBytesPerTrigger"
-BYTES_METRIC = "inputBufferBytesTotal"
-THROTTLED_METRIC = "inputBufferThrottledPartitions"
+# Where each name is in conf.json's contract.input, which the JVM side reads too.
+_CONTRACT = {"MAX_BYTES_PER_TRIGGER": "source_option", "BYTES_METRIC": "bytes_metric",
+             "THROTTLED_METRIC": "throttled_metric"}
+
+
+def __getattr__(name: str) -> str:
+    # Read on first use (the jar's conf.json), not at import.
+    if name in _CONTRACT:
+        return str(_conf.contract()["input"][_CONTRACT[name]])
+    raise AttributeError(name)

@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from sluice import _handles
+from sluice import _conf, _handles
 from sluice._errors import translating
 
 __all__ = ["inspect", "SluiceState", "SuppressState", "EmitCacheState", "WindowStoreState"]

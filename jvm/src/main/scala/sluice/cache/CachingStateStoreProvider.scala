@@ -5,13 +5,13 @@ import java.util.Collections
 import scala.util.control.NonFatal
 
 import org.apache.hadoop.conf.Configuration
-import org.apache.spark.{SparkEnv, TaskContext}
+import org.apache.spark.TaskContext
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.types.StructType
 
 import sluice.cache.internal.{CacheKey, CacheMetrics, DelegateMarker, DirtyWriter, LoggedRow, RecordCache, SlotCaches,
   StoreCounters, WriteBehindEntry, WriteBehindLog}
-import sluice.conf.{MemoryBudget, SluiceConf, SluiceConfException}
+import sluice.conf.{ConfResolver, MemoryBudget, SluiceConf, SluiceConfException}
 import sluice.windowstore.InMemoryWindowStoreProvider
 import sluice.spark.StateStoreTypes._
 import sluice.spark.{ForwardingReadStore, ForwardingStore, Maintenance, OpenOptions, ProviderBase, SessionConf, SparkShim}
@@ -192,7 +192,7 @@ class CachingStateStoreProvider extends ProviderBase {
       .foreach(m => throw new SluiceConfException(m))
     synchronized {
       intervalMs = interval
-      storeShare = if (slot.pooled) capacity() else 0L
+      storeShare = if (slot.pooled) MemoryBudget.recordCacheBytes(interval) else 0L
       if (home != null && (home ne slot)) home.dropOwner(this)
       home = slot
       val sameCkpt = ckptId.isEmpty || cachedCkptId.isEmpty || ckptId == cachedCkptId
@@ -606,21 +606,8 @@ class CachingStateStoreProvider extends ProviderBase {
 object CachingStateStoreProvider {
   val DelegateClasses: Map[String, String] = SluiceConf.ProviderClasses
 
-  /**
-   * Bytes this task's record cache may hold: the slot's share of the executor budget (C/T), halved
-   * when the query also runs emission caches (commit interval > 0), which take the other half.
-   */
-  private[cache] def capacity(): Long =
-    MemoryBudget.cacheShare(MemoryBudget.cacheBytesPerSlot,
-      MemoryBudget.bothCaches(classOf[CachingStateStoreProvider].getName, commitInterval()))
-
-  /** The running query's commit interval (a local property of its tasks), else the SparkConf's. */
-  private[cache] def commitInterval(): Long = {
-    val key = SluiceConf.CommitIntervalMs.key
-    Option(TaskContext.get()).flatMap(tc => Option(tc.getLocalProperty(key)))
-      .orElse(Option(SparkEnv.get).flatMap(_.conf.getOption(key)))
-      .flatMap(SluiceConf.parseMillis).getOrElse(0L)
-  }
+  /** The running query's commit interval. */
+  private[cache] def commitInterval(): Long = ConfResolver.get(SluiceConf.CommitIntervalMs)
 
   /**
    * The delegates whose commits wait for the interval. The window store expires segments when it
@@ -652,18 +639,8 @@ object CachingStateStoreProvider {
         (if (DelegatesWithCheckpointIds(delegate)) s", or $interval=0" else ""))
     }
 
-  /**
-   * The delegate name: the running query's session conf (on the driver, or propagated to tasks as
-   * local properties), else the SparkConf, else rocksdb.
-   */
-  private[cache] def currentDelegate(): String = {
-    val key = SluiceConf.StateStoreCacheDelegate.key
-    val fromTask = Option(TaskContext.get()).flatMap(tc => Option(tc.getLocalProperty(key)))
-    val fromSession = if (TaskContext.get() == null) SessionConf.current(key) else None
-    val fromEnv = Option(SparkEnv.get).flatMap(_.conf.getOption(key))
-    val settings = fromTask.orElse(fromSession).orElse(fromEnv).map(key -> _).toSeq
-    SluiceConf(settings).get(SluiceConf.StateStoreCacheDelegate)
-  }
+  /** The delegate name of the running query (or, on the driver, of the active session). */
+  private[cache] def currentDelegate(): String = ConfResolver.get(SluiceConf.StateStoreCacheDelegate)
 
   private[cache] def delegateClassName(name: String): String = {
     val cls = DelegateClasses(name)

@@ -24,8 +24,9 @@ final case class ConfEntry[T](key: String, default: T, expected: String, parse: 
 /**
  * Every `spark.sluice.*` key, parsed and validated in one place.
  *
- * Values come from SparkConf (driver plugin at startup) or from a session's SQL conf (operators,
- * providers); both are plain string maps, so one `SluiceConf(settings)` serves both.
+ * Values come from SparkConf (driver plugin at startup), a session's conf (rules planning a query)
+ * or [[ConfResolver]] (everything on the task path); all are plain string maps, so one
+ * `SluiceConf(settings)` serves all.
  */
 final class SluiceConf private (val settings: Map[String, String]) {
   import SluiceConf._
@@ -125,6 +126,10 @@ object SluiceConf {
   /** Keys whose use is deprecated, with the key that replaces them. */
   val deprecated: Map[String, String] = Map(CacheMaxBytesBuffering.key -> StateStoreCacheMaxBytes.key)
 
+  /** The keys that set `entry`: its own, then its deprecated aliases. */
+  def keysOf(entry: ConfEntry[_]): Seq[String] =
+    entry.key +: deprecated.toSeq.collect { case (old, replacement) if replacement == entry.key => old }.sorted
+
   /** One driver-log warning per deprecated key in use, saying which key wins. */
   def deprecationWarnings(settings: Map[String, String]): Seq[String] =
     deprecated.toSeq.sorted.collect { case (old, replacement) if settings.contains(old) =>
@@ -144,6 +149,27 @@ object SluiceConf {
 
   /** The record cache's provider class (sluice.cache.CachingStateStoreProvider; a name users type). */
   val CachingProviderClass: String = spec.get("caching_provider").asText()
+
+  // --- the other names both languages use (conf.json's "contract"; its class names and Spark's
+  // provider key only Python reads: Scala has the classes and Spark's own key, its tests compare) ---
+  private def contract: JsonNode = spec.get("contract")
+
+  /** The state operator ids [from, until) of one kind of sluice stateful operator. */
+  final case class OperatorIds(from: Long, until: Long)
+  private def operatorIds(kind: String): OperatorIds = {
+    val r = contract.get("operator_ids").get(kind)
+    OperatorIds(r.get("from").asLong(), r.get("until").asLong())
+  }
+  val SuppressIds: OperatorIds = operatorIds("suppress")
+  val EmitCacheIds: OperatorIds = operatorIds("emit_cache")
+
+  /** The type URL of the Spark Connect relation extension that carries `suppress`. */
+  val ConnectTypeUrl: String = contract.get("connect_type_url").asText()
+
+  /** The source option bounding one source (KIP-770), and the keys of a bounded source's metrics. */
+  val SourceMaxBytesOption: String = contract.get("input").get("source_option").asText()
+  val SourceBytesMetric: String = contract.get("input").get("bytes_metric").asText()
+  val SourceThrottledMetric: String = contract.get("input").get("throttled_metric").asText()
 
   // --- suppress (sluice.suppress) ---
   /**

@@ -5,6 +5,7 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 // Spark Connect's jar carries its own (shaded) protobuf; the extension message is read with it.
 import org.sparkproject.connect.protobuf.{CodedInputStream, WireFormat}
 
+import sluice.conf.SluiceConf
 import sluice.spark.ConnectRelationPlugin
 import sluice.suppress._
 import sluice.suppress.internal.SuppressPlanner
@@ -43,7 +44,7 @@ class SuppressRelationPlugin extends ConnectRelationPlugin(SuppressRelation.Type
  * (a handful of tags) so neither side needs generated code or protoc in the build.
  */
 object SuppressRelation {
-  val TypeUrl = "type.googleapis.com/sluice.connect.Suppress"
+  val TypeUrl: String = SluiceConf.ConnectTypeUrl
 
   final case class Message(input: Array[Byte], suppressed: Suppressed, timeCol: Option[String])
 

@@ -9,6 +9,7 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReaderFactory}
 import org.apache.spark.sql.connector.read.streaming._
 
+import sluice.conf.SluiceConf
 import sluice.spark.SourceTypes.LongOffset
 
 /**
@@ -242,8 +243,8 @@ final class BoundedMicroBatchStream private[input] (
 }
 
 object BoundedMicroBatchStream {
-  val BytesMetric = "inputBufferBytesTotal"
-  val ThrottledMetric = "inputBufferThrottledPartitions"
+  val BytesMetric: String = SluiceConf.SourceBytesMetric
+  val ThrottledMetric: String = SluiceConf.SourceThrottledMetric
 
   def metricsOf(bytes: Long, throttled: Int): Map[String, String] =
     Map(BytesMetric -> bytes.toString, ThrottledMetric -> throttled.toString)

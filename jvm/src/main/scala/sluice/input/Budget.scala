@@ -2,6 +2,8 @@ package sluice.input
 
 import java.util.concurrent.ConcurrentHashMap
 
+import sluice.conf.SluiceConf
+
 /**
  * The byte bound of one source. `Fixed` comes from the source option `sluice.maxBytesPerTrigger`;
  * `Shared` is the query-wide `spark.sluice.input.buffer.max.bytes`, split evenly over the sources
@@ -13,7 +15,7 @@ sealed trait Budget {
 }
 
 object Budget {
-  val SourceOption = "sluice.maxBytesPerTrigger"
+  val SourceOption: String = SluiceConf.SourceMaxBytesOption
 
   final case class Fixed(bytes: Long) extends Budget
 

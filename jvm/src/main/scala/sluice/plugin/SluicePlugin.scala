@@ -80,26 +80,32 @@ class SluiceDriverPlugin extends DriverPlugin {
 }
 
 class SluiceExecutorPlugin extends ExecutorPlugin {
+  // What the gauges show: the budget of the task started last on this executor, which carries its
+  // query's session settings (before the first task, the executor's SparkConf's).
+  @volatile private var lastTask: SlotBudget = _
 
   override def init(ctx: PluginContext, extraConf: JMap[String, String]): Unit = {
-    val conf = SluiceConf(ctx.conf.getAll)
     val cores = ctx.conf.getOption("spark.executor.cores").map(_.toInt)
       .orElse(Option(extraConf.get(SluicePlugin.ExecutorCoresKey)).map(_.toInt))
       .getOrElse(Runtime.getRuntime.availableProcessors())
-    val budget = SlotBudget.split(ctx.executorID, conf.stateStoreCacheMaxBytes, cores,
-      ctx.conf.getInt("spark.task.cpus", 1), conf.inputBufferMaxBytes)
-    MemoryBudget.install(budget)
+    MemoryBudget.install(ctx.executorID, SlotBudget.slots(cores, ctx.conf.getInt("spark.task.cpus", 1)))
+    lastTask = MemoryBudget.current
 
     val registry = ctx.metricRegistry()
     def gauge(name: String, value: => Long): Unit =
       registry.register(name, new Gauge[Long] { override def getValue: Long = value })
-    gauge("taskSlots", budget.taskSlots.toLong)
-    gauge("cacheMaxBytes", budget.cacheMaxBytes)
-    gauge("cacheBytesPerSlot", budget.cacheBytesPerSlot)
-    gauge("inputBufferMaxBytes", budget.inputBufferMaxBytes)
+    gauge("taskSlots", lastTask.taskSlots.toLong)
+    gauge("cacheMaxBytes", lastTask.cacheMaxBytes)
+    gauge("cacheBytesPerSlot", lastTask.cacheBytesPerSlot)
+    gauge("inputBufferMaxBytes", lastTask.inputBufferMaxBytes)
     gauge("cacheBytes", SlotCaches.executorBytes)
     gauge("cachePeakBytes", SlotCaches.peakBytes)
   }
+
+  // A value of the wrong form keeps the gauges as they were: it fails where a feature reads it,
+  // with the key and the value, not in every task this executor starts.
+  override def onTaskStart(): Unit =
+    try lastTask = MemoryBudget.current catch { case _: SluiceConfException => }
 
   override def shutdown(): Unit = MemoryBudget.uninstall()
 }

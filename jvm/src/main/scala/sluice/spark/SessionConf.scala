@@ -16,9 +16,6 @@ object SessionConf {
   /** The prefix of the checkpoint file manager setting (`spark.sql.streaming.checkpointFileManagerClass`). */
   val CheckpointFileManagerKey: String = SQLConf.STREAMING_CHECKPOINT_FILE_MANAGER_CLASS.parent.key
 
-  /** The active session's value of `key` (on the driver; on an executor, what Spark propagated). */
-  def current(key: String): Option[String] = Option(SQLConf.get.getConfString(key, null))
-
   /**
    * The store settings of a side store, a store sluice opens beside an operator's own (the emission
    * cache's, suppress's spill store, the inspector's reads): `base`'s settings, then `recorded` (what

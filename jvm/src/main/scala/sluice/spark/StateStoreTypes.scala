@@ -1,5 +1,7 @@
 package sluice.spark
 
+import sluice.conf.SluiceConf
+
 /**
  * Spark's state store SPI under the names feature code uses. Feature code imports these from here,
  * never from Spark's package: Spark has moved its streaming classes between packages before
@@ -46,6 +48,6 @@ object StateStoreTypes {
   val StateStoreThreadLocalTracker = org.apache.spark.sql.execution.streaming.state.StateStoreThreadLocalTracker
 
   /** Spark's own providers, by class name (the classes are `private[sql]`). */
-  val HdfsProviderClass = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-  val RocksDBProviderClass = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+  val HdfsProviderClass: String = SluiceConf.ProviderClasses("hdfs")
+  val RocksDBProviderClass: String = SluiceConf.ProviderClasses("rocksdb")
 }

@@ -8,12 +8,12 @@ import scala.util.control.NonFatal
 import net.jpountz.lz4.{LZ4BlockInputStream, LZ4BlockOutputStream}
 import org.apache.hadoop.conf.Configuration
 
-import org.apache.spark.{SparkEnv, TaskContext}
+import org.apache.spark.TaskContext
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.types.StructType
 
-import sluice.conf.SluiceConf
+import sluice.conf.{ConfResolver, SluiceConf}
 import sluice.spark.StateStoreTypes._
 import sluice.spark.{Maintenance, OpenOptions, ProviderBase, SessionConf, SingleFamilyReadStore}
 import sluice.state.StoreFiles
@@ -487,17 +487,12 @@ final case class WindowStoreSettings(
 }
 
 object WindowStoreSettings {
-  /** Settings seen by the task creating the provider: the session's SQL conf (propagated to tasks
-   *  as local properties), else the SparkConf. StateStoreConf carries only stateStore.* keys. */
-  def current(): WindowStoreSettings = {
-    val fromEnv = Option(SparkEnv.get).map(_.conf.getAll.toSeq).getOrElse(Nil)
-    val fromTask = Option(TaskContext.get()).toSeq.flatMap { tc =>
-      SluiceConf.windowStoreEntries.flatMap(e => Option(tc.getLocalProperty(e.key)).map(e.key -> _))
-    }
-    apply(fromEnv.filter(_._1.startsWith(WindowStoreKeyPrefix)) ++ fromTask)
-  }
-
-  val WindowStoreKeyPrefix: String = SluiceConf.Prefix + "windowstore."
+  /** The settings of the query whose task creates the provider (Spark's StateStoreConf carries
+   *  only its own stateStore.* keys). */
+  def current(): WindowStoreSettings = WindowStoreSettings(
+    ConfResolver.get(SluiceConf.WindowStoreName),
+    ConfResolver.get(SluiceConf.WindowStoreRetention),
+    ConfResolver.get(SluiceConf.WindowStoreSnapshotInterval))
 
   def apply(settings: Iterable[(String, String)]): WindowStoreSettings = {
     val conf = SluiceConf(settings)

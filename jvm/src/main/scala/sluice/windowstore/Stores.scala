@@ -5,11 +5,12 @@ import java.time.Duration
 import org.apache.spark.sql.SparkSession
 
 import sluice.conf.SluiceConf
+import sluice.spark.SessionConf
 
 /** Kafka Streams' `Stores` factory for the store sluice provides to Spark. */
 object Stores {
   val ProviderClass: String = classOf[InMemoryWindowStoreProvider].getName
-  val ProviderClassKey = "spark.sql.streaming.stateStore.providerClass"
+  val ProviderClassKey: String = SessionConf.ProviderClassKey
 
   /**
    * An in-memory window store (KIP-428): state segmented by window start, windows older than

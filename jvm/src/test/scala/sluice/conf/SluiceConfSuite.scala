@@ -113,4 +113,24 @@ class SluiceConfSuite extends AnyFunSuite {
     assert(sluice.cache.CachingStateStoreProvider.DelegateClasses.keySet == Set("rocksdb", "hdfs", "in_memory_window"))
     assert(SluiceConf.StateStoreCacheDelegate.expected == "one of rocksdb, hdfs, in_memory_window")
   }
+
+  test("the names only Python reads from conf.json's contract are the JVM's, and every provider loads on this minor") {
+    val contract = SluiceConf.spec.get("contract")
+    val classes = contract.get("classes")
+    assert(classes.get("plugin").asText() == classOf[sluice.plugin.SluicePlugin].getName)
+    assert(classes.get("extensions").asText() == classOf[sluice.plugin.SluiceExtensions].getName)
+    assert(classes.get("connect_relation_plugin").asText() == classOf[sluice.connect.SuppressRelationPlugin].getName)
+    assert(contract.get("provider_class_key").asText() == sluice.spark.SessionConf.ProviderClassKey)
+    assert(SluiceConf.CachingProviderClass == classOf[sluice.cache.CachingStateStoreProvider].getName)
+    assert(SluiceConf.ProviderClasses("in_memory_window") ==
+      classOf[sluice.windowstore.InMemoryWindowStoreProvider].getName)
+    // Spark's providers keep their names on every supported minor; this runs on each.
+    for (cls <- SluiceConf.ProviderClasses.values) Class.forName(cls, false, getClass.getClassLoader)
+  }
+
+  test("the operator id ranges are disjoint and above Spark's own ids") {
+    val ranges = Seq(SluiceConf.SuppressIds, SluiceConf.EmitCacheIds)
+    assert(ranges.forall(r => 0 < r.from && r.from < r.until))
+    assert(SluiceConf.SuppressIds.until <= SluiceConf.EmitCacheIds.from)
+  }
 }

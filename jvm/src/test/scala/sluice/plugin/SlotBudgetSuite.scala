@@ -6,13 +6,13 @@ import sluice.conf.SlotBudget
 
 class SlotBudgetSuite extends AnyFunSuite {
   test("the cache budget is split evenly over executor cores / task cpus") {
-    val b = SlotBudget.split("1", 12L << 20, executorCores = 4, taskCpus = 2, inputBufferMaxBytes = 1L)
+    val b = SlotBudget.of("1", SlotBudget.slots(executorCores = 4, taskCpus = 2), 12L << 20, inputBufferMaxBytes = 1L)
     assert(b.taskSlots == 2)
     assert(b.cacheBytesPerSlot == (6L << 20))
   }
 
   test("at least one slot") {
-    assert(SlotBudget.split("1", 100, executorCores = 1, taskCpus = 4, inputBufferMaxBytes = 1L).taskSlots == 1)
+    assert(SlotBudget.slots(executorCores = 1, taskCpus = 4) == 1)
   }
 
   test("executor cores as the driver sees them") {

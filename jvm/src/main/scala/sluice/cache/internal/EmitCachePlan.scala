@@ -32,7 +32,7 @@ import sluice.windowstore.InMemoryWindowStoreProvider
 /** The emission cache above one update-mode streaming aggregation; `keys` are its grouping columns. */
 private[sluice] case class EmitCacheNode(keys: Seq[Attribute], intervalMs: Long, child: LogicalPlan) extends SluiceStatefulNode {
   override protected def withNewChildInternal(newChild: LogicalPlan): EmitCacheNode = copy(child = newChild)
-  override def operatorIdBase: Long = StatefulOperatorSupport.EmitCacheIdBase
+  override def operatorIdBase: Long = SluiceConf.EmitCacheIds.from
 }
 
 /**
@@ -82,7 +82,7 @@ private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[Log
         var index = 0 // the plan has no EmitCacheNode yet (checked above)
         def place(p: LogicalPlan): LogicalPlan = p match {
           case a: Aggregate if a.child.isStreaming && update && groupingOutput(a).nonEmpty =>
-            val id = StatefulOperatorSupport.EmitCacheIdBase + index
+            val id = SluiceConf.EmitCacheIds.from + index
             index += 1
             if (interval > 0 || hasState(e.checkpointLocation, id)) EmitCacheNode(groupingOutput(a), interval, a)
             else a

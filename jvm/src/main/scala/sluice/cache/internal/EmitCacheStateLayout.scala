@@ -2,9 +2,9 @@ package sluice.cache.internal
 
 import scala.collection.immutable.NumericRange
 
-import org.apache.spark.sql.sluice.StatefulOperatorSupport
 import org.apache.spark.sql.types.StructType
 
+import sluice.conf.SluiceConf
 import sluice.spark.StateStoreTypes.StateStoreId
 import sluice.windowstore.InMemoryWindowStoreProvider
 
@@ -23,8 +23,7 @@ private[sluice] object EmitCacheStateLayout {
   val OperatorName = "emitCache"
 
   /** The state operator ids of emission caches (see `SluiceStatefulNode`). */
-  val OperatorIds: NumericRange[Long] = StatefulOperatorSupport.EmitCacheIdBase until
-    (StatefulOperatorSupport.EmitCacheIdBase + StatefulOperatorSupport.IdsPerKind)
+  val OperatorIds: NumericRange[Long] = SluiceConf.EmitCacheIds.from until SluiceConf.EmitCacheIds.until
 
   val StoreName: String = StateStoreId.DEFAULT_STORE_NAME
   val ProviderClass: String = classOf[InMemoryWindowStoreProvider].getName

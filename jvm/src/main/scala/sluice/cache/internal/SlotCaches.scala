@@ -35,7 +35,7 @@ private[sluice] object SlotCaches {
       val id = java.lang.Long.valueOf(tc.taskAttemptId())
       val held = byTask.get(id)
       if (held != null) return held
-      val slots = MemoryBudget.current.taskSlots
+      val slots = MemoryBudget.taskSlots
       while (pool.size < slots) { val c = new RecordCache(pooled = true); pool.add(c); free.add(c) }
       val c =
         if (preferred != null && free.remove(preferred)) preferred

@@ -3,9 +3,10 @@ package sluice.suppress.internal
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.plans.logical._
-import org.apache.spark.sql.sluice.{DatasetAccess, SluiceStatefulNode, StatefulOperatorSupport}
+import org.apache.spark.sql.sluice.{DatasetAccess, SluiceStatefulNode}
 import org.apache.spark.sql.types.{TimestampNTZType, TimestampType}
 
+import sluice.conf.SluiceConf
 import sluice.suppress._
 
 /**
@@ -21,7 +22,7 @@ private[sluice] case class SuppressNode(
     time: Option[Expression],
     child: LogicalPlan) extends SluiceStatefulNode {
   override protected def withNewChildInternal(newChild: LogicalPlan): SuppressNode = copy(child = newChild)
-  override def operatorIdBase: Long = StatefulOperatorSupport.SuppressIdBase
+  override def operatorIdBase: Long = SluiceConf.SuppressIds.from
 }
 
 private[sluice] object SuppressPlanner {

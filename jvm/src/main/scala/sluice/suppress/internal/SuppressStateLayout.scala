@@ -2,9 +2,9 @@ package sluice.suppress.internal
 
 import scala.collection.immutable.NumericRange
 
-import org.apache.spark.sql.sluice.StatefulOperatorSupport
 import org.apache.spark.sql.types.StructType
 
+import sluice.conf.SluiceConf
 import sluice.spark.StateStoreTypes.RocksDBProviderClass
 import sluice.suppress.BufferFullStrategy
 
@@ -25,8 +25,7 @@ private[sluice] object SuppressStateLayout {
   val OperatorName = "suppress"
 
   /** The state operator ids of suppress operators (see `SluiceStatefulNode`). */
-  val OperatorIds: NumericRange[Long] = StatefulOperatorSupport.SuppressIdBase until
-    (StatefulOperatorSupport.SuppressIdBase + StatefulOperatorSupport.IdsPerKind)
+  val OperatorIds: NumericRange[Long] = SluiceConf.SuppressIds.from until SluiceConf.SuppressIds.until
 
   val SpillStoreName: String = SpillStore.Name
   val SpillProviderClass: String = RocksDBProviderClass

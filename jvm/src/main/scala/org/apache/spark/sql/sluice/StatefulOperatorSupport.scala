@@ -71,11 +71,6 @@ final class StreamContext(
  *  - [[SluiceStateStoreExec]] for physical nodes.
  */
 object StatefulOperatorSupport {
-  /** Id ranges of the node kinds: each kind's ids run from its base for [[IdsPerKind]] ids. */
-  val SuppressIdBase = 1000L
-  val EmitCacheIdBase = 2000L
-  val IdsPerKind = 1000L
-
   /**
    * The Hadoop configuration tasks open sluice's own stores with, broadcast once per query run: a
    * store reads it only when its provider is created, while building and shipping a session's
