@@ -27,7 +27,8 @@ private[sluice] case class EmitCacheExec(
     context: Option[StreamContext],
     child: SparkPlan) extends SluiceStateStoreExec {
 
-  private val layout = new EmitLayout(DataTypeUtils.fromAttributes(keys), DataTypeUtils.fromAttributes(child.output))
+  private val layout =
+    new EmitCacheLayout(DataTypeUtils.fromAttributes(keys), DataTypeUtils.fromAttributes(child.output))
   override def keyAttributes: Seq[Attribute] = keys
   override def stateKeySchema: StructType = layout.storeKeySchema
   override def stateValueSchema: StructType = layout.valueSchema
@@ -81,11 +82,11 @@ private[sluice] case class EmitCacheExec(
       val keyProj = UnsafeProjection.create(keyExprs, output)
       // The executor's own slot count (its conf), not the driver's.
       val share = EmitCacheExec.partitionShare(info.numPartitions, bothCaches)
-      EmitIndexCache.retainLoaded()
+      EmitCacheIndexCache.retainLoaded()
       val held = new UnsafeStoreAdapter(store, lay)
-      val cached = EmitIndexCache.take(id, store.version, None)
-      val index = cached.getOrElse(EmitIndex.scan(lay, held))
-      val cache = new EmissionCache(lay, held, index, share, interval, batchMs, batchId)
+      val cached = EmitCacheIndexCache.take(id, store.version, None)
+      val index = cached.getOrElse(EmitCacheIndex.scan(lay, held))
+      val cache = new EmitCache(lay, held, index, share, interval, batchMs, batchId)
       iter.foreach(row => cache.update(keyProj(row).copy(), row))
       var forwardedRows = 0L
       val forwarded = cache.finish().map { r => forwardedRows += 1; r }
@@ -94,7 +95,7 @@ private[sluice] case class EmitCacheExec(
         val s = cache.stats
         var version = 0L
         longMetric("commitTimeMs") += timeTakenMs { version = store.commit() }
-        EmitIndexCache.offer(id, version, None, index)
+        EmitCacheIndexCache.offer(id, version, None, index)
         if (cached.isEmpty) longMetric("emitCacheIndexRebuildTotal") += 1
         // The store's provider differs from the query's: report only the provider-independent metrics.
         val storeMetrics = store.metrics
@@ -181,7 +182,7 @@ private[sluice] object EmitCacheExec {
    * version). Spark's HDFS-backed store copies its map every version and, in 4.1, writes each
    * delta through a checksum file manager that hands the bytes to another thread pool; that commit
    * would cost more than everything else the emission cache does. The store keys
-   * are one binary column (see [[EmitLayout]]), so the window store never treats a windowed
+   * are one binary column (see [[EmitCacheLayout]]), so the window store never treats a windowed
    * grouping key as a window to expire.
    */
   def storeConf(session: SparkSession): StateStoreConf = {
