@@ -5,6 +5,8 @@ import java.util.{HashMap => JHashMap}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 
+import sluice.state.KeyedRows
+
 /**
  * One partition's emission cache for one micro-batch (Kafka Streams' caching in front of
  * downstream forwarding, KIP-63). The latest row per key is held; all held rows are forwarded
@@ -18,7 +20,7 @@ import org.apache.spark.sql.catalyst.expressions.UnsafeRow
  * applied once the batch's updates are in. Between batches the cache holds at most `maxBytes`;
  * during one it also holds that batch's updates.
  */
-private[sluice] final class EmitCache(layout: EmitCacheLayout, store: EmitStore, index: EmitCacheIndex,
+private[sluice] final class EmitCache(layout: EmitCacheLayout, store: KeyedRows, index: EmitCacheIndex,
     maxBytes: Long, intervalMs: Long, batchMs: Long, batchId: Long) {
   private final class Entry(val key: UnsafeRow, val value: UnsafeRow, val inStore: Boolean)
   // This batch's updates, latest per key.

@@ -4,7 +4,6 @@ import scala.util.Try
 
 import org.apache.hadoop.fs.Path
 
-import org.apache.spark.TaskContext
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
@@ -12,13 +11,13 @@ import org.apache.spark.sql.catalyst.expressions.{Attribute, UnsafeProjection}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.types.StructType
 
-import org.apache.spark.sql.sluice.{MinMetric, SluiceStateStoreExec, StatefulOperatorSupport, StreamContext}
+import org.apache.spark.sql.sluice.{SluiceStateStoreExec, StatefulOperatorSupport, StreamContext}
 
 import sluice.conf.MemoryBudget
 import sluice.spark.PlanTypes.SparkPlan
 import sluice.spark.PlanTypes.{StatefulOperatorCustomMetric, StatefulOperatorCustomSumMetric}
-import sluice.spark.StateStoreTypes._
-import sluice.spark.SessionConf
+import sluice.spark.StateStoreTypes.{StateStoreId, StateStoreThreadLocalTracker}
+import sluice.state.{KeyedRows, SideStore}
 import sluice.windowstore.InMemoryWindowStoreProvider
 
 private[sluice] case class EmitCacheExec(
@@ -33,6 +32,7 @@ private[sluice] case class EmitCacheExec(
   override def stateKeySchema: StructType = layout.storeKeySchema
   override def stateValueSchema: StructType = layout.valueSchema
   override def shortName: String = "emitCache"
+  override protected def nextDueName: String = "emission cache next flush time"
 
   override protected def customStatefulOperatorMetrics: Seq[StatefulOperatorCustomMetric] = Seq(
     StatefulOperatorCustomSumMetric("emitCacheForwardedTotal", "rows forwarded downstream by the emission cache"),
@@ -42,21 +42,13 @@ private[sluice] case class EmitCacheExec(
     StatefulOperatorCustomSumMetric("emitCacheIndexRebuildTotal",
       "partitions whose emission cache index was rebuilt by a scan of the store (a restart, a replay, a moved partition)"))
 
-  /** Earliest time a held row becomes due, over all partitions (driver side, after the batch). */
-  @transient private lazy val nextDue: MinMetric = MinMetric.registered(sparkContext, "emission cache next flush time")
-
-  // A no-data batch runs only when a partition holds rows whose interval has elapsed.
-  override def shouldRunAnotherBatch(newInputWatermark: Long): Boolean = {
-    val next = nextDue.value
-    next != Long.MaxValue && next <= System.currentTimeMillis()
-  }
+  // A partition holds rows whose interval has elapsed.
+  override protected def dueWithoutInput(next: Long, newInputWatermark: Long): Boolean =
+    next <= System.currentTimeMillis()
 
   override protected def doExecute(): RDD[InternalRow] = {
-    metrics // register the metrics on the driver
-    val ctx = context.getOrElse(throw new IllegalStateException(
-      "the emission cache runs only inside a streaming query"))
+    val ctx = startBatch("the emission cache runs only inside a streaming query")
     val due = nextDue
-    due.reset()
     val batchMs = ctx.batchTimestampMs
     val batchId = ctx.batchId
     val interval = intervalMs
@@ -64,8 +56,8 @@ private[sluice] case class EmitCacheExec(
     val output = child.output
     val keyExprs = keys
     val info = ctx.stateInfo
-    val storeConf = EmitCacheExec.storeConf(session)
     val hadoopConf = StatefulOperatorSupport.runHadoopConf(session, info.queryRunId)
+    val side = SideStore.beside(session, info, StateStoreId.DEFAULT_STORE_NAME, EmitCacheExec.StoreProvider, hadoopConf)
     val bothCaches = MemoryBudget.bothCaches(conf.stateStoreProviderClass, intervalMs)
     val firstVersion = EmitCacheExec.firstVersion(session, info.checkpointLocation, info.operatorId, info.storeVersion)
 
@@ -73,17 +65,15 @@ private[sluice] case class EmitCacheExec(
       // The aggregation's restore leaves its read store in this thread-local (see
       // StatefulOperatorSupport.mapPartitionsWithStore); its own store is already open by now.
       StateStoreThreadLocalTracker.clearStore()
-      val id = StateStoreProviderId(StateStoreId(info.checkpointLocation, info.operatorId, partition), info.queryRunId)
+      val id = side.id(partition)
       firstVersion.foreach(v => InMemoryWindowStoreProvider.startEmpty(id.storeId.storeCheckpointLocation(),
         hadoopConf.value.value, v))
-      val store = StateStore.get(id, lay.storeKeySchema, lay.valueSchema, NoPrefixKeyStateEncoderSpec(lay.storeKeySchema),
-        info.storeVersion, None, None, useColumnFamilies = false, storeConf, hadoopConf.value.value)
-      TaskContext.get().addTaskCompletionListener[Unit](_ => if (!store.hasCommitted) store.abort())
+      val store = side.open(partition, lay.storeKeySchema, lay.valueSchema)
       val keyProj = UnsafeProjection.create(keyExprs, output)
       // The executor's own slot count (its conf), not the driver's.
       val share = EmitCacheExec.partitionShare(info.numPartitions, bothCaches)
       EmitCacheIndexCache.retainLoaded()
-      val held = new UnsafeStoreAdapter(store, lay)
+      val held = KeyedRows.of(store, lay.storeKey, lay.groupingKey)
       val cached = EmitCacheIndexCache.take(id, store.version, None)
       val index = cached.getOrElse(EmitCacheIndex.scan(lay, held))
       val cache = new EmitCache(lay, held, index, share, interval, batchMs, batchId)
@@ -93,16 +83,14 @@ private[sluice] case class EmitCacheExec(
       // Rows leave as the sink pulls them; the store commits once the last has gone.
       StatefulOperatorSupport.onCompletion(forwarded) {
         val s = cache.stats
-        var version = 0L
-        longMetric("commitTimeMs") += timeTakenMs { version = store.commit() }
+        val version = timedCommit(store.commit())
         EmitCacheIndexCache.offer(id, version, None, index)
         if (cached.isEmpty) longMetric("emitCacheIndexRebuildTotal") += 1
         // The store's provider differs from the query's: report only the provider-independent metrics.
         val storeMetrics = store.metrics
         longMetric("numTotalStateRows") += storeMetrics.numKeys
         longMetric("stateMemory") += storeMetrics.memoryUsedBytes
-        longMetric("numOutputRows") += forwardedRows
-        longMetric("numUpdatedStateRows") += s.entries
+        addRows(output = forwardedRows, updated = s.entries)
         longMetric("emitCacheForwardedTotal") += s.forwarded
         longMetric("emitCacheAbsorbedTotal") += s.absorbed
         longMetric("emitCacheBytes") += s.bytes
@@ -185,7 +173,5 @@ private[sluice] object EmitCacheExec {
    * are one binary column (see [[EmitCacheLayout]]), so the window store never treats a windowed
    * grouping key as a window to expire.
    */
-  def storeConf(session: SparkSession): StateStoreConf = {
-    SessionConf.sideStoreConf(session.sessionState.conf, classOf[InMemoryWindowStoreProvider].getName)
-  }
+  val StoreProvider: String = classOf[InMemoryWindowStoreProvider].getName
 }

@@ -3,6 +3,8 @@ package sluice.cache.internal
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.unsafe.types.ByteArray
 
+import sluice.state.KeyedRows
+
 /**
  * What the emission cache knows of one partition's held rows without reading them: their bytes,
  * their forward order (batch of the last update, then the key's bytes) and how many entered the
@@ -62,7 +64,7 @@ private[sluice] object EmitCacheIndex {
     new Slot(layout.seq(value), key.getBytes, layout.insertMs(value), entryBytes(key, value))
 
   /** The index of everything `store` holds (one full scan). */
-  def scan(layout: EmitCacheLayout, store: EmitStore): EmitCacheIndex = {
+  def scan(layout: EmitCacheLayout, store: KeyedRows): EmitCacheIndex = {
     val index = new EmitCacheIndex
     store.iterator().foreach { case (k, v) => index.add(slot(layout, k.copy(), v)) }
     index

@@ -1,7 +1,6 @@
 package sluice.cache.internal
 
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.internal.Logging
@@ -11,7 +10,7 @@ import org.apache.spark.sql.sluice.{SluiceStatefulNode, StatefulOperatorSupport}
 
 import sluice.conf.{SluiceConf, SluiceConfException}
 import sluice.spark.PlanTypes.{WriteToMicroBatchDataSource, WriteToMicroBatchDataSourceV1}
-import sluice.spark.RealTimeMode
+import sluice.spark.{GroupingColumns, RealTimeMode}
 import sluice.suppress.internal.SuppressNode
 
 /**
@@ -51,11 +50,12 @@ private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[Log
         val update = e.outputMode == OutputMode.Update()
         var index = 0 // the plan has no EmitCacheNode yet (checked above)
         def place(p: LogicalPlan): LogicalPlan = p match {
-          case a: Aggregate if a.child.isStreaming && update && groupingOutput(a).nonEmpty =>
+          case a: Aggregate if a.child.isStreaming && update && GroupingColumns.allInOutputOrder(a).nonEmpty =>
             val id = StatefulOperatorSupport.EmitCacheIdBase + index
             index += 1
-            if (interval > 0 || hasState(e.checkpointLocation, id)) EmitCacheNode(groupingOutput(a), interval, a)
-            else a
+            if (interval > 0 || hasState(e.checkpointLocation, id)) {
+              EmitCacheNode(GroupingColumns.allInOutputOrder(a), interval, a)
+            } else a
           case top if isStateful(top) => if (interval > 0) skip(top, whyNot(top, e.outputMode)) else top
           case other if passesThrough(other) => other.mapChildren(place)
           case other => other
@@ -99,20 +99,6 @@ private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[Log
 
   private def hasState(stateRoot: String, operatorId: Long): Boolean =
     EmitCacheExec.hasState(session, stateRoot, operatorId)
-
-  /** Output attributes of `agg` that are its grouping expressions. */
-  private def groupingOutput(agg: Aggregate): Seq[Attribute] = {
-    val keys = agg.aggregateExpressions.flatMap {
-      case a: Attribute if agg.groupingExpressions.exists {
-        case g: Attribute => g.exprId == a.exprId
-        case _ => false
-      } => Some(a)
-      case al @ Alias(child, _) if agg.groupingExpressions.exists(_.semanticEquals(child)) => Some(al.toAttribute)
-      case _ => None
-    }
-    // Without every grouping column in the output, rows of two groups could not be told apart.
-    if (keys.size == agg.groupingExpressions.size) keys else Nil
-  }
 }
 
 private[sluice] object EmitCacheRule {

@@ -7,6 +7,8 @@ import org.apache.spark.sql.catalyst.expressions.{UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
 import org.scalatest.funsuite.AnyFunSuite
 
+import sluice.state.KeyedRows
+
 class EmitCacheSuite extends AnyFunSuite {
   private val keySchema = StructType(Seq(StructField("k", LongType)))
   private val rowSchema = StructType(Seq(StructField("k", LongType), StructField("n", LongType)))
@@ -15,7 +17,7 @@ class EmitCacheSuite extends AnyFunSuite {
   private def key(k: Long): UnsafeRow = keyProj(InternalRow(k)).copy()
 
   /** A durable store: survives between batches like a committed state store. */
-  private class MapStore extends EmitStore {
+  private class MapStore extends KeyedRows {
     val rows = mutable.LinkedHashMap.empty[UnsafeRow, UnsafeRow]
     var index: Option[EmitCacheIndex] = None // as EmitCacheIndexCache keeps it between batches
     override def get(k: UnsafeRow): UnsafeRow = rows.getOrElse(k, null)

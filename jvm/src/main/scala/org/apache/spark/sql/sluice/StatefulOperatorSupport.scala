@@ -167,9 +167,10 @@ object StatefulOperatorSupport {
 }
 
 /**
- * Plumbing for a sluice exec that keeps one state store (default column family) per partition:
- * state info and schema validation, distribution on its keys, and `mapPartitionsWithStore`,
- * which works around the RocksDB StateStoreThreadLocalTracker pitfall.
+ * The head of a sluice exec that keeps one state store (default column family) per partition and
+ * holds rows until they are due: state info and schema validation, distribution on its keys, the
+ * start of a batch, no-data batches when something held is due ([[nextDue]]), and
+ * `mapPartitionsWithStore`, which works around the RocksDB StateStoreThreadLocalTracker pitfall.
  */
 trait SluiceStateStoreExec extends UnaryExecNode with StateStoreWriter {
   def context: Option[StreamContext]
@@ -177,6 +178,52 @@ trait SluiceStateStoreExec extends UnaryExecNode with StateStoreWriter {
   def keyAttributes: Seq[Attribute]
   def stateKeySchema: StructType
   def stateValueSchema: StructType
+
+  /** The name [[nextDue]] is registered under. */
+  protected def nextDueName: String
+
+  /**
+   * Whether rows held until `next` (the earliest such time left after the last batch, over all
+   * partitions) are due in a batch without input, run at watermark `newInputWatermark`.
+   */
+  protected def dueWithoutInput(next: Long, newInputWatermark: Long): Boolean
+
+  /**
+   * The earliest time a row the operator holds becomes due, over all partitions: each task adds its
+   * partition's, the driver reads it once the batch is done.
+   */
+  @transient protected lazy val nextDue: MinMetric = MinMetric.registered(sparkContext, nextDueName)
+
+  // Every no-data batch commits a new version of every store: run one only when something is due.
+  override def shouldRunAnotherBatch(newInputWatermark: Long): Boolean = {
+    val next = nextDue.value
+    next != Long.MaxValue && dueWithoutInput(next, newInputWatermark)
+  }
+
+  /**
+   * The batch's context, for `doExecute` to start with on the driver: the metrics are registered and
+   * [[nextDue]] starts afresh for the batch's tasks. Outside a running query (no batch) it fails
+   * with `notInQuery`.
+   */
+  protected def startBatch(notInQuery: String): StreamContext = {
+    metrics // register the metrics on the driver
+    val ctx = context.getOrElse(throw new IllegalStateException(notInQuery))
+    nextDue.reset()
+    ctx
+  }
+
+  /** Runs a partition's commits, their time added to the operator's commit time. */
+  protected def timedCommit[A](commit: => A): A = {
+    var result: Option[A] = None
+    longMetric("commitTimeMs") += timeTakenMs { result = Some(commit) }
+    result.get
+  }
+
+  /** Adds a partition's rows of the batch: those it output and those it updated in its state. */
+  protected def addRows(output: Long, updated: Long): Unit = {
+    longMetric("numOutputRows") += output
+    longMetric("numUpdatedStateRows") += updated
+  }
 
   override def stateInfo: Option[StatefulOperatorStateInfo] = context.map(_.stateInfo)
   override def output: Seq[Attribute] = child.output
