@@ -3,14 +3,13 @@ package sluice.cache
 import org.apache.hadoop.conf.Configuration
 import org.apache.spark.{SparkEnv, TaskContext}
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
-import org.apache.spark.sql.types.StructType
 
 import sluice.cache.internal.{CacheKey, CacheMetrics, CachingReadStore, CachingStateStore, ColumnFamilies,
   DelegateMarker, DirtyWriter, RecordCache, SlotCaches, StoreCounters, WriteBehindLog, WriteBehindState}
 import sluice.conf.{MemoryBudget, SluiceConf, SluiceConfException}
 import sluice.windowstore.InMemoryWindowStoreProvider
 import sluice.spark.StateStoreTypes._
-import sluice.spark.{Maintenance, OpenOptions, ProviderBase, SessionConf, SparkShim}
+import sluice.spark.{Maintenance, OpenOptions, ProviderBase, ProviderSpec, SessionConf, SparkShim}
 
 /**
  * A [[StateStoreProvider]] that puts Kafka Streams' record cache (KIP-63) in front of another
@@ -53,27 +52,18 @@ class CachingStateStoreProvider extends ProviderBase {
   private[cache] val writeBehind = new WriteBehindState(this)
   private[cache] val families = new ColumnFamilies
 
-  override def init(
-      stateStoreId: StateStoreId,
-      keySchema: StructType,
-      valueSchema: StructType,
-      keyStateEncoderSpec: KeyStateEncoderSpec,
-      useColumnFamilies: Boolean,
-      storeConfs: StateStoreConf,
-      hadoopConf: Configuration,
-      useMultipleValuesPerKey: Boolean,
-      stateSchemaProvider: Option[StateSchemaProvider]): Unit = {
+  override protected def setUp(spec: ProviderSpec): Unit = {
     val name = currentDelegate()
-    marker = new DelegateMarker(stateStoreId.storeCheckpointLocation(), hadoopConf)
+    val dir = spec.stateStoreId.storeCheckpointLocation()
+    marker = new DelegateMarker(dir, spec.hadoopConf)
     marker.check(name) // before the delegate reads anything another kind of store wrote
     delegateName = name
-    _storeConf = storeConfs
-    this.hadoopConf = hadoopConf
-    writeBehind.open(new WriteBehindLog(stateStoreId.storeCheckpointLocation(), hadoopConf))
+    _storeConf = spec.storeConf
+    hadoopConf = spec.hadoopConf
+    writeBehind.open(new WriteBehindLog(dir, spec.hadoopConf))
     _delegate = StateStoreProvider.create(delegateClassName(name))
-    _delegate.init(stateStoreId, keySchema, valueSchema, keyStateEncoderSpec, useColumnFamilies,
-      storeConfs, hadoopConf, useMultipleValuesPerKey, stateSchemaProvider)
-    families.learn(StateStore.DEFAULT_COL_FAMILY_NAME, keyStateEncoderSpec, useMultipleValuesPerKey)
+    spec.init(_delegate)
+    families.learn(StateStore.DEFAULT_COL_FAMILY_NAME, spec.keyStateEncoderSpec, spec.useMultipleValuesPerKey)
   }
 
   private[cache] def delegate: StateStoreProvider = _delegate
