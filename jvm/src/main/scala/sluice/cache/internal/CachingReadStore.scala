@@ -4,7 +4,8 @@ import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 
 import sluice.cache.CachingStateStoreProvider
 import sluice.spark.ForwardingReadStore
-import sluice.spark.StateStoreTypes.{KeyStateEncoderSpec, ReadStateStore, StateStoreId, StateStoreIterator, UnsafeRowPair}
+import sluice.spark.StateStoreTypes.{KeyStateEncoderSpec, ReadStateStore, StateStoreId, StateStoreIterator,
+  UnsafeRowPair}
 
 /**
  * A read-only store of `owner` at batch `version`: point reads through the slot cache `cache`,

@@ -91,5 +91,5 @@ private[sluice] final class EmitCache(layout: EmitCacheLayout, store: KeyedRows,
 }
 
 /** One partition's figures after one batch (the operator's metrics; `nextDueMs` feeds its no-data batches). */
-private[sluice] final case class EmitCacheStats(forwarded: Long, absorbed: Long, evicted: Long, bytes: Long, entries: Long,
-    nextDueMs: Long)
+private[sluice] final case class EmitCacheStats(forwarded: Long, absorbed: Long, evicted: Long, bytes: Long,
+    entries: Long, nextDueMs: Long)
