@@ -63,7 +63,7 @@ private[sluice] case class EmitCacheExec(
 
     child.execute().mapPartitionsWithIndex { (partition, iter) =>
       // The aggregation's restore leaves its read store in this thread-local (see
-      // StatefulOperatorSupport.mapPartitionsWithStore); its own store is already open by now.
+      // SluiceStateStoreExec.mapPartitionsWithStore); its own store is already open by now.
       StateStoreThreadLocalTracker.clearStore()
       val id = side.id(partition)
       firstVersion.foreach(v => InMemoryWindowStoreProvider.startEmpty(id.storeId.storeCheckpointLocation(),
