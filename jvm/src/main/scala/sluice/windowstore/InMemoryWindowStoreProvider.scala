@@ -15,7 +15,7 @@ import org.apache.spark.sql.types.StructType
 
 import sluice.conf.{ConfResolver, SluiceConf}
 import sluice.spark.StateStoreTypes._
-import sluice.spark.{Maintenance, OpenOptions, ProviderBase, SessionConf, SingleFamilyReadStore}
+import sluice.spark.{Maintenance, OpenOptions, ProviderBase, ProviderSpec, SessionConf, SingleFamilyReadStore}
 import sluice.state.StoreFiles
 
 /**
@@ -54,34 +54,25 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
   private var liveVersion = -1L
   private var writer: WriteStore = null
 
-  override def init(
-      stateStoreId: StateStoreId,
-      keySchema: StructType,
-      valueSchema: StructType,
-      keyStateEncoderSpec: KeyStateEncoderSpec,
-      useColumnFamilies: Boolean,
-      storeConfs: StateStoreConf,
-      hadoopConf: Configuration,
-      useMultipleValuesPerKey: Boolean,
-      stateSchemaProvider: Option[StateSchemaProvider]): Unit = {
-    if (useColumnFamilies) throw StateStoreErrors.multipleColumnFamiliesNotSupported(ProviderName)
-    if (useMultipleValuesPerKey) {
+  override protected def setUp(spec: ProviderSpec): Unit = {
+    if (spec.useColumnFamilies) throw StateStoreErrors.multipleColumnFamiliesNotSupported(ProviderName)
+    if (spec.useMultipleValuesPerKey) {
       throw StateStoreErrors.unsupportedOperationException("multipleValuesPerKey", ProviderName)
     }
-    checkpointFormatRefusal(storeConfs.stateStoreCheckpointFormatVersion)
+    checkpointFormatRefusal(spec.storeConf.stateStoreCheckpointFormatVersion)
       .foreach(m => throw StateStoreErrors.stateStoreCheckpointIdsNotSupported(m))
-    numColsPrefixKey = keyStateEncoderSpec match {
+    numColsPrefixKey = spec.keyStateEncoderSpec match {
       case NoPrefixKeyStateEncoderSpec(_) => 0
       case PrefixKeyScanStateEncoderSpec(_, n) => n
       case other => throw StateStoreErrors.unsupportedOperationException(
         other.getClass.getSimpleName, ProviderName)
     }
-    this._id = stateStoreId
-    this.keySchema = keySchema
-    this.valueSchema = valueSchema
-    this.hadoopConf = hadoopConf
-    this.minVersionsToRetain = storeConfs.minVersionsToRetain
-    this.commitValidation = storeConfs.commitValidationEnabled
+    this._id = spec.stateStoreId
+    this.keySchema = spec.keySchema
+    this.valueSchema = spec.valueSchema
+    this.hadoopConf = spec.hadoopConf
+    this.minVersionsToRetain = spec.storeConf.minVersionsToRetain
+    this.commitValidation = spec.storeConf.commitValidationEnabled
     this.settings = fixedSettings.getOrElse(WindowStoreSettings.current())
     this.map = newMap()
     files.mkdirs()

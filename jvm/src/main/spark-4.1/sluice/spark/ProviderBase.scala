@@ -1,16 +1,17 @@
 package sluice.spark
 
-import org.apache.spark.sql.execution.streaming.state.{ReadStateStore, StateStore, StateStoreProvider}
+import org.apache.spark.sql.execution.streaming.state.{ReadStateStore, StateStore}
 
 /**
  * The base of sluice's state store providers: Spark's ways of opening a writable store and of
  * asking for maintenance, whose signatures differ between minors, reach the provider as
- * `openStore`, `upgradeStore` and `maintain`.
+ * `openStore`, `upgradeStore` and `maintain`; its `init`, the same on every minor, as `setUp`
+ * ([[ProviderInit]]).
  *
  * spark-4.1: `getStore(version, ckptId)`; no open options.
  * spark-4.1: maintenance is one call, `doMaintenance`.
  */
-abstract class ProviderBase extends StateStoreProvider {
+abstract class ProviderBase extends ProviderInit {
   /** A writable store at `version`. */
   protected def openStore(version: Long, ckptId: Option[String], options: OpenOptions): StateStore
 

@@ -1,16 +1,17 @@
 package sluice.spark
 
-import org.apache.spark.sql.execution.streaming.state.{ReadStateStore, StateStore, StateStoreProvider}
+import org.apache.spark.sql.execution.streaming.state.{ReadStateStore, StateStore}
 
 /**
  * The base of sluice's state store providers: Spark's ways of opening a writable store and of
  * asking for maintenance, whose signatures differ between minors, reach the provider as
- * `openStore`, `upgradeStore` and `maintain`.
+ * `openStore`, `upgradeStore` and `maintain`; its `init`, the same on every minor, as `setUp`
+ * ([[ProviderInit]]).
  *
  * spark-4.2 and later: `getStore` and `upgradeReadStoreToWriteStore` carry `forceSnapshotOnCommit` (and
  * `loadEmpty`). How maintenance is asked for differs between minors: see `MaintenanceCalls`.
  */
-abstract class ProviderBase extends StateStoreProvider with MaintenanceCalls {
+abstract class ProviderBase extends ProviderInit with MaintenanceCalls {
   /** A writable store at `version`. */
   protected def openStore(version: Long, ckptId: Option[String], options: OpenOptions): StateStore
 

@@ -1,19 +1,17 @@
 package sluice.suppress.internal
 
 import org.apache.spark.TaskContext
-import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
-import org.apache.spark.sql.sluice.{CombinedCustomMetric, CombinedMetric, MinMetric, SluiceStateStoreExec, StatefulOperatorSupport, StreamContext}
+import org.apache.spark.sql.sluice.{CombinedCustomMetric, CombinedMetric, SluiceStateStoreExec, StatefulOperatorSupport, StreamContext}
 import org.apache.spark.sql.types.StructType
-import org.apache.spark.util.SerializableConfiguration
 
 import sluice.spark.PlanTypes.SparkPlan
 import sluice.spark.PlanTypes.{StatefulOperatorCustomMetric, StatefulOperatorCustomSumMetric, StatefulOperatorStateInfo}
-import sluice.spark.SessionConf
 import sluice.spark.StateStoreTypes._
+import sluice.state.{KeyedRows, SideStore}
 import sluice.suppress._
 
 /**
@@ -27,7 +25,7 @@ private[sluice] final class SuppressIndexes(runId: java.util.UUID, layout: Buffe
 
   def open(store: StateStore, checkpointId: Option[String]): IndexedStore = {
     BufferIndexCache.retainLoaded()
-    val buffer = new StateStoreBuffer(store)
+    val buffer = KeyedRows.of(store)
     val index = BufferIndexCache.take(key(store), store.version, checkpointId).getOrElse {
       rebuilt += 1
       IndexedStore.scan(layout, buffer)
@@ -37,14 +35,6 @@ private[sluice] final class SuppressIndexes(runId: java.util.UUID, layout: Buffe
 
   def committed(store: StateStore, version: Long, checkpointId: Option[String], index: BufferIndex): Unit =
     BufferIndexCache.offer(key(store), version, checkpointId, index)
-}
-
-/** [[BufferStore]] over a state store's default column family. */
-private[sluice] final class StateStoreBuffer(store: StateStore) extends BufferStore {
-  override def get(key: UnsafeRow): UnsafeRow = store.get(key)
-  override def put(key: UnsafeRow, value: UnsafeRow): Unit = store.put(key, value)
-  override def remove(key: UnsafeRow): Unit = store.remove(key)
-  override def iterator(): Iterator[(UnsafeRow, UnsafeRow)] = store.iterator().map(p => (p.key, p.value))
 }
 
 private[sluice] case class SuppressExec(
@@ -61,6 +51,7 @@ private[sluice] case class SuppressExec(
   override def stateKeySchema: StructType = layout.keySchema
   override def stateValueSchema: StructType = layout.valueSchema
   override def shortName: String = SuppressStateLayout.OperatorName
+  override protected def nextDueName: String = "suppress next buffer time"
 
   private def operatorName: String =
     suppressed.name.getOrElse(s"suppress#${context.map(_.stateInfo.operatorId).getOrElse("?")}")
@@ -79,24 +70,16 @@ private[sluice] case class SuppressExec(
     CombinedCustomMetric("recordLatenessAvgMs", "average lateness of rows reaching suppress", "avg"),
     StatefulOperatorCustomSumMetric("lateRecordDropTotal", "rows dropped by suppress as late"))
 
-  /** Earliest buffer time left after the batch, over all partitions (driver side after the batch). */
-  @transient private lazy val nextBufferTime: MinMetric = MinMetric.registered(sparkContext, "suppress next buffer time")
-
-  override def shouldRunAnotherBatch(newInputWatermark: Long): Boolean = {
-    val next = nextBufferTime.value
-    next != Long.MaxValue && (suppressed match {
-      case _: UntilWindowCloses => next <= newInputWatermark
-      case w: UntilWallClockTimeLimit => next + w.limitMs <= System.currentTimeMillis()
-      case _: UntilTimeLimit => false // stream time advances only with input
-    })
+  // `next` is the earliest buffer time left.
+  override protected def dueWithoutInput(next: Long, newInputWatermark: Long): Boolean = suppressed match {
+    case _: UntilWindowCloses => next <= newInputWatermark
+    case w: UntilWallClockTimeLimit => next + w.limitMs <= System.currentTimeMillis()
+    case _: UntilTimeLimit => false // stream time advances only with input
   }
 
   override protected def doExecute(): RDD[InternalRow] = {
-    metrics // register the metrics on the driver
-    val ctx = context.getOrElse(throw new IllegalStateException(
-      "suppress runs only inside a streaming query (writeStream...start())"))
-    val nextTime = nextBufferTime
-    nextTime.reset()
+    val ctx = startBatch("suppress runs only inside a streaming query (writeStream...start())")
+    val nextTime = nextDue
     val evictWm = ctx.evictionWatermarkMs
     val lateWm = ctx.lateEventsWatermarkMs
     val now = ctx.batchTimestampMs
@@ -109,7 +92,7 @@ private[sluice] case class SuppressExec(
     val keyExprs = keys
     val windowOrdinal = window.map(w => output.indexWhere(_.exprId == w.exprId))
     val timeExpr = time
-    val spill = if (config.whenFull == BufferFullStrategy.SpillToDisk) Some(spillSettings(ctx)) else None
+    val spill = if (config.whenFull == BufferFullStrategy.SpillToDisk) Some(spillStore(ctx)) else None
 
     val checkpointIds = StatefulOperatorStateInfo.enableStateStoreCheckpointIds(conf)
     val loadedIds = ctx.stateInfo.stateStoreCkptIds
@@ -119,10 +102,10 @@ private[sluice] case class SuppressExec(
       val partition = TaskContext.getPartitionId()
       val keyProj = UnsafeProjection.create(keyExprs, output)
       val timeProj = timeExpr.map(e => UnsafeProjection.create(Seq(e), output))
-      val disk = spill.map(_.open(partition, lay))
+      val disk = spill.map(_.open(partition, lay.keySchema, lay.valueSchema))
       val indexes = new SuppressIndexes(runId, lay)
       val memoryPart = indexes.open(store, loadedIds.map(_(partition).head))
-      // The spill store is opened by version alone (see SpillStore.open).
+      // The spill store is opened by version alone (see SideStore).
       val diskPart = disk.map(indexes.open(_, None))
       val buffer = new SuppressionBuffer(lay, memoryPart, diskPart, config, name, partition)
       var emitted = 0L
@@ -185,7 +168,7 @@ private[sluice] case class SuppressExec(
       def complete(): Unit = {
         beforeCommit()
         val s = buffer.finish()
-        longMetric("commitTimeMs") += timeTakenMs {
+        timedCommit {
           val diskVersion = disk.map(_.commit())
           val version = store.commit()
           // Both stores committed: the indexes now reflect the versions just created.
@@ -194,8 +177,7 @@ private[sluice] case class SuppressExec(
           indexes.committed(store, version, id, memoryPart.index)
         }
         reportStoreMetrics(store)
-        longMetric("numOutputRows") += emitted
-        longMetric("numUpdatedStateRows") += s.buffered
+        addRows(output = emitted, updated = s.buffered)
         longMetric("numRowsDroppedByWatermark") += lateDropped
         longMetric("suppressionEmitTotal") += s.emitted
         longMetric("intermediateResultSuppressionTotal") += s.absorbed
@@ -227,29 +209,9 @@ private[sluice] case class SuppressExec(
     else Seq(Nil)
 
   /** The spill store: a RocksDB state store (local disk, checkpointed) beside the operator's own. */
-  private def spillSettings(ctx: StreamContext): SpillStore = {
-    SpillStore(ctx.stateInfo, SessionConf.sideStoreConf(session.sessionState.conf, SuppressStateLayout.SpillProviderClass),
+  private def spillStore(ctx: StreamContext): SideStore =
+    SideStore.beside(session, ctx.stateInfo, SuppressStateLayout.SpillStoreName, SuppressStateLayout.SpillProviderClass,
       StatefulOperatorSupport.runHadoopConf(session, ctx.stateInfo.queryRunId))
-  }
 
   override protected def withNewChildInternal(newChild: SparkPlan): SuppressExec = copy(child = newChild)
-}
-
-private[sluice] case class SpillStore(
-    info: StatefulOperatorStateInfo,
-    storeConf: StateStoreConf,
-    hadoopConf: Broadcast[SerializableConfiguration]) {
-  def open(partition: Int, layout: BufferLayout): StateStore = {
-    val id = StateStoreProviderId(
-      StateStoreId(info.checkpointLocation, info.operatorId, partition, SpillStore.Name), info.queryRunId)
-    val store = StateStore.get(id, layout.keySchema, layout.valueSchema,
-      NoPrefixKeyStateEncoderSpec(layout.keySchema), info.storeVersion, None, None,
-      useColumnFamilies = false, storeConf, hadoopConf.value.value)
-    TaskContext.get().addTaskCompletionListener[Unit](_ => if (!store.hasCommitted) store.abort())
-    store
-  }
-}
-
-private[sluice] object SpillStore {
-  val Name = "suppressSpill"
 }

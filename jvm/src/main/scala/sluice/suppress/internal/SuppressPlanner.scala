@@ -7,6 +7,7 @@ import org.apache.spark.sql.sluice.{DatasetAccess, SluiceStatefulNode}
 import org.apache.spark.sql.types.{TimestampNTZType, TimestampType}
 
 import sluice.conf.SluiceConf
+import sluice.spark.GroupingColumns
 import sluice.suppress._
 
 /**
@@ -38,7 +39,9 @@ private[sluice] object SuppressPlanner {
     val agg = findAggregate(plan).getOrElse(fail(
       "suppress needs the result of a streaming aggregation, e.g. df.groupBy(F.window(\"ts\", \"1 hour\"), " +
         "\"user\").count(); apply suppress directly to that result."))
-    val keys = groupingOutput(agg)
+    // In grouping order, so that the aggregation's hash partitioning already satisfies suppress (no
+    // extra shuffle).
+    val keys = GroupingColumns.inGroupingOrder(agg)
     val missing = keys.filterNot(k => plan.output.exists(_.exprId == k.exprId))
     if (missing.nonEmpty) {
       fail(s"suppress needs the aggregation's grouping columns in its input; " +
@@ -96,17 +99,6 @@ private[sluice] object SuppressPlanner {
     case p: Project if p.projectList.forall(_.isInstanceOf[Attribute]) => findAggregate(p.child)
     case s: SuppressNode => findAggregate(s.child) // suppress of a suppressed aggregation
     case _ => None
-  }
-
-  /**
-   * Output attributes of `agg` that are its grouping expressions, in grouping order (so that the
-   * aggregation's hash partitioning already satisfies suppress: no extra shuffle).
-   */
-  private def groupingOutput(agg: Aggregate): Seq[Attribute] = agg.groupingExpressions.flatMap { g =>
-    agg.aggregateExpressions.collectFirst {
-      case a: Attribute if g.isInstanceOf[Attribute] && g.asInstanceOf[Attribute].exprId == a.exprId => a
-      case al @ Alias(child, _) if child.semanticEquals(g) => al.toAttribute
-    }
   }
 }
 

@@ -27,7 +27,8 @@ private[sluice] object SuppressStateLayout {
   /** The state operator ids of suppress operators (see `SluiceStatefulNode`). */
   val OperatorIds: NumericRange[Long] = SluiceConf.SuppressIds.from until SluiceConf.SuppressIds.until
 
-  val SpillStoreName: String = SpillStore.Name
+  /** The spill store's name beside the operator's own store (in its state directory). */
+  val SpillStoreName: String = "suppressSpill"
   val SpillProviderClass: String = RocksDBProviderClass
 
   /** The sidecar's `whenFull` of the buffers that spill (the operators that have a spill store). */

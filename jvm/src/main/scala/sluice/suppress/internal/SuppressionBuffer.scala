@@ -4,19 +4,8 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
 
+import sluice.state.KeyedRows
 import sluice.suppress._
-
-/**
- * Key-value storage for buffered entries, one value per key. The operator backs it with its
- * state store (and, for spill-to-disk, a second store on local disk); tests back it with a map.
- * Rows returned by `get`/`iterator` may be reused by the store: copy what is kept.
- */
-private[sluice] trait BufferStore {
-  def get(key: UnsafeRow): UnsafeRow // null when absent
-  def put(key: UnsafeRow, value: UnsafeRow): Unit
-  def remove(key: UnsafeRow): Unit
-  def iterator(): Iterator[(UnsafeRow, UnsafeRow)]
-}
 
 /**
  * Layout of the stored rows. A key is a one-column row holding the suppression key as a struct;
@@ -65,12 +54,15 @@ private[sluice] final class BufferStats {
   var minBufferTime: Long = Long.MaxValue // earliest buffer time left after the batch
 }
 
-/** A buffer store with the index of its entries. */
-private[sluice] final class IndexedStore(val store: BufferStore, val index: BufferIndex)
+/**
+ * One part of the buffer (in memory: the operator's state store; on disk: its spill store) with the
+ * index of its entries.
+ */
+private[sluice] final class IndexedStore(val store: KeyedRows, val index: BufferIndex)
 
 private[sluice] object IndexedStore {
   /** Indexes `store` from a full scan (the buffer's metadata entry is not an entry). */
-  def scan(layout: BufferLayout, store: BufferStore): BufferIndex = {
+  def scan(layout: BufferLayout, store: KeyedRows): BufferIndex = {
     val index = new BufferIndex
     store.iterator().foreach { case (k, v) =>
       if (!layout.isMeta(k)) index.add(layout.bufferTime(v), k, (k.getSizeInBytes + v.getSizeInBytes).toLong)

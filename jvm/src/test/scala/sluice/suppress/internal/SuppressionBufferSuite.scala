@@ -9,7 +9,7 @@ import org.apache.spark.sql.types.{LongType, StringType, StructField, StructType
 import org.apache.spark.unsafe.types.UTF8String
 import org.scalatest.funsuite.AnyFunSuite
 
-import sluice.state.CommittedIndexCache
+import sluice.state.{CommittedIndexCache, KeyedRows}
 import sluice.suppress._
 
 class SuppressionBufferSuite extends AnyFunSuite {
@@ -20,7 +20,7 @@ class SuppressionBufferSuite extends AnyFunSuite {
   private val rowProj = UnsafeProjection.create(rowSchema)
 
   /** A map-backed store that copies what it keeps, like a state store; iterates in hash order. */
-  final class MapStore extends BufferStore {
+  final class MapStore extends KeyedRows {
     val map = mutable.HashMap.empty[UnsafeRow, UnsafeRow]
     def get(key: UnsafeRow): UnsafeRow = map.get(key).orNull
     def put(key: UnsafeRow, value: UnsafeRow): Unit = map.put(key.copy(), value.copy())

@@ -1,14 +1,12 @@
 package sluice.state.conformance
 
-import org.apache.hadoop.conf.Configuration
 import org.apache.spark.TaskContext
 import org.apache.spark.sql.sluicetest.SparkTestAccess
 import org.apache.spark.sql.execution.streaming.state._
-import org.apache.spark.sql.types.StructType
 
 import sluice.cache.CachingStateStoreProvider
 import sluice.conf.SluiceConf
-import sluice.spark.OpenOptions
+import sluice.spark.{OpenOptions, ProviderSpec}
 
 /**
  * sluice's record cache exactly as shipped, with the environment an executor gives it: the
@@ -24,19 +22,7 @@ class TaskScopedCachingProvider(delegateName: String, commitIntervalMs: Long) ex
     SluiceConf.CommitIntervalMs.key -> commitIntervalMs.toString))
   private var ended = false
 
-  override def init(
-      stateStoreId: StateStoreId,
-      keySchema: StructType,
-      valueSchema: StructType,
-      keyStateEncoderSpec: KeyStateEncoderSpec,
-      useColumnFamilies: Boolean,
-      storeConfs: StateStoreConf,
-      hadoopConf: Configuration,
-      useMultipleValuesPerKey: Boolean,
-      stateSchemaProvider: Option[StateSchemaProvider]): Unit = SparkTestAccess.within(task) {
-    super.init(stateStoreId, keySchema, valueSchema, keyStateEncoderSpec, useColumnFamilies, storeConfs,
-      hadoopConf, useMultipleValuesPerKey, stateSchemaProvider)
-  }
+  override protected def setUp(spec: ProviderSpec): Unit = SparkTestAccess.within(task)(super.setUp(spec))
 
   override protected def openStore(version: Long, ckptId: Option[String], options: OpenOptions): StateStore =
     SparkTestAccess.within(task)(super.openStore(version, ckptId, options))

@@ -4,22 +4,14 @@ import java.util.UUID
 
 import scala.util.Try
 
-import org.apache.hadoop.conf.Configuration
-
 import org.apache.spark.broadcast.Broadcast
-import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.plans.logical._
-import org.apache.spark.sql.catalyst.plans.physical.{AllTuples, ClusteredDistribution, Distribution}
 import org.apache.spark.sql.classic.{SparkSession => ClassicSession}
-import org.apache.spark.sql.execution.UnaryExecNode
-import org.apache.spark.sql.execution.streaming.operators.stateful.{StatefulOperatorPartitioning, StatefulOperatorStateInfo, StateStoreWriter}
+import org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorStateInfo
 import org.apache.spark.sql.execution.streaming.runtime.{IncrementalExecution, StreamExecution, StreamingQueryWrapper}
-import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.streaming.OutputMode
-import org.apache.spark.sql.types.StructType
 import org.apache.spark.util.{CompletionIterator, SerializableConfiguration}
 
 /**
@@ -160,62 +152,6 @@ object StatefulOperatorSupport {
       exec.numStateStores,
       exec.stateSchemaMetadatas.get(id),
       exec.currentStateStoreCkptId.get(id))
-}
-
-/**
- * Plumbing for a sluice exec that keeps one state store (default column family) per partition:
- * state info and schema validation, distribution on its keys, and `mapPartitionsWithStore`,
- * which works around the RocksDB StateStoreThreadLocalTracker pitfall.
- */
-trait SluiceStateStoreExec extends UnaryExecNode with StateStoreWriter {
-  def context: Option[StreamContext]
-  /** Partitioning keys (child attributes); empty = one partition (like a global aggregation). */
-  def keyAttributes: Seq[Attribute]
-  def stateKeySchema: StructType
-  def stateValueSchema: StructType
-
-  override def stateInfo: Option[StatefulOperatorStateInfo] = context.map(_.stateInfo)
-  override def output: Seq[Attribute] = child.output
-  override def outputPartitioning = child.outputPartitioning
-
-  override def requiredChildDistribution: Seq[Distribution] =
-    if (keyAttributes.isEmpty) AllTuples :: Nil
-    else stateInfo match {
-      case Some(info) => StatefulOperatorPartitioning.getCompatibleDistribution(keyAttributes, info, conf) :: Nil
-      case None => ClusteredDistribution(keyAttributes) :: Nil
-    }
-
-  override def validateAndMaybeEvolveStateSchema(
-      hadoopConf: Configuration, batchId: Long, stateSchemaVersion: Int): List[StateSchemaValidationResult] = {
-    val schema = List(StateStoreColFamilySchema(StateStore.DEFAULT_COL_FAMILY_NAME, 0, stateKeySchema, 0,
-      stateValueSchema))
-    List(StateSchemaCompatibilityChecker.validateAndMaybeEvolveStateSchema(getStateInfo, hadoopConf, schema,
-      session.sessionState, stateSchemaVersion))
-  }
-
-  /**
-   * Runs `f` on each partition with its state store. `f` must commit the store (and then call
-   * `setStoreMetrics`) before its iterator ends; an uncommitted store is aborted at task end.
-   */
-  protected def mapPartitionsWithStore(
-      f: (StateStore, Iterator[InternalRow]) => Iterator[InternalRow]): RDD[InternalRow] = {
-    // An upstream ReadStateStoreRDD (the aggregation's restore) leaves its read store in the
-    // thread-local tracker until task end; our StateStoreRDD would then try to upgrade that
-    // foreign store. Clear it once the upstream stores are open (the aggregation keeps its own).
-    val cleared = child.execute().mapPartitions { iter =>
-      StateStoreThreadLocalTracker.clearStore()
-      iter
-    }
-    cleared.mapPartitionsWithStateStore(
-      getStateInfo, stateKeySchema, stateValueSchema, NoPrefixKeyStateEncoderSpec(stateKeySchema),
-      session.sessionState, Some(session.streams.stateStoreCoordinator))(f)
-  }
-
-  /** Exposed for subclasses in other packages. */
-  protected def reportStoreMetrics(store: StateStore): Unit = {
-    setStoreMetrics(store)
-    setOperatorMetrics()
-  }
 }
 
 /** Minimum across tasks of the earliest time something is due, for `shouldRunAnotherBatch`. */

@@ -7,17 +7,19 @@ import org.apache.spark.sql.catalyst.expressions.{UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
 import org.scalatest.funsuite.AnyFunSuite
 
-class EmissionCacheSuite extends AnyFunSuite {
+import sluice.state.KeyedRows
+
+class EmitCacheSuite extends AnyFunSuite {
   private val keySchema = StructType(Seq(StructField("k", LongType)))
   private val rowSchema = StructType(Seq(StructField("k", LongType), StructField("n", LongType)))
-  private val layout = new EmitLayout(keySchema, rowSchema)
+  private val layout = new EmitCacheLayout(keySchema, rowSchema)
   private val keyProj = UnsafeProjection.create(keySchema)
   private def key(k: Long): UnsafeRow = keyProj(InternalRow(k)).copy()
 
   /** A durable store: survives between batches like a committed state store. */
-  private class MapStore extends EmitStore {
+  private class MapStore extends KeyedRows {
     val rows = mutable.LinkedHashMap.empty[UnsafeRow, UnsafeRow]
-    var index: Option[EmitIndex] = None // as EmitIndexCache keeps it between batches
+    var index: Option[EmitCacheIndex] = None // as EmitCacheIndexCache keeps it between batches
     override def get(k: UnsafeRow): UnsafeRow = rows.getOrElse(k, null)
     override def put(k: UnsafeRow, v: UnsafeRow): Unit = rows(k.copy()) = v.copy()
     override def remove(k: UnsafeRow): Unit = rows -= k
@@ -26,11 +28,11 @@ class EmissionCacheSuite extends AnyFunSuite {
 
   /** One batch; the index kept from the batch before unless `rescan` (as after a restart). */
   private def batch(store: MapStore, id: Long, ms: Long, updates: Seq[(Long, Long)], maxBytes: Long = 1 << 20,
-      rescan: Boolean = false): (Seq[(Long, Long)], EmitStats) = {
+      rescan: Boolean = false): (Seq[(Long, Long)], EmitCacheStats) = {
     val out = mutable.ArrayBuffer.empty[(Long, Long)]
     val emit: InternalRow => Unit = r => out += ((r.getLong(0), r.getLong(1)))
-    val index = store.index.filterNot(_ => rescan).getOrElse(EmitIndex.scan(layout, store))
-    val c = new EmissionCache(layout, store, index, maxBytes, intervalMs = 1000, batchMs = ms, batchId = id)
+    val index = store.index.filterNot(_ => rescan).getOrElse(EmitCacheIndex.scan(layout, store))
+    val c = new EmitCache(layout, store, index, maxBytes, intervalMs = 1000, batchMs = ms, batchId = id)
     updates.foreach { case (k, n) => c.update(key(k), InternalRow(k, n)) }
     c.finish().foreach(emit)
     store.index = Some(index)
@@ -96,7 +98,7 @@ class EmissionCacheSuite extends AnyFunSuite {
       val b = batch(scanned, id, ms, updates, maxBytes = 5 * entryBytes, rescan = true)
       assert(a == b, s"batch $id")
       assert(kept.rows == scanned.rows, s"batch $id")
-      val fresh = EmitIndex.scan(layout, kept)
+      val fresh = EmitCacheIndex.scan(layout, kept)
       assert((kept.index.get.bytes, kept.index.get.size, kept.index.get.oldestInsertMs) ==
         (fresh.bytes, fresh.size, fresh.oldestInsertMs), s"batch $id")
     }

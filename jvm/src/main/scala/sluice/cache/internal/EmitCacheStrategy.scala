@@ -1,0 +1,22 @@
+package sluice.cache.internal
+
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.sluice.StatefulOperatorSupport
+import org.json4s.JsonDSL._
+
+import sluice.spark.PlanTypes.{SparkPlan, SparkStrategy}
+import sluice.state.Sidecars
+
+/** Plans [[EmitCacheNode]]s and [[EmitCacheSkipped]] markers. */
+private[sluice] case class EmitCacheStrategy(session: SparkSession) extends SparkStrategy {
+  override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
+    case n: EmitCacheNode =>
+      // The interval, for sluice.inspect to tell when each held row is due.
+      Sidecars.record(session, n,
+        ("kind" -> "emitCache") ~ ("intervalMs" -> n.intervalMs) ~ ("keys" -> n.keys.map(_.name).toList))
+      EmitCacheExec(n.keys, n.intervalMs, StatefulOperatorSupport.streamContext(session, n), planLater(n.child)) :: Nil
+    case EmitCacheSkipped(reason, child) => EmitCacheSkippedExec(reason, planLater(child)) :: Nil
+    case _ => Nil
+  }
+}
