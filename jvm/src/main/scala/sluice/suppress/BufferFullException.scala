@@ -22,6 +22,3 @@ final class BufferFullException(
 private object BufferFullException {
   def bound(v: Long): String = if (v == Long.MaxValue) "unbounded" else v.toString
 }
-
-/** A misuse of `suppress` found while building the DataFrame; the message says what to do. */
-final class SuppressUsageException(message: String) extends RuntimeException(message)

@@ -3,28 +3,11 @@ package sluice.suppress.internal
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.plans.logical._
-import org.apache.spark.sql.sluice.{DatasetAccess, SluiceStatefulNode}
+import org.apache.spark.sql.sluice.DatasetAccess
 import org.apache.spark.sql.types.{TimestampNTZType, TimestampType}
 
-import sluice.conf.SluiceConf
 import sluice.spark.GroupingColumns
 import sluice.suppress._
-
-/**
- * `suppress` above a streaming aggregation. `keys` are the aggregation's grouping columns (child
- * attributes), `window` the time-window struct among them, `graceMs` its watermark delay and
- * `time` the `time_col` expression of `untilTimeLimit`.
- */
-private[sluice] case class SuppressNode(
-    suppressed: Suppressed,
-    keys: Seq[Attribute],
-    window: Option[Attribute],
-    graceMs: Long,
-    time: Option[Expression],
-    child: LogicalPlan) extends SluiceStatefulNode {
-  override protected def withNewChildInternal(newChild: LogicalPlan): SuppressNode = copy(child = newChild)
-  override def operatorIdBase: Long = SluiceConf.SuppressIds.from
-}
 
 private[sluice] object SuppressPlanner {
   private def fail(msg: String): Nothing = throw new SuppressUsageException(msg)
@@ -101,4 +84,3 @@ private[sluice] object SuppressPlanner {
     case _ => None
   }
 }
-

@@ -1,9 +1,7 @@
 package sluice.suppress.internal
 
-import org.apache.spark.sql.{AnalysisException, SparkSession}
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical._
-import org.apache.spark.sql.catalyst.streaming.WriteToStream
-import org.apache.spark.sql.streaming.OutputMode
 import org.apache.spark.sql.sluice.StatefulOperatorSupport
 import org.json4s._
 import org.json4s.JsonDSL._
@@ -52,23 +50,4 @@ private[sluice] object SuppressStrategy {
 
   /** A buffer's when-full strategy as the sidecar names it. */
   def whenFull(s: BufferFullStrategy): String = s.name.replace('-', '_')
-}
-
-private[sluice] object SuppressChecks {
-  def outputModeError(mode: String): AnalysisException = new AnalysisException(
-    s"suppress needs the query's output mode to be update, but it is $mode: start the query with " +
-      "writeStream.outputMode(\"update\"). (Suppress itself turns an update-mode aggregation into final " +
-      "or rate-limited results.)",
-    None, None, None, None, Map.empty[String, String], Array.empty)
-
-  def requireUpdateMode(mode: String): Unit =
-    if (!mode.equalsIgnoreCase("update")) throw outputModeError(mode)
-
-  /** Check rule: a streaming write of a plan with suppress must use update mode (fails `start()`). */
-  def checkRule(session: SparkSession): LogicalPlan => Unit = plan => plan.foreach {
-    case w: WriteToStream if w.outputMode != OutputMode.Update() &&
-        w.inputQuery.exists(_.isInstanceOf[SuppressNode]) =>
-      throw outputModeError(w.outputMode.toString)
-    case _ =>
-  }
 }

@@ -1,58 +1,15 @@
 package org.apache.spark.sql.sluice
 
 import java.util.UUID
-
 import scala.util.Try
 
 import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.classic.{SparkSession => ClassicSession}
 import org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorStateInfo
 import org.apache.spark.sql.execution.streaming.runtime.{IncrementalExecution, StreamExecution, StreamingQueryWrapper}
-import org.apache.spark.sql.streaming.OutputMode
 import org.apache.spark.util.{CompletionIterator, SerializableConfiguration}
-
-/**
- * A sluice stateful logical node (suppress, emission cache). Its state operator id is
- * [[operatorIdBase]] + its pre-order position among the plan's nodes of the same kind:
- * deterministic across restarts of the same query and clear of Spark's own ids (0, 1, ...). Each
- * kind has its own range, so adding or removing one kind (the emission cache follows a conf key)
- * never renumbers the state of another.
- */
-trait SluiceStatefulNode extends UnaryNode {
-  override def output: Seq[Attribute] = child.output
-
-  /** First state operator id of this kind of node. */
-  def operatorIdBase: Long
-}
-
-/**
- * What a sluice operator learns from the running micro-batch when it is planned. Serializable so
- * that an exec holding it can be captured by task closures; the IncrementalExecution stays on the
- * driver.
- */
-final class StreamContext(
-    @transient val execution: IncrementalExecution,
-    val stateInfo: StatefulOperatorStateInfo) extends Serializable {
-  def batchId: Long = stateInfo.storeVersion
-  def outputMode: OutputMode = execution.outputMode
-  /** Wall-clock time of this batch, recorded in the offset log (the same when a batch replays). */
-  def batchTimestampMs: Long = execution.offsetSeqMetadata.batchTimestampMs
-
-  /** Event-time watermark for closing state in this batch (driver only, after planning). */
-  def evictionWatermarkMs: Long =
-    Try(execution.watermarkPropagator.getInputWatermarkForEviction(batchId, stateInfo.operatorId))
-      .getOrElse(execution.offsetSeqMetadata.batchWatermarkMs)
-
-  /** Watermark the previous batch closed state with: rows at or below it are late here. */
-  def lateEventsWatermarkMs: Long =
-    Try(execution.watermarkPropagator.getInputWatermarkForLateEvents(batchId, stateInfo.operatorId))
-      .getOrElse(execution.prevOffsetSeqMetadata.map(_.batchWatermarkMs).getOrElse(0L))
-
-  override def toString: String = s"StreamContext(batch=$batchId, op=${stateInfo.operatorId})"
-}
 
 /**
  * The stream-context lookup and state-store plumbing shared by sluice's native stateful operators
@@ -152,27 +109,4 @@ object StatefulOperatorSupport {
       exec.numStateStores,
       exec.stateSchemaMetadatas.get(id),
       exec.currentStateStoreCkptId.get(id))
-}
-
-/** Minimum across tasks of the earliest time something is due, for `shouldRunAnotherBatch`. */
-final class MinMetric extends org.apache.spark.util.AccumulatorV2[Long, Long] {
-  private var min = Long.MaxValue
-  override def isZero: Boolean = min == Long.MaxValue
-  override def copy(): MinMetric = { val m = new MinMetric; m.min = min; m }
-  override def reset(): Unit = min = Long.MaxValue
-  override def add(v: Long): Unit = min = math.min(min, v)
-  override def merge(other: org.apache.spark.util.AccumulatorV2[Long, Long]): Unit = other match {
-    case o: MinMetric => add(o.min)
-    case _ => throw new UnsupportedOperationException(s"cannot merge ${other.getClass}")
-  }
-  override def value: Long = min
-}
-
-object MinMetric {
-  /** A driver-registered minimum: operators use it to learn, after a batch, when something is next due. */
-  def registered(sc: org.apache.spark.SparkContext, name: String): MinMetric = {
-    val m = new MinMetric
-    m.register(sc, Some(name), countFailedValues = false)
-    m
-  }
 }
