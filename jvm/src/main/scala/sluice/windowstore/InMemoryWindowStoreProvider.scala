@@ -466,7 +466,7 @@ object InMemoryWindowStoreProvider {
     StateStoreCustomSumMetric("expiredWindowRecordDropTotal",
       "puts dropped because their window was past retention")
   val CompactionBytesMetric: StateStoreCustomMetric =
-    StateStoreCustomSumMetric("windowStoreCompactionBytes",
+    StateStoreCustomSizeMetric("windowStoreCompactionBytes",
       "live record bytes compaction copied after the commit, reclaiming overwritten and removed records")
 }
 

@@ -11,7 +11,7 @@ import org.apache.spark.sql.catalyst.expressions.{Attribute, UnsafeProjection}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.types.StructType
 
-import org.apache.spark.sql.sluice.{SluiceStateStoreExec, StatefulOperatorSupport, StreamContext}
+import org.apache.spark.sql.sluice.{SizeOperatorMetric, SluiceStateStoreExec, StatefulOperatorSupport, StreamContext}
 
 import sluice.conf.MemoryBudget
 import sluice.spark.PlanTypes.SparkPlan
@@ -34,13 +34,7 @@ private[sluice] case class EmitCacheExec(
   override def shortName: String = EmitCacheStateLayout.OperatorName
   override protected def nextDueName: String = "emission cache next flush time"
 
-  override protected def customStatefulOperatorMetrics: Seq[StatefulOperatorCustomMetric] = Seq(
-    StatefulOperatorCustomSumMetric("emitCacheForwardedTotal", "rows forwarded downstream by the emission cache"),
-    StatefulOperatorCustomSumMetric("emitCacheAbsorbedTotal", "updates replaced in the emission cache unforwarded"),
-    StatefulOperatorCustomSumMetric("emitCacheBytes", "bytes held by the emission cache"),
-    StatefulOperatorCustomSumMetric("emitCacheEvictTotal", "rows forwarded early because the cache was full"),
-    StatefulOperatorCustomSumMetric("emitCacheIndexRebuildTotal",
-      "partitions whose emission cache index was rebuilt by a scan of the store (a restart, a replay, a moved partition)"))
+  override protected def customStatefulOperatorMetrics: Seq[StatefulOperatorCustomMetric] = EmitCacheExec.Metrics
 
   // A partition holds rows whose interval has elapsed.
   override protected def dueWithoutInput(next: Long, newInputWatermark: Long): Boolean =
@@ -104,6 +98,15 @@ private[sluice] case class EmitCacheExec(
 }
 
 private[sluice] object EmitCacheExec {
+  /** The operator's metrics, typed by what they count (rows as counts, bytes as sizes). */
+  val Metrics: Seq[StatefulOperatorCustomMetric] = Seq(
+    StatefulOperatorCustomSumMetric("emitCacheForwardedTotal", "rows forwarded downstream by the emission cache"),
+    StatefulOperatorCustomSumMetric("emitCacheAbsorbedTotal", "updates replaced in the emission cache unforwarded"),
+    SizeOperatorMetric("emitCacheBytes", "bytes held by the emission cache"),
+    StatefulOperatorCustomSumMetric("emitCacheEvictTotal", "rows forwarded early because the cache was full"),
+    StatefulOperatorCustomSumMetric("emitCacheIndexRebuildTotal",
+      "partitions whose emission cache index was rebuilt by a scan of the store (a restart, a replay, a moved partition)"))
+
   /**
    * Bytes one partition of the emission cache may hold: the executor budget C (halved when the
    * record cache takes the other half, see [[MemoryBudget.bothCaches]]) over max(T, N), T the

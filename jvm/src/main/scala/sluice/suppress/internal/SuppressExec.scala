@@ -5,7 +5,8 @@ import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
-import org.apache.spark.sql.sluice.{CombinedCustomMetric, CombinedMetric, SluiceStateStoreExec, StatefulOperatorSupport, StreamContext}
+import org.apache.spark.sql.sluice.{CombinedCustomMetric, CombinedMetric, SizeOperatorMetric, SluiceStateStoreExec,
+  StatefulOperatorSupport, StreamContext}
 import org.apache.spark.sql.types.StructType
 
 import sluice.spark.PlanTypes.SparkPlan
@@ -56,19 +57,7 @@ private[sluice] case class SuppressExec(
   private def operatorName: String =
     suppressed.name.getOrElse(s"suppress#${context.map(_.stateInfo.operatorId).getOrElse("?")}")
 
-  override protected def customStatefulOperatorMetrics: Seq[StatefulOperatorCustomMetric] = Seq(
-    StatefulOperatorCustomSumMetric("suppressionEmitTotal", "rows emitted by suppress when due"),
-    StatefulOperatorCustomSumMetric("intermediateResultSuppressionTotal", "updates absorbed by suppress"),
-    StatefulOperatorCustomSumMetric("suppressionBufferRecords", "rows in the suppress buffers (in memory)"),
-    StatefulOperatorCustomSumMetric("suppressionBufferBytes", "bytes in the suppress buffers (in memory)"),
-    CombinedCustomMetric("suppressionBufferBytesMax", "largest suppress buffer (bytes, one partition)", "max"),
-    StatefulOperatorCustomSumMetric("suppressionEvictTotal", "rows emitted early because a buffer was full"),
-    StatefulOperatorCustomSumMetric("suppressionDiskBufferBytes", "bytes of suppress buffers spilled to disk"),
-    StatefulOperatorCustomSumMetric("suppressionIndexRebuildTotal",
-      "suppress buffer indexes rebuilt by a full store scan (when a store is loaded)"),
-    CombinedCustomMetric("recordLatenessMaxMs", "largest lateness of a row reaching suppress", "max"),
-    CombinedCustomMetric("recordLatenessAvgMs", "average lateness of rows reaching suppress", "avg"),
-    StatefulOperatorCustomSumMetric("lateRecordDropTotal", "rows dropped by suppress as late"))
+  override protected def customStatefulOperatorMetrics: Seq[StatefulOperatorCustomMetric] = SuppressExec.Metrics
 
   // `next` is the earliest buffer time left.
   override protected def dueWithoutInput(next: Long, newInputWatermark: Long): Boolean = suppressed match {
@@ -214,4 +203,21 @@ private[sluice] case class SuppressExec(
       StatefulOperatorSupport.runHadoopConf(session, ctx.stateInfo.queryRunId))
 
   override protected def withNewChildInternal(newChild: SparkPlan): SuppressExec = copy(child = newChild)
+}
+
+private[sluice] object SuppressExec {
+  /** The operator's metrics, typed by what they count (rows as counts, bytes as sizes). */
+  val Metrics: Seq[StatefulOperatorCustomMetric] = Seq(
+    StatefulOperatorCustomSumMetric("suppressionEmitTotal", "rows emitted by suppress when due"),
+    StatefulOperatorCustomSumMetric("intermediateResultSuppressionTotal", "updates absorbed by suppress"),
+    StatefulOperatorCustomSumMetric("suppressionBufferRecords", "rows in the suppress buffers (in memory)"),
+    SizeOperatorMetric("suppressionBufferBytes", "bytes in the suppress buffers (in memory)"),
+    CombinedCustomMetric("suppressionBufferBytesMax", "largest suppress buffer (bytes, one partition)", "max"),
+    StatefulOperatorCustomSumMetric("suppressionEvictTotal", "rows emitted early because a buffer was full"),
+    SizeOperatorMetric("suppressionDiskBufferBytes", "bytes of suppress buffers spilled to disk"),
+    StatefulOperatorCustomSumMetric("suppressionIndexRebuildTotal",
+      "suppress buffer indexes rebuilt by a full store scan (when a store is loaded)"),
+    CombinedCustomMetric("recordLatenessMaxMs", "largest lateness of a row reaching suppress", "max"),
+    CombinedCustomMetric("recordLatenessAvgMs", "average lateness of rows reaching suppress", "avg"),
+    StatefulOperatorCustomSumMetric("lateRecordDropTotal", "rows dropped by suppress as late"))
 }

@@ -2,7 +2,7 @@ package org.apache.spark.sql.sluice
 
 import org.apache.spark.SparkContext
 import org.apache.spark.util.AccumulatorV2
-import org.apache.spark.sql.execution.metric.SQLMetric
+import org.apache.spark.sql.execution.metric.{SQLMetric, SQLMetrics}
 import org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorCustomMetric
 import org.apache.spark.sql.execution.streaming.state.StateStoreCustomMetric
 
@@ -40,6 +40,14 @@ final class CombinedMetric(kind: String) extends SQLMetric("sum", -1L) {
   def addMany(total: Long, n: Long): Unit = if (n > 0) {
     sum += total; count += n; max = math.max(max, total / n)
   }
+}
+
+/**
+ * An operator metric that counts bytes: Spark shows it as a size (the sum over tasks, with the
+ * smallest, median and largest task), where a plain sum metric would show a bare count.
+ */
+case class SizeOperatorMetric(name: String, desc: String) extends StatefulOperatorCustomMetric {
+  override def createSQLMetric(sparkContext: SparkContext): SQLMetric = SQLMetrics.createSizeMetric(sparkContext, desc)
 }
 
 case class CombinedCustomMetric(name: String, desc: String, kind: String)
