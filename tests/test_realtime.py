@@ -30,8 +30,9 @@ def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SparkSession,
     jars = kh.connector_jars()
     stop_session()
     kh.ensure_driver_jars(jars)
-    # one input partition and one shuffle partition: real-time mode runs every task at once (2 slots)
-    spark = sluice_session(conf={"spark.jars": ",".join(jars), "spark.sql.shuffle.partitions": "1"})
+    # one input partition and one shuffle partition: real-time mode runs every task at once (2 slots);
+    # local[4] leaves slots for the tests' own reads of the output topic while a batch runs
+    spark = sluice_session("local[4]", conf={"spark.jars": ",".join(jars), "spark.sql.shuffle.partitions": "1"})
     kh.create_topic(spark, broker.bootstrap, "in", 1)
     kh.produce(spark, broker.bootstrap, "in", RECORDS, 1, min_bytes=10, max_bytes=20)
     yield spark, broker
