@@ -251,11 +251,11 @@ def test_an_explicit_allowlist_check_refuses_suppress_saying_why(rt, tmp_path: P
 def test_spark_still_refuses_a_non_allowlisted_operator_next_to_suppress(rt, tmp_path: Path) -> None:
     spark, broker = rt
     final = sluice.suppress(_counts(spark, broker), sluice.Suppressed.until_window_closes(sluice.BufferConfig.unbounded()))
-    # a sort above suppress is not on Spark's allowlist: Spark's own error, though sluice turned its check off
-    sorted_final = final.sortWithinPartitions("key")
+    # a coalesce above suppress is not on Spark's allowlist: Spark's own error, though sluice turned its check off
+    sorted_final = final.coalesce(1)
     message = _refusal(spark, broker, sorted_final, "sorted", tmp_path)
     assert "STREAMING_REAL_TIME_MODE.OPERATOR_OR_SINK_NOT_IN_ALLOWLIST" in message or "allowlist" in message.lower()
-    assert "SortExec" in message
+    assert "CoalesceExec" in message
     assert "SuppressExec" not in message
 
 
