@@ -103,13 +103,6 @@ object StatefulOperatorSupport {
   }
 
   /**
-   * The batch the query running on this thread is planning, if any (whether it runs in real time
-   * is the seam's question: sluice.spark.RealTimePlans.isRealTime).
-   */
-  def currentExecution(session: SparkSession): Option[IncrementalExecution] =
-    currentStream(session).flatMap(s => Option(s.lastExecution))
-
-  /**
    * The session that started the query running on this thread: Spark reads its real-time allowlist
    * switch from this session's conf at every batch (not from the query's own clone).
    */
