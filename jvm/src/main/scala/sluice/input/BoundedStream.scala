@@ -231,8 +231,18 @@ final class BoundedMicroBatchStream private[input] (
     (own ++ BoundedMicroBatchStream.metricsOf(bytes, lastThrottled)).asJava
   }
 
-  // Real-time mode reads without batch ends; the bound does not apply there.
+  // Real-time mode reads without batch ends: a byte bound per batch has nothing to bound there. The
+  // session-wide bound is left inert (it bounds every micro-batch query of the session); a source's
+  // own option asks for a bound on this source alone, which cannot be honoured, so it is refused.
   override def prepareForRealTimeMode(): Unit = inner match {
+    case _ if budget.isInstanceOf[Budget.Fixed] =>
+      throw new IllegalArgumentException(sluice.spark.RealTimeMode.unsupported(
+        s"The input bound (source option ${Budget.SourceOption}=${budget.bytes})",
+        "a real-time batch has no end offset: its tasks read record by record until the checkpoint interval " +
+          "ends, so there is no batch whose bytes to bound",
+        s"Remove the ${Budget.SourceOption} option and bound memory with the source's own fetch settings " +
+          "(for Kafka: maxPartitionFetchBytes, fetch.max.bytes, max.poll.records), " +
+          sluice.spark.RealTimeMode.orUseMicroBatches))
     case s: SupportsRealTimeMode => realTime = true; s.prepareForRealTimeMode()
     case s => throw new IllegalArgumentException(s"Source $s does not support real-time mode")
   }

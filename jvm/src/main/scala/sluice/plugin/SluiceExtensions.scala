@@ -15,6 +15,8 @@ class SluiceExtensions extends (SparkSessionExtensions => Unit) {
     // emission cache (KIP-63)
     ext.injectOptimizerRule(sluice.cache.internal.EmitCacheRule(_))
     ext.injectPlannerStrategy(sluice.cache.internal.EmitCacheStrategy(_))
+    // real-time mode (Spark 4.3): Spark's operator allowlist with sluice's operators taken out
+    ext.injectColumnar(RealTimeAllowlist.rule(_))
     // input bound (KIP-770)
     ext.injectResolutionRule(session => new sluice.input.InputBoundRule(session))
   }

@@ -10,6 +10,7 @@ object PlanTypes {
   type UnaryExecNode = org.apache.spark.sql.execution.UnaryExecNode
   type ProjectExec = org.apache.spark.sql.execution.ProjectExec
   val ProjectExec = org.apache.spark.sql.execution.ProjectExec
+  type ColumnarRule = org.apache.spark.sql.execution.ColumnarRule
 
   type StateStoreRestoreExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreRestoreExec
   val StateStoreRestoreExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreRestoreExec

@@ -1,18 +1,38 @@
 package sluice.spark
 
 /**
- * Spark's real-time trigger (spark-4.3: open to stateful queries): batches run for the checkpoint interval
- * while records flow through. sluice's operators release and forward rows at batch boundaries, so
- * under this trigger they would hold rows for the whole interval: they refuse it when the query's
- * first batch is planned, with the one text below.
+ * Spark's real-time trigger (spark-4.3: stateful queries too): batches run for the checkpoint interval
+ * while records flow through. What of sluice runs under it decides per row, inside the batch
+ * (suppress until_window_closes and until_time_limit with an unbounded buffer); what works at batch
+ * boundaries would hold rows for the whole interval and is refused when the query plans a batch,
+ * with the texts below: the one source of every real-time refusal, so that each names the feature,
+ * why, and what to use instead in the same words.
  */
 object RealTimeMode {
-  /** The refusal of `feature` under the real-time trigger, saying why and what to use instead. */
+  /** The refusal of `feature`, which works at batch boundaries, under the real-time trigger. */
   def refusal(feature: String, why: String, instead: String): String =
     s"$feature does not run under Spark's real-time trigger yet: $why, which a real-time batch reaches " +
       s"only at its checkpoint interval. $instead"
 
+  /** The refusal of `feature` under the real-time trigger for a reason other than batch boundaries. */
+  def unsupported(feature: String, why: String, instead: String): String =
+    s"$feature does not run under Spark's real-time trigger: $why. $instead"
+
   /** What to use instead, for features that need micro-batches. */
   val UseMicroBatches: String = "Start the query with a processing-time trigger, e.g. " +
     "trigger(processingTime=\"1 second\"), which gives each window's final result within a few batches."
+
+  /** `UseMicroBatches` continuing a sentence ("..., or start the query ..."). */
+  def orUseMicroBatches: String = "or " + UseMicroBatches.head.toLower + UseMicroBatches.tail
+
+  /**
+   * The refusal when the user turned Spark's allowlist on explicitly: sluice's operators are not
+   * on it, and Spark has no way to add them.
+   */
+  def allowlistRefusal(key: String): String = unsupported(
+    "suppress",
+    s"$key=true is set explicitly, and Spark's real-time operator allowlist has no entry for sluice's " +
+      "operators (Spark offers no way to add one)",
+    s"Unset $key: sluice then turns Spark's check off for this session and runs Spark's own check (its " +
+      "errors) on every other operator and on the sink of each real-time query; " + orUseMicroBatches)
 }

@@ -10,7 +10,7 @@ import org.apache.spark.sql.sluice.{SluiceStatefulNode, StatefulOperatorSupport}
 
 import sluice.conf.{SluiceConf, SluiceConfException}
 import sluice.spark.PlanTypes.{WriteToMicroBatchDataSource, WriteToMicroBatchDataSourceV1}
-import sluice.spark.{GroupingColumns, RealTimeMode}
+import sluice.spark.{GroupingColumns, RealTimeMode, RealTimePlans}
 import sluice.suppress.internal.SuppressNode
 
 /**
@@ -40,12 +40,11 @@ private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[Log
     exec match {
       case Some(e) =>
         val interval = SluiceConf(session.conf.getAll).commitIntervalMs
-        if (interval > 0 && StatefulOperatorSupport.isRealTime(session)) {
+        if (interval > 0 && RealTimePlans.isRealTime(e)) {
           throw new SluiceConfException(RealTimeMode.refusal(
             s"The emission cache (${SluiceConf.CommitIntervalMs.key}=$interval)",
             "it forwards the rows it holds at batch boundaries",
-            s"Set ${SluiceConf.CommitIntervalMs.key}=0 for this query, or " + RealTimeMode.UseMicroBatches.head.toLower +
-              RealTimeMode.UseMicroBatches.tail))
+            s"Set ${SluiceConf.CommitIntervalMs.key}=0 for this query, " + RealTimeMode.orUseMicroBatches))
         }
         val update = e.outputMode == OutputMode.Update()
         var index = 0 // the plan has no EmitCacheNode yet (checked above)

@@ -143,6 +143,22 @@ private[sluice] object FusedFinal extends Logging {
     }
   }
 
+  /**
+   * Under the real-time trigger suppress never runs fused: a checkpoint written fused has the open
+   * windows in the aggregation's append-mode state and no suppress buffer, so it is refused.
+   */
+  def refuseFusedCheckpoint(session: SparkSession, ctx: StreamContext): Unit = {
+    val stateRoot = new Path(ctx.execution.checkpointLocation)
+    val fm = CheckpointFileManager.create(stateRoot, session.sessionState.newHadoopConf())
+    if (readMarker(fm, new Path(new Path(stateRoot, AggregationId.toString), MarkerName)).contains(ctx.stateInfo.operatorId)) {
+      throw new SuppressUsageException(sluice.spark.RealTimeMode.unsupported("suppress on this checkpoint",
+        s"the checkpoint (${stateRoot.getParent}) was written with suppress(until_window_closes) fused into its " +
+          "windowed aggregation, which holds the open windows in Spark's append-mode state, and real-time mode " +
+          "runs Spark's streamline aggregation, which has no such state",
+        "Start the real-time query on a new checkpoint, or keep this one on a processing-time trigger."))
+    }
+  }
+
   /** The marker holds the id of the suppress operator that runs fused (its first line). */
   private def writeMarker(fm: CheckpointFileManager, marker: Path, suppressId: Long): Unit = {
     fm.mkdirs(marker.getParent) // written before the operator's first state files

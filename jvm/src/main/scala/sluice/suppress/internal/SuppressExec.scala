@@ -45,7 +45,9 @@ private[sluice] case class SuppressExec(
     graceMs: Long,
     time: Option[Expression],
     context: Option[StreamContext],
-    child: SparkPlan) extends SluiceStateStoreExec {
+    child: SparkPlan,
+    streamTime: Option[Attribute] = None,
+    realTime: Boolean = false) extends SluiceStateStoreExec {
 
   private val layout = new BufferLayout(DataTypeUtils.fromAttributes(keys), DataTypeUtils.fromAttributes(child.output))
   override def keyAttributes: Seq[Attribute] = keys
@@ -81,6 +83,8 @@ private[sluice] case class SuppressExec(
     val keyExprs = keys
     val windowOrdinal = window.map(w => output.indexWhere(_.exprId == w.exprId))
     val timeExpr = time
+    val streamTimeOrdinal = streamTime.map(a => output.indexWhere(_.exprId == a.exprId))
+    val perRow = realTime
     val spill = if (config.whenFull == BufferFullStrategy.SpillToDisk) Some(spillStore(ctx)) else None
 
     val checkpointIds = StatefulOperatorStateInfo.enableStateStoreCheckpointIds(conf)
@@ -116,7 +120,44 @@ private[sluice] case class SuppressExec(
       // watermark, one stream time), so a row later in the batch may still update an entry that is
       // due, which would then be emitted twice, and what is emitted would depend on the order.
       // Rows flow out as they are released, never collected.
+      // Under the real-time trigger rows arrive one at a time per partition, in the order of the
+      // single upstream channel, for a batch that lasts the checkpoint interval: what is due is
+      // released after each row, in the same next() call, and rows are dropped or put on the
+      // partition's stream time (see RealTimeSuppress).
       val released: Iterator[InternalRow] = mode match {
+        case _: UntilWindowCloses if perRow =>
+          val ord = windowOrdinal.get
+          val tsOrd = streamTimeOrdinal.get
+          val closer = new StreamTimeCloser(buffer.storedStreamTime, grace, evictWm)
+          val isDue = (t: Long) => closer.isClosed(t)
+          beforeCommit = () => closer.streamTime.foreach(buffer.storeStreamTime)
+          // Before the first row: windows the batch watermark (or the stored stream time) closed.
+          buffer.releaseDue(isDue) ++ iter.flatMap { row =>
+            val end = row.getStruct(ord, 2).getLong(1) / 1000
+            if (closer.isClosed(end)) {
+              lateDropped += 1 // its window was closed (and emitted) by this partition's stream time
+              Iterator.empty
+            } else {
+              lateness(closer.closeTime + grace - end)
+              // The buffer's stores copy what they keep (the aggregation's output row is reused).
+              buffer.put(keyOf(row), row, end)
+              if (!row.isNullAt(tsOrd)) closer.observe(row.getLong(tsOrd) / 1000)
+              buffer.releaseDue(isDue)
+            }
+          }
+        case UntilTimeLimit(limit, _, _) if perRow =>
+          val proj = timeProj.get
+          var streamTime = buffer.storedStreamTime.getOrElse(Long.MinValue)
+          val isDue = (t: Long) => streamTime != Long.MinValue && t <= streamTime - limit
+          beforeCommit = () => if (streamTime != Long.MinValue) buffer.storeStreamTime(streamTime)
+          iter.flatMap { row =>
+            val tr = proj(row)
+            val t = if (tr.isNullAt(0)) streamTime else tr.getLong(0) / 1000
+            if (streamTime != Long.MinValue) lateness(streamTime - t)
+            streamTime = math.max(streamTime, t)
+            buffer.put(keyOf(row), row, t)
+            buffer.releaseDue(isDue)
+          }
         case _: UntilWindowCloses =>
           val ord = windowOrdinal.get
           // Buffer time = window end (ms): due once the watermark reaches it.

@@ -2,12 +2,12 @@ package sluice.suppress.internal
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical._
-import org.apache.spark.sql.sluice.StatefulOperatorSupport
+import org.apache.spark.sql.sluice.{StatefulOperatorSupport, StreamContext}
 import org.json4s._
 import org.json4s.JsonDSL._
 
-import sluice.spark.PlanTypes.{SparkPlan, SparkStrategy}
-import sluice.spark.RealTimeMode
+import sluice.spark.PlanTypes.{ProjectExec, SparkPlan, SparkStrategy}
+import sluice.spark.RealTimePlans
 import sluice.state.Sidecars
 import sluice.suppress._
 
@@ -15,19 +15,36 @@ import sluice.suppress._
 private[sluice] case class SuppressStrategy(session: SparkSession) extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
     case n: SuppressNode =>
-      if (StatefulOperatorSupport.isRealTime(session)) {
-        throw new SuppressUsageException(RealTimeMode.refusal("suppress",
-          "its buffer releases rows at batch boundaries", RealTimeMode.UseMicroBatches))
-      }
       val ctx = StatefulOperatorSupport.streamContext(session, n)
       ctx.foreach(c => SuppressChecks.requireUpdateMode(c.outputMode.toString))
+      if (ctx.exists(c => RealTimePlans.isRealTime(c.execution))) realTime(n, ctx.get) :: Nil
       // The sidecar (mode, limit and bound for sluice.inspect) only beside a suppress operator's own
       // state: on the fused path there is none, and its directory would read as unfused state.
-      FusedFinal.plan(session, n, ctx).getOrElse {
+      else FusedFinal.plan(session, n, ctx).getOrElse {
         Sidecars.record(session, n, SuppressStrategy.sidecar(n))
         SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, ctx, planLater(n.child))
       } :: Nil
     case _ => Nil
+  }
+
+  /**
+   * Under the real-time trigger: never fused (Spark plans its streamline aggregation there, and an
+   * append-mode save would emit only when the batch ends), decided per row on the partition's
+   * stream time (see [[RealTimeSuppress]]).
+   */
+  private def realTime(n: SuppressNode, ctx: StreamContext): SparkPlan = {
+    RealTimeSuppress.refuseUnsupported(n)
+    FusedFinal.refuseFusedCheckpoint(session, ctx)
+    Sidecars.record(session, n, SuppressStrategy.sidecar(n))
+    n.suppressed match {
+      case _: UntilWindowCloses =>
+        val (child, ts) = RealTimeSuppress.withStreamTime(n)
+        // The hidden column is dropped right above suppress: the query's output is as written.
+        ProjectExec(n.output, SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, Some(ctx),
+          planLater(child), streamTime = Some(ts), realTime = true))
+      case _ =>
+        SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, Some(ctx), planLater(n.child), realTime = true)
+    }
   }
 }
 

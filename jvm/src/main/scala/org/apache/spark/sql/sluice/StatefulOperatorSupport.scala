@@ -55,14 +55,21 @@ object StatefulOperatorSupport {
     if (index < 0) None else Some(node.operatorIdBase + index)
   }
 
-  /** The StreamExecution running on this thread, when called from a query's stream thread. */
   /**
-   * Whether the query being planned runs under Spark's real-time trigger: long-running batches
-   * whose end is the checkpoint interval, not a micro-batch.
+   * The session that started the query running on this thread: Spark reads its real-time allowlist
+   * switch from this session's conf at every batch (not from the query's own clone).
    */
-  def isRealTime(session: SparkSession): Boolean =
-    currentStream(session).exists(_.trigger.isInstanceOf[org.apache.spark.sql.execution.streaming.RealTimeTrigger])
+  def startingSession(session: SparkSession): Option[SparkSession] = currentStream(session).map(_.sparkSession)
 
+  /** The sink table of the query running on this thread. */
+  def currentSink(session: SparkSession): Option[org.apache.spark.sql.connector.catalog.Table] =
+    currentStream(session).flatMap(s => Option(s.sink))
+
+  /** The value `key` was set to in `session` (None when it has its default). */
+  def explicitSetting(session: SparkSession, key: String): Option[String] =
+    session.asInstanceOf[ClassicSession].sessionState.conf.getAllConfs.get(key)
+
+  /** The StreamExecution running on this thread, when called from a query's stream thread. */
   def currentStream(session: SparkSession): Option[StreamExecution] = {
     val fromThread = Thread.currentThread() match {
       case t: org.apache.spark.sql.execution.streaming.runtime.QueryExecutionThread =>

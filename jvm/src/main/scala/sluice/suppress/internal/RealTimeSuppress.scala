@@ -1,0 +1,106 @@
+package sluice.suppress.internal
+
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, NamedExpression}
+import org.apache.spark.sql.catalyst.expressions.aggregate.Max
+import org.apache.spark.sql.catalyst.plans.logical._
+
+import sluice.spark.RealTimeMode
+import sluice.suppress._
+
+/**
+ * suppress under Spark's real-time trigger (Spark 4.3): what runs, and the plan it runs on.
+ *
+ * A real-time batch lasts the checkpoint interval and Spark's watermark moves only between
+ * batches, so a final result closed by the watermark would wait for the interval. Instead each
+ * suppress partition keeps its own stream time, as a Kafka Streams task does: the largest event
+ * time among the rows it has received. For that each row must carry its record's event time, so
+ * the aggregation below suppress gets a hidden `max(<event-time column>)` (Kafka Streams' output
+ * timestamp of a windowed aggregation: the max of its records' timestamps), which a projection
+ * above suppress drops again.
+ *
+ * The hidden column is added only to real-time runs, in the physical planning of each batch: a
+ * micro-batch query's plan and state stay exactly as before. The price is that an
+ * until_window_closes checkpoint cannot switch between the two triggers (the aggregation's state
+ * schema differs; Spark refuses the restart with its state-schema error).
+ */
+private[sluice] object RealTimeSuppress {
+  /** The hidden column's name. */
+  val StreamTimeColumn = "__sluice_ts"
+
+  private def refuse(why: String, instead: String): Nothing =
+    throw new SuppressUsageException(RealTimeMode.unsupported("suppress", why, instead))
+
+  /** Refuses what suppress does not do in real time, at the batch's planning. */
+  def refuseUnsupported(n: SuppressNode): Unit = {
+    n.suppressed match {
+      case w: UntilWallClockTimeLimit =>
+        throw new SuppressUsageException(RealTimeMode.refusal(s"suppress(${w.describe})",
+          "it releases rows by the wall clock, checked when a batch ends or between batches",
+          "Use until_time_limit (event time, decided per row), " + RealTimeMode.orUseMicroBatches))
+      case _ =>
+    }
+    if (n.suppressed.buffer.isBounded) {
+      throw new SuppressUsageException(RealTimeMode.refusal(s"suppress with a bounded buffer (${n.suppressed.buffer})",
+        "a full buffer's choices are made on rows sorted per batch so that a replay decides the same, and the " +
+          "sort holds the batch's rows until it ends",
+        "Use BufferConfig.unbounded(), " + RealTimeMode.orUseMicroBatches))
+    }
+  }
+
+  /**
+   * `n`'s child with the hidden stream-time column, and that column; only for until_window_closes,
+   * whose windows close by stream time (until_time_limit has its time_col).
+   */
+  def withStreamTime(n: SuppressNode): (LogicalPlan, Attribute) = {
+    val (agg, rebuild) = n.child match {
+      case a: Aggregate => (a, (a2: Aggregate, _: Attribute) => a2: LogicalPlan)
+      case p @ Project(list, a: Aggregate) if list.forall(_.isInstanceOf[Attribute]) =>
+        (a, (a2: Aggregate, ts: Attribute) => p.copy(projectList = list :+ ts, child = a2): LogicalPlan)
+      case _ => refuse("its input is not directly a windowed streaming aggregation (each row must carry its " +
+        "event time, which suppress adds to the aggregation below it)",
+        "Apply suppress directly to the aggregation, " + RealTimeMode.orUseMicroBatches)
+    }
+    val eventTime = agg.collectFirst { case w: EventTimeWatermark =>
+      w.output.find(_.exprId == w.eventTime.exprId).getOrElse(w.eventTime)
+    }.getOrElse(refuse("its aggregation has no watermark below it", "Call withWatermark before the aggregation."))
+    val hidden = Alias(Max(eventTime).toAggregateExpression(), StreamTimeColumn)()
+    val newAgg = agg.copy(aggregateExpressions = agg.aggregateExpressions :+ (hidden: NamedExpression),
+      child = keepColumn(agg.child, eventTime))
+    (rebuild(newAgg, hidden.toAttribute), hidden.toAttribute)
+  }
+
+  /**
+   * `plan` with `col` (an output of the EventTimeWatermark below it) kept up to its top: the
+   * optimizer pruned it from the projections the aggregation did not need it from.
+   */
+  private def keepColumn(plan: LogicalPlan, col: Attribute): LogicalPlan =
+    if (plan.outputSet.contains(col)) plan
+    else plan match {
+      case p: Project => p.copy(projectList = p.projectList :+ col, child = keepColumn(p.child, col))
+      case f: Filter => f.copy(child = keepColumn(f.child, col))
+      case _ => refuse(s"the event-time column ${col.name} does not reach the aggregation through " +
+        s"${plan.nodeName} (windows planned as ${plan.nodeName} are not supported in real time)",
+        "Use a tumbling window, " + RealTimeMode.orUseMicroBatches)
+    }
+}
+
+/**
+ * The close decision of one suppress partition under the real-time trigger: a window closes when
+ * its end is at or below `max(streamTime - grace, floor)`, where stream time is the largest event
+ * time the partition has seen (restored with its store) and the floor is the batch's eviction
+ * watermark from the offset log, so that windows of a partition without input still close when a
+ * batch starts (the same on a replay). Kafka Streams' `<=` semantics, as the micro-batch operator.
+ */
+private[sluice] final class StreamTimeCloser(stored: Option[Long], graceMs: Long, floorMs: Long) {
+  private var stream: Long = stored.getOrElse(Long.MinValue)
+
+  def streamTime: Option[Long] = if (stream == Long.MinValue) None else Some(stream)
+
+  def closeTime: Long = if (stream == Long.MinValue) floorMs else math.max(stream - graceMs, floorMs)
+
+  /** Whether the window ending at `windowEndMs` is closed (its final result due, or already out). */
+  def isClosed(windowEndMs: Long): Boolean = windowEndMs <= closeTime
+
+  /** Advances stream time by a row's event time (never back). */
+  def observe(eventTimeMs: Long): Unit = stream = math.max(stream, eventTimeMs)
+}

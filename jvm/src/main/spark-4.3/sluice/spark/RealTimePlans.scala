@@ -1,0 +1,36 @@
+package sluice.spark
+
+import org.apache.spark.sql.connector.catalog.Table
+import org.apache.spark.sql.execution.SparkPlan
+import org.apache.spark.sql.execution.datasources.v2.RealTimeStreamScanExec
+import org.apache.spark.sql.execution.streaming.runtime.{IncrementalExecution, RealTimeModeAllowlist}
+import org.apache.spark.sql.internal.SQLConf
+
+/**
+ * Spark's real-time mode as sluice needs it (spark-4.3: stateful real-time queries arrived here;
+ * 4.1 and 4.2 have a same-named object that answers "no").
+ */
+object RealTimePlans {
+  /** Whether this Spark runs stateful queries under the real-time trigger. */
+  val supported: Boolean = true
+
+  /** Spark's switch for its real-time operator and sink allowlist. */
+  val AllowlistCheckKey: String = SQLConf.STREAMING_REAL_TIME_MODE_ALLOWLIST_CHECK.key
+
+  /** Whether `exec` plans a batch of a real-time query: Spark's own flag, set from the trigger per run. */
+  def isRealTime(exec: IncrementalExecution): Boolean = exec.isRealTimeMode
+
+  /** Whether `plan` reads a source in real time (the only plans Spark's allowlist looks at). */
+  def readsInRealTime(plan: SparkPlan): Boolean = plan.exists(_.isInstanceOf[RealTimeStreamScanExec])
+
+  /**
+   * Spark's own allowlist check, throwing Spark's own error, on `plan` with the nodes `elide`
+   * picks replaced by their only child, and on `sink`. There is no API to add classes to the
+   * allowlist, so sluice's operators are taken out of the plan Spark checks instead.
+   */
+  def checkAllowlist(plan: SparkPlan, elide: SparkPlan => Boolean, sink: Option[Table]): Unit = {
+    val elided = plan.transformUp { case p if elide(p) && p.children.size == 1 => p.children.head }
+    RealTimeModeAllowlist.checkAllowedPhysicalOperator(elided, true)
+    sink.foreach(RealTimeModeAllowlist.checkAllowedSink(_, true))
+  }
+}

@@ -1,0 +1,68 @@
+package sluice.suppress.internal
+
+import scala.collection.mutable
+
+import org.scalatest.funsuite.AnyFunSuite
+
+/** The per-row close decision suppress(until_window_closes) makes under the real-time trigger. */
+class StreamTimeCloserSuite extends AnyFunSuite {
+  test("a window closes when stream time minus grace reaches its end (<=, as Kafka Streams)") {
+    val c = new StreamTimeCloser(None, graceMs = 2, floorMs = Long.MinValue)
+    assert(c.streamTime.isEmpty && !c.isClosed(0))
+    c.observe(11)
+    assert(!c.isClosed(10)) // 11 - 2 = 9 < 10
+    c.observe(12)
+    assert(c.isClosed(10) && !c.isClosed(11))
+    c.observe(5) // stream time never goes back
+    assert(c.streamTime.contains(12) && c.isClosed(10))
+  }
+
+  test("the batch watermark is a floor: windows close at batch start without input") {
+    val c = new StreamTimeCloser(Some(3), graceMs = 0, floorMs = 20)
+    assert(c.closeTime == 20 && c.isClosed(20) && !c.isClosed(21))
+    val fresh = new StreamTimeCloser(None, graceMs = 5, floorMs = 7)
+    assert(fresh.closeTime == 7)
+  }
+
+  test("a stored stream time survives a restart: closed windows stay closed") {
+    val before = new StreamTimeCloser(None, graceMs = 1, floorMs = 0)
+    before.observe(30)
+    val after = new StreamTimeCloser(before.streamTime, graceMs = 1, floorMs = 0)
+    assert(after.isClosed(29) && !after.isClosed(30))
+  }
+
+  /**
+   * Per-row suppression over an update-mode count (each row the aggregate's latest value and the
+   * max event time of its window), against the final results computed from all records: for
+   * in-order input every window closed by the final stream time is emitted once, with its full count.
+   */
+  test("per-row release of in-order input emits each closed window once with its final value") {
+    val size = 10L
+    val grace = 2L
+    val records = (0L until 200L).map(t => (s"k${t % 3}", t + (t % 2))) // nearly in order, ties
+    val closer = new StreamTimeCloser(None, grace, Long.MinValue)
+    val agg = mutable.Map.empty[(String, Long), (Long, Long)] // (key, window end) -> (count, max ts)
+    val buffer = mutable.Map.empty[(String, Long), Long]
+    val emitted = mutable.ArrayBuffer.empty[((String, Long), Long)]
+    var late = 0
+    for ((k, t) <- records) {
+      val end = (t / size + 1) * size
+      val (n, m) = agg.getOrElse((k, end), (0L, Long.MinValue))
+      agg((k, end)) = (n + 1, math.max(m, t))
+      if (closer.isClosed(end)) late += 1
+      else {
+        buffer((k, end)) = n + 1
+        closer.observe(agg((k, end))._2)
+        buffer.keys.filter(w => closer.isClosed(w._2)).toSeq.sortBy(w => (w._2, w._1)).foreach { w =>
+          emitted += w -> buffer.remove(w).get
+        }
+      }
+    }
+    val finalStream = records.map(_._2).max
+    val expected = records.groupBy { case (k, t) => (k, (t / size + 1) * size) }.view.mapValues(_.size.toLong)
+      .filter { case ((_, end), _) => end <= finalStream - grace }.toMap
+    assert(late == 0)
+    assert(emitted.map(_._1).distinct.size == emitted.size, "a window emitted twice")
+    assert(emitted.toMap == expected)
+  }
+}
