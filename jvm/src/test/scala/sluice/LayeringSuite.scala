@@ -120,7 +120,7 @@ object LayeringSuite {
 
   /** The bridge's classes: each adapts a Spark API that is `private[sql]` or `private[spark]`. */
   val BridgeAdapters: Set[String] = Set("StatefulOperatorSupport", "SluiceStatefulNode", "StreamContext",
-    "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric",
+    "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric", "SizeOperatorMetric",
     "DatasetAccess")
 
   /** Where Spark's internals may be named: the seam (shared and per-minor folders) and the bridge. */
