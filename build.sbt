@@ -35,15 +35,18 @@ lazy val sparkLines: Map[String, Map[String, String]] = {
 def minorKey(minor: String): (Int, Int) = minor.split('.') match { case Array(a, b) => (a.toInt, b.toInt) }
 
 /**
- * The folders `spark-<from>+` under `dir` whose range includes `minor` (what several minors share:
- * spark-4.2+ serves 4.2 and every later minor), so a difference is written once, from the minor
- * that brought it.
+ * The folders `spark-<from>+` and `spark-<from>-<to>` under `dir` whose range includes `minor` (what
+ * several minors share: spark-4.2+ serves 4.2 and every later minor, spark-4.1-4.2 the two minors
+ * before 4.3), so a difference is written once, from the minor that brought it.
  */
 def rangeFolders(dir: File, minor: String): Seq[File] = {
-  val Range = """spark-(\d+\.\d+)\+""".r
+  val From = """spark-(\d+\.\d+)\+""".r
+  val Between = """spark-(\d+\.\d+)-(\d+\.\d+)""".r
+  val le = Ordering[(Int, Int)].lteq _
   Option(dir.listFiles()).toSeq.flatten.collect {
     case f @ (_: File) if f.isDirectory && (f.getName match {
-      case Range(from) => Ordering[(Int, Int)].lteq(minorKey(from), minorKey(minor))
+      case From(from) => le(minorKey(from), minorKey(minor))
+      case Between(from, to) => le(minorKey(from), minorKey(minor)) && le(minorKey(minor), minorKey(to))
       case _ => false
     }) => f
   }.sortBy(_.getName)

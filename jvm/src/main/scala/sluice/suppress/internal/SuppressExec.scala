@@ -145,19 +145,6 @@ private[sluice] case class SuppressExec(
               buffer.releaseDue(isDue)
             }
           }
-        case UntilTimeLimit(limit, _, _) if perRow =>
-          val proj = timeProj.get
-          var streamTime = buffer.storedStreamTime.getOrElse(Long.MinValue)
-          val isDue = (t: Long) => streamTime != Long.MinValue && t <= streamTime - limit
-          beforeCommit = () => if (streamTime != Long.MinValue) buffer.storeStreamTime(streamTime)
-          iter.flatMap { row =>
-            val tr = proj(row)
-            val t = if (tr.isNullAt(0)) streamTime else tr.getLong(0) / 1000
-            if (streamTime != Long.MinValue) lateness(streamTime - t)
-            streamTime = math.max(streamTime, t)
-            buffer.put(keyOf(row), row, t)
-            buffer.releaseDue(isDue)
-          }
         case _: UntilWindowCloses =>
           val ord = windowOrdinal.get
           // Buffer time = window end (ms): due once the watermark reaches it.
@@ -178,14 +165,17 @@ private[sluice] case class SuppressExec(
           var streamTime = buffer.storedStreamTime.getOrElse(Long.MinValue)
           val isDue = (t: Long) => streamTime != Long.MinValue && t <= streamTime - limit
           beforeCommit = () => if (streamTime != Long.MinValue) buffer.storeStreamTime(streamTime)
-          iter.flatMap { row =>
+          val rows = iter.flatMap { row =>
             val tr = proj(row)
             val t = if (tr.isNullAt(0)) streamTime else tr.getLong(0) / 1000
             if (streamTime != Long.MinValue) lateness(streamTime - t)
             streamTime = math.max(streamTime, t)
             buffer.put(keyOf(row), row, t)
-            buffer.enforceBound(isDue)
-          } ++ buffer.afterPut(isDue) // by the batch's final stream time
+            // Real time: released as each row moves the partition's stream time (Kafka Streams'
+            // behaviour); micro-batch: only the bound here, the release by the batch's final stream time.
+            if (perRow) buffer.releaseDue(isDue) else buffer.enforceBound(isDue)
+          }
+          if (perRow) rows else rows ++ buffer.afterPut(isDue)
         case UntilWallClockTimeLimit(limit, _, _) =>
           // The batch timestamp, not the task's clock: a replayed batch emits the same rows.
           val isDue = (t: Long) => t + limit <= now

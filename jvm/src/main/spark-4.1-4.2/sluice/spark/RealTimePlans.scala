@@ -5,7 +5,7 @@ import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.streaming.runtime.IncrementalExecution
 
 /**
- * Spark's real-time mode as sluice needs it. spark-4.2: no stateful real-time queries (they arrived
+ * Spark's real-time mode as sluice needs it. spark-4.1, spark-4.2: no stateful real-time queries (they arrived
  * in 4.3; Spark refuses a stateful operator under the real-time trigger when the query starts), so
  * no plan sluice sees is a real-time one.
  */
