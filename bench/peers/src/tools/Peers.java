@@ -9,6 +9,8 @@
 //   watch          --bootstrap B --topic O --count N --timeout-s T [--settle-ms 2000]
 //   collect        --bootstrap B --topic O --query Q --expected FILE --out FILE [--lateness-ms L --last-event-ms T]
 //   diff           FILE FILE
+//   last-event-ms  --bootstrap B --topic T      the latest timestamp before each partition's last record
+//                                               (bench/kafka_streams' live producer ends with one flush record)
 //
 // Every event goes to partition n % 2 (no key), with the event time as its record timestamp (and as
 // dateTime in the JSON value).
@@ -36,6 +38,7 @@ public final class Peers {
             case "watch" -> System.exit(watch(a));
             case "collect" -> collect(a);
             case "diff" -> diff(Path.of(argv[1]), Path.of(argv[2]));
+            case "last-event-ms" -> lastEventMs(a);
             default -> throw new IllegalArgumentException("unknown mode " + mode);
         }
     }
@@ -148,6 +151,24 @@ public final class Peers {
         Collections.sort(out);
         Files.write(Path.of(req(a, "out")), out);
         System.out.println("{\"rows\": " + out.size() + "}");
+    }
+
+    static void lastEventMs(Map<String, String> a) throws Exception {
+        long last = Long.MIN_VALUE;
+        try (KafkaConsumer<String, String> c = Bench.consumer(req(a, "bootstrap"))) {
+            List<TopicPartition> tps = Bench.topicPartitions(c, req(a, "topic"));
+            Map<TopicPartition, Long> end = c.endOffsets(tps);
+            for (TopicPartition tp : tps) {
+                if (end.get(tp) < 2) continue;
+                c.assign(List.of(tp));
+                c.seek(tp, end.get(tp) - 2);
+                ConsumerRecords<String, String> rs = ConsumerRecords.empty();
+                for (int i = 0; i < 30 && rs.isEmpty(); i++) rs = c.poll(Duration.ofSeconds(1));
+                for (ConsumerRecord<String, String> r : rs)
+                    if (r.offset() == end.get(tp) - 2) last = Math.max(last, r.timestamp());
+            }
+        }
+        System.out.println("{\"last_event_ms\": " + last + "}");
     }
 
     // ------------------------------------------------------------------ output side
