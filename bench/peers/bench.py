@@ -69,17 +69,19 @@ def tool(mode: str, *args: Any, heap: str = "3g") -> dict[str, Any]:
 class Data:
     """One query family's input topic and expected rows (the count's own backlog, or Nexmark's)."""
 
-    def __init__(self, topic: str, events: int, expected: dict[str, Path], summary: dict[str, Any],
-                 last_event_ms: int = -1) -> None:
+    def __init__(self, topic: str, events: int, expected: dict[str, Path], summary: dict[str, Any]) -> None:
         self.topic, self.events, self.expected, self.summary = topic, events, expected, summary
-        self.last_event_ms = last_event_ms
+
+    def cut(self, a: argparse.Namespace, q: str) -> list[Any]:
+        """watch/collect arguments: Nexmark rows are compared for the windows closing by the cut."""
+        return [] if q == "count" else ["--cut-ms", self.summary["cut_ms"], "--lateness-ms", a.lateness_ms]
 
 
 def make_nexmark(a: argparse.Namespace, work: Path, bs: str, topic: str, events: int, seed: int) -> Data:
     tool("create-topic", "--bootstrap", bs, "--topic", topic, "--partitions", 2)
     d = work / topic
     g = tool("nexmark", "--bootstrap", bs, "--topic", topic, "--events", events, "--event-rate", a.event_rate,
-             "--seed", seed, "--out-dir", d)
+             "--seed", seed, "--out-dir", d, "--lateness-ms", a.lateness_ms)
     return Data(topic, events, {q: d / f"expected-{q}.rows" for q in QUERIES if q != "count"}, g)
 
 
@@ -101,7 +103,7 @@ def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, to
     late = lateness(a, q)
     if side == KS:
         cmd = ["java", f"-Xmx{a.heap}", *LOG, "-cp", CP_STREAMS, "PeersStreams", "--query", q, "--bootstrap", bs,
-               "--input", topic, "--output", out, "--app-id", f"ks-{name}", "--threads", "2",
+               "--input", topic, "--output", out, "--app-id", f"ks-{name}", "--threads", str(a.ks_threads),
                "--state-dir", str(work / f"ks-state-{name}"), "--lateness-ms", str(late),
                "--commit-interval-ms", str(a.ks_commit_ms), "--cache-bytes", str(a.ks_cache_bytes)]
     elif side == FL:
@@ -128,15 +130,16 @@ def drain(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, data: D
     try:
         config = s.wait("config", timeout=300)
         started = s.wait("started", timeout=300)
-        w = tool("watch", "--bootstrap", bs, "--topic", out, "--count", expected_rows, "--timeout-s", a.timeout_s)
+        w = tool("watch", "--bootstrap", bs, "--topic", out, "--count", expected_rows, "--timeout-s", a.timeout_s,
+                 "--query", q, *data.cut(a, q))
     finally:
         stopped = stop(s)
     c = tool("collect", "--bootstrap", bs, "--topic", out, "--query", q, "--expected", expected,
-             "--out", work / f"{name}.rows")
+             "--out", work / f"{name}.rows", *data.cut(a, q))
     drain_s = (c["last_append_ms"] - started["start_ms"]) / 1000 if c["rows"] else float("nan")
     result = {"events_per_s": round(data.events / drain_s) if c["rows"] else 0, "drain_s": round(drain_s, 2),
               "first_result_s": round((c["first_append_ms"] - started["start_ms"]) / 1000, 2) if c["rows"] else None,
-              "peak_rss_mb": round(stopped["vm_hwm_kb"] / 1024), "rows": c["rows"], "flush_rows": c["flush_rows"],
+              "peak_rss_mb": round(stopped["vm_hwm_kb"] / 1024), "rows": c["rows"], "rows_after_cut": c["rows_after_cut"],
               "expected_rows": expected_rows, "differing_from_expected": c["differing_from_expected"],
               "complete": not w.get("timeout"), "dropped": stopped.get("dropped_records"),
               "rows_file": str(work / f"{name}.rows"), "config": config}
@@ -167,17 +170,19 @@ def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, na
             gen["last_event_ms"] = tool("last-event-ms", "--bootstrap", bs, "--topic", topic)["last_event_ms"]
         else:
             gen = tool("nexmark-live", "--bootstrap", bs, "--topic", topic, "--rate", a.rate, "--duration-s", a.duration_s,
-                       "--seed", a.seed + 7, "--out-dir", d)
+                       "--seed", a.seed + 7, "--out-dir", d, "--lateness-ms", a.lateness_ms)
         expected = d / f"expected-{q}.rows"
         n = sum(1 for _ in open(expected))
-        w = tool("watch", "--bootstrap", bs, "--topic", out, "--count", n, "--timeout-s", a.timeout_s)
+        cut = [] if q == "count" else ["--cut-ms", gen["cut_ms"]]
+        w = tool("watch", "--bootstrap", bs, "--topic", out, "--count", n, "--timeout-s", a.timeout_s, "--query", q,
+                 "--lateness-ms", lateness(a, q), *cut)
     finally:
         stopped = stop(s)
     c = tool("collect", "--bootstrap", bs, "--topic", out, "--query", q, "--expected", expected,
-             "--out", work / f"{name}.rows", "--lateness-ms", lateness(a, q), "--last-event-ms", gen["last_event_ms"])
+             "--out", work / f"{name}.rows", "--lateness-ms", lateness(a, q), "--last-event-ms", gen["last_event_ms"], *cut)
     r = {"produced": gen.get("events", gen.get("records")), "achieved_rate": gen.get("achieved_rate"),
          "sends_over_100ms_late": gen.get("sends_over_100ms_late"), "results_timed": c.get("latency_rows"),
-         "results_closed_by_flush": c.get("rows_closed_by_flush"), "min_ms": c.get("latency_min_ms"),
+         "results_closing_after_last_event": c.get("rows_closing_after_last_event"), "min_ms": c.get("latency_min_ms"),
          "p50_ms": c.get("latency_p50_ms"), "p99_ms": c.get("latency_p99_ms"), "max_ms": c.get("latency_max_ms"),
          "differing_from_expected": c["differing_from_expected"], "complete": not w.get("timeout"),
          "dropped": stopped.get("dropped_records"), "peak_rss_mb": round(stopped["vm_hwm_kb"] / 1024)}
@@ -197,7 +202,7 @@ def main() -> None:
     ap.add_argument("--count-records", type=int, default=0, help="the count's backlog (default --events; keys: a tenth)")
     ap.add_argument("--event-rate", type=int, default=10_000,
                     help="Nexmark events per second of event time (Nexmark's default first event rate)")
-    ap.add_argument("--lateness-ms", type=int, default=10_000,
+    ap.add_argument("--lateness-ms", type=int, default=60_000,
                     help="Nexmark queries: allowed lateness (Kafka Streams grace, Flink's bounded out-of-orderness, "
                          "Spark's watermark delay)")
     ap.add_argument("--count-grace-ms", type=int, default=10_000, help="the count's grace (bench/kafka_streams: 10 s)")
@@ -209,6 +214,10 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=50_000, help="fixed-rate run: events/s (0: skip)")
     ap.add_argument("--duration-s", type=int, default=120)
     ap.add_argument("--ks-commit-ms", type=int, default=1000, help="Kafka Streams commit.interval.ms (see README)")
+    ap.add_argument("--rebalance-delay-ms", type=int, default=0,
+                    help="the broker's group.initial.rebalance.delay.ms (the project's test broker: 0; Kafka's default 3000)")
+    ap.add_argument("--ks-threads", type=int, default=2, help="Kafka Streams num.stream.threads (see README: 1 "
+                    "keeps its tasks in step on a small or loaded run)")
     ap.add_argument("--ks-cache-bytes", type=int, default=10 * 1024 * 1024)
     ap.add_argument("--flink-checkpoint-ms", type=int, default=10_000, help="Flink checkpoint interval (0: off)")
     ap.add_argument("--trigger", default="0", help="sluice's processing-time trigger (0: Spark's default)")
@@ -226,7 +235,9 @@ def main() -> None:
     if a.workdir:
         shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    broker = kh.Broker(work / "broker").start()
+    # The project's test broker starts group rebalances at once; --rebalance-delay-ms sets Kafka's
+    # default 3 s instead (Kafka Streams' threads then join the first rebalance together).
+    broker = kh.Broker(work / "broker", {"group.initial.rebalance.delay.ms": str(a.rebalance_delay_ms)}).start()
     try:
         run(a, queries, sides, work, broker.bootstrap)
     finally:
@@ -242,7 +253,8 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], work: Path,
         "broker": "Kafka 3.9.1 KRaft, one node on loopback (tests/kafka_harness.py); topics of 2 partitions",
         "nexmark": f"{a.events} events (persons:auctions:bids 1:3:46, Nexmark's hot sellers/auctions/bidders), "
                    f"{a.event_rate} events per second of event time, in order, round-robin over 2 partitions, "
-                   f"JSON values, seed {a.seed}, then two waves of flush events 1 h and 2 h later",
+                   f"JSON values, seed {a.seed}; rows compared for the windows that close by last event time - "
+                   f"2 x (10 s + lateness) - 2 s (no flush events)",
         "count": f"bench/kafka_streams' backlog: {count_records} records, {max(1, count_records // 10)} keys Zipf(1.0), "
                  "3 h of event time, disorder <= 2 s, keyed; 1-minute tumbling count per key, "
                  f"grace {a.count_grace_ms} ms",
@@ -250,7 +262,7 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], work: Path,
         FL: f"Flink 2.3.0 DataStream API, local MiniCluster parallelism 2, state backend hashmap (Flink's default), "
             f"checkpoints every {a.flink_checkpoint_ms} ms (0 = off) to local disk, Kafka connector 5.0.0-2.2, "
             f"-Xmx{a.heap}",
-        KS: f"Kafka Streams 4.1.1, 2 stream threads, in-memory window/session stores, "
+        KS: f"Kafka Streams 4.1.1, {a.ks_threads} stream thread(s), in-memory window/session stores, "
             "suppress(untilWindowCloses(unbounded())), at-least-once, changelogs on, "
             f"commit.interval.ms {a.ks_commit_ms}, statestore.cache.max.bytes {a.ks_cache_bytes}, -Xmx{a.heap}",
         SL: f"Spark {PYSPARK_VERSION} local[2] micro-batch + sluice (Python API, {os.path.basename(sluice.jar_path())}), "

@@ -203,28 +203,4 @@ public final class Nexmark {
         }
         return sb.toString();
     }
-
-    /**
-     * Flush events: one person, auction and bid for each of the ids -1..-FLUSH_IDS, far past the last
-     * event. Every side closes a window only when its event-time clock passes the window's end plus
-     * the allowed lateness: Kafka Streams per task (the largest timestamp that reached that task,
-     * after a repartition too), Flink by the watermark (the minimum over the source partitions of
-     * the largest timestamp minus the lateness), Spark by one global watermark. Without these
-     * records the last windows of a backlog would stay open on every side, each a different set.
-     * Sixteen ids per type reach every partition of a 2-partition repartition topic (checked by the
-     * generator); the flush windows themselves never close.
-     */
-    public static final int FLUSH_IDS = 16;
-
-    public static String flushJson(int type, long id, long ts) {
-        return switch (type) {
-            case PERSON -> "{\"event_type\":0,\"person\":{\"id\":" + id + ",\"name\":\"flush\",\"emailAddress\":\"\","
-                    + "\"creditCard\":\"\",\"city\":\"\",\"state\":\"\",\"dateTime\":" + ts + ",\"extra\":\"\"}}";
-            case AUCTION -> "{\"event_type\":1,\"auction\":{\"id\":" + id + ",\"itemName\":\"\",\"description\":\"\","
-                    + "\"initialBid\":0,\"reserve\":0,\"dateTime\":" + ts + ",\"expires\":" + ts + ",\"seller\":" + id
-                    + ",\"category\":0,\"extra\":\"\"}}";
-            default -> "{\"event_type\":2,\"bid\":{\"auction\":" + id + ",\"bidder\":" + id + ",\"price\":0,"
-                    + "\"channel\":\"\",\"url\":\"\",\"dateTime\":" + ts + ",\"extra\":\"\"}}";
-        };
-    }
 }

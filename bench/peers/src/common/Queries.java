@@ -22,7 +22,8 @@ public final class Queries {
         return !q.equals("count");
     }
 
-    /** Is this result row one of the flush events' own (negative ids or the flush key)? */
+    /** Is this result row one of the flush records' own (bench/kafka_streams' backlog ends with one
+     * flush record per partition, key "~flush-<p>", whose windows never close; kept as a check)? */
     public static boolean isFlushRow(String q, String row) {
         String[] f = row.split(",", -1);
         return switch (q) {

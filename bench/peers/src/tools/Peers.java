@@ -1,13 +1,16 @@
 // The tools of bench/peers (one mode per invocation; the last stdout line is JSON):
 //
 //   nexmark        --bootstrap B --topic T --events N --event-rate R --seed S --out-dir D
+//                  --lateness-ms L
 //                  a seeded Nexmark backlog (see Nexmark.java), event time n * 1000 / R ms after a fixed
-//                  start, then two waves of flush events; writes D/expected-<q>.rows for q5 q7 q8 q11
-//   nexmark-live   --bootstrap B --topic T --rate R --duration-s S --seed S --out-dir D
+//                  start; writes D/expected-<q>.rows for q5 q7 q8 q11: the reference's rows of the windows
+//                  that close by cut_ms (printed)
+//   nexmark-live   --bootstrap B --topic T --rate R --duration-s S --seed S --out-dir D --lateness-ms L
 //                  the same stream at R events/s of wall-clock time, event time = the send time
 //   count-expected --in BENCH_ROWS --out FILE    bench/kafka_streams' expected rows as canonical lines
-//   watch          --bootstrap B --topic O --count N --timeout-s T [--settle-ms 2000]
-//   collect        --bootstrap B --topic O --query Q --expected FILE --out FILE [--lateness-ms L --last-event-ms T]
+//   watch          --bootstrap B --topic O --count N --timeout-s T [--settle-ms 2000] [--query Q --lateness-ms L --cut-ms C]
+//   collect        --bootstrap B --topic O --query Q --expected FILE --out FILE [--lateness-ms L --cut-ms C]
+//                  [--last-event-ms T]
 //   diff           FILE FILE
 //   last-event-ms  --bootstrap B --topic T      the latest timestamp before each partition's last record
 //                                               (bench/kafka_streams' live producer ends with one flush record)
@@ -24,8 +27,6 @@ import org.apache.kafka.clients.consumer.*;
 import org.apache.kafka.clients.producer.*;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.record.TimestampType;
-import org.apache.kafka.common.serialization.LongSerializer;
-import org.apache.kafka.common.utils.Utils;
 
 public final class Peers {
     public static void main(String[] argv) throws Exception {
@@ -96,45 +97,33 @@ public final class Peers {
                     n++;
                 }
             }
-            // Two flush waves (see Nexmark.FLUSH_IDS): the first closes every real window on every side;
-            // the second closes the first wave's windows, so that Kafka Streams' second stage (q5, q7),
-            // whose clock moves only with the first stage's results, closes its last real windows too.
-            long flushBase = Math.floorDiv(lastTs, 60_000L) * 60_000L;
-            for (int wave = 1; wave <= 2; wave++)
-                for (int p = 0; p < parts; p++)
-                    for (int type = 0; type < 3; type++)
-                        for (long id = -1; id >= -Nexmark.FLUSH_IDS; id--)
-                            prod.send(new ProducerRecord<>(topic, p, flushBase + wave * 3_600_000L, null,
-                                    Nexmark.flushJson(type, id, flushBase + wave * 3_600_000L)));
             prod.flush();
         }
         double secs = (System.nanoTime() - t0) / 1e9;
         ref.finish();
+        // No flush events: every side closes a window when its clock passes the window's end plus the
+        // lateness, and those clocks stop short of the last event differently (Kafka Streams per task,
+        // and its second stage of q5/q7 one window and lateness later; Flink by the watermark; Spark by
+        // its watermark in the next micro-batch). Rows are compared for the windows that close by
+        // cut_ms, which every side reaches with the backlog's own events; later windows are not.
+        long lateMs = Long.parseLong(req(a, "lateness-ms"));
+        long cut = lastTs - 2 * (Queries.Q5_SIZE_MS + lateMs) - 2000;
         StringBuilder s = new StringBuilder("{\"events\": " + n + ", \"persons\": " + perType[0] + ", \"auctions\": "
                 + perType[1] + ", \"bids\": " + perType[2] + ", \"bytes\": " + bytes + ", \"first_ts\": "
                 + (live ? -1 : Nexmark.BASE_MS) + ", \"last_event_ms\": " + lastTs + ", \"produce_s\": "
                 + String.format("%.2f", secs) + ", \"achieved_rate\": " + String.format("%.0f", n / secs)
                 + ", \"sends_over_100ms_late\": " + lateSends + ", \"session_gap_ties\": " + ref.sessionGapTies
-                + ", \"flush_ids_cover_partitions\": " + flushCoverage(parts) + ", \"expected_rows\": {");
+                + ", \"cut_ms\": " + cut + ", \"expected_rows\": {");
         String sep = "";
         for (Map.Entry<String, List<String>> q : new TreeMap<>(ref.rows()).entrySet()) {
-            List<String> rows = q.getValue();
+            List<String> rows = new ArrayList<>();
+            for (String r : q.getValue()) if (Queries.closeTime(q.getKey(), r, lateMs) <= cut) rows.add(r);
             Collections.sort(rows);
             Files.write(outDir.resolve("expected-" + q.getKey() + ".rows"), rows);
             s.append(sep).append('"').append(q.getKey()).append("\": ").append(rows.size());
             sep = ", ";
         }
         System.out.println(s.append("}}"));
-    }
-
-    /** Whether ids -1..-FLUSH_IDS, as Kafka Streams' Long key serde writes them, hash to every partition. */
-    static boolean flushCoverage(int parts) {
-        Set<Integer> seen = new HashSet<>();
-        try (LongSerializer ser = new LongSerializer()) {
-            for (long id = -1; id >= -Nexmark.FLUSH_IDS; id--)
-                seen.add(Utils.toPositive(Utils.murmur2(ser.serialize("t", id))) % parts);
-        }
-        return seen.size() == parts;
     }
 
     // ------------------------------------------------------------------ the count query's expected rows
@@ -173,41 +162,57 @@ public final class Peers {
 
     // ------------------------------------------------------------------ output side
 
-    /** Polls the output topic's end offsets until they reach `count`, then until they stop moving for
-     * `settle-ms` (the flush events' own rows may come with the last real ones). */
+    /** Waits until the output has `count` rows: with --cut-ms, rows of windows that close by then (read
+     * as they come); without, records (the topic's end offsets). Then until nothing new comes for
+     * `settle-ms`. */
     static int watch(Map<String, String> a) throws Exception {
         long count = Long.parseLong(req(a, "count"));
         long deadline = System.currentTimeMillis() + Long.parseLong(req(a, "timeout-s")) * 1000;
         long settle = Long.parseLong(a.getOrDefault("settle-ms", "2000"));
+        String q = a.get("query");
+        long cut = Long.parseLong(a.getOrDefault("cut-ms", String.valueOf(Long.MAX_VALUE)));
+        long lateness = Long.parseLong(a.getOrDefault("lateness-ms", "0"));
         try (KafkaConsumer<String, String> c = Bench.consumer(req(a, "bootstrap"))) {
             List<TopicPartition> tps = Bench.topicPartitions(c, req(a, "topic"));
-            long n = -1, changed = System.currentTimeMillis(), reachedAt = -1;
+            if (a.containsKey("cut-ms")) {
+                c.assign(tps);
+                c.seekToBeginning(tps);
+            }
+            long n = 0, records = -1, changed = System.currentTimeMillis(), reachedAt = -1;
             while (System.currentTimeMillis() < deadline) {
-                long m = c.endOffsets(tps).values().stream().mapToLong(Long::longValue).sum();
+                long m;
+                if (a.containsKey("cut-ms")) {
+                    for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100)))
+                        if (!Queries.isFlushRow(q, r.value()) && Queries.closeTime(q, r.value(), lateness) <= cut) n++;
+                    m = tps.stream().mapToLong(c::position).sum();
+                } else {
+                    n = m = c.endOffsets(tps).values().stream().mapToLong(Long::longValue).sum();
+                    Thread.sleep(100);
+                }
                 long now = System.currentTimeMillis();
-                if (m != n) { n = m; changed = now; }
+                if (m != records) { records = m; changed = now; }
                 if (n >= count && reachedAt < 0) reachedAt = now;
                 if (reachedAt >= 0 && now - changed >= settle) {
-                    System.out.println("{\"reached\": " + n + ", \"at_ms\": " + reachedAt + "}");
+                    System.out.println("{\"reached\": " + n + ", \"records\": " + records + ", \"at_ms\": " + reachedAt + "}");
                     return 0;
                 }
-                Thread.sleep(100);
             }
-            System.out.println("{\"timeout\": true, \"records\": " + n + "}");
+            System.out.println("{\"timeout\": true, \"rows\": " + n + ", \"records\": " + records + "}");
             return 2;
         }
     }
 
-    /** Reads a whole output topic: its rows (sorted, to --out; the flush events' own rows apart), the first
-     * and last broker append times of real rows, the differing rows against --expected, and with
+    /** Reads a whole output topic: its rows (sorted, to --out; the count's flush rows and, with --cut-ms,
+     * rows of windows closing after the cut apart), the first and last broker append times of those rows, the differing rows against --expected, and with
      * --last-event-ms the latency of every row whose window closed by a real event: its append time
      * minus the close time (window end + lateness; event time is the producer's clock at send). */
     static void collect(Map<String, String> a) throws Exception {
         String q = req(a, "query");
         long lateness = Long.parseLong(a.getOrDefault("lateness-ms", "0"));
         long lastEvent = Long.parseLong(a.getOrDefault("last-event-ms", "-1"));
+        long cut = Long.parseLong(a.getOrDefault("cut-ms", String.valueOf(Long.MAX_VALUE)));
         List<String> rows = new ArrayList<>();
-        long flushRows = 0, firstAppend = Long.MAX_VALUE, lastAppend = Long.MIN_VALUE, untimed = 0;
+        long afterCut = 0, flushRows = 0, firstAppend = Long.MAX_VALUE, lastAppend = Long.MIN_VALUE, untimed = 0;
         long[] lat = new long[1 << 12];
         int nl = 0;
         try (KafkaConsumer<String, String> c = Bench.consumer(req(a, "bootstrap"))) {
@@ -221,6 +226,7 @@ public final class Peers {
                         throw new IllegalStateException("output topic must use LogAppendTime");
                     String row = r.value();
                     if (Queries.isFlushRow(q, row)) { flushRows++; continue; }
+                    if (Queries.closeTime(q, row, lateness) > cut) { afterCut++; continue; }
                     rows.add(row);
                     firstAppend = Math.min(firstAppend, r.timestamp());
                     lastAppend = Math.max(lastAppend, r.timestamp());
@@ -237,6 +243,7 @@ public final class Peers {
         Files.write(Path.of(req(a, "out")), rows);
         List<String> expected = Files.readAllLines(Path.of(req(a, "expected")));
         StringBuilder s = new StringBuilder("{\"rows\": " + rows.size() + ", \"flush_rows\": " + flushRows
+                + ", \"rows_after_cut\": " + afterCut
                 + ", \"first_append_ms\": " + firstAppend + ", \"last_append_ms\": " + lastAppend
                 + ", \"expected_rows\": " + expected.size() + ", \"differing_from_expected\": "
                 + differing(rows, expected, null));

@@ -86,7 +86,7 @@ final class Reference {
             if (sellers.contains(p.getKey())) q8.add(w.getKey() + "," + p.getKey() + "," + p.getValue());
     }
 
-    /** Closes everything (the flush events close every real window on every side). */
+    /** Closes every window and session (the caller keeps those that close by its cut). */
     void finish() {
         closeBefore(Long.MAX_VALUE / 2);
         for (Map.Entry<Long, long[]> en : q11Open.entrySet()) {
