@@ -77,10 +77,10 @@ class Data:
         return [] if q == "count" else ["--cut-ms", self.summary["cut_ms"], "--lateness-ms", a.lateness_ms]
 
 
-def make_nexmark(a: argparse.Namespace, work: Path, bs: str, topic: str, events: int, seed: int) -> Data:
+def make_nexmark(a: argparse.Namespace, work: Path, bs: str, topic: str, events: int, seed: int, event_rate: int) -> Data:
     tool("create-topic", "--bootstrap", bs, "--topic", topic, "--partitions", 2)
     d = work / topic
-    g = tool("nexmark", "--bootstrap", bs, "--topic", topic, "--events", events, "--event-rate", a.event_rate,
+    g = tool("nexmark", "--bootstrap", bs, "--topic", topic, "--events", events, "--event-rate", event_rate,
              "--seed", seed, "--out-dir", d, "--lateness-ms", a.lateness_ms)
     return Data(topic, events, {q: d / f"expected-{q}.rows" for q in QUERIES if q != "count"}, g)
 
@@ -278,10 +278,15 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], work: Path,
     data: dict[str, Data] = {}
     warm: dict[str, Data] = {}
     if any(q != "count" for q in queries):
-        data["nexmark"] = make_nexmark(a, work, bs, "nexmark", a.events, a.seed)
+        data["nexmark"] = make_nexmark(a, work, bs, "nexmark", a.events, a.seed, a.event_rate)
         print(f"   nexmark backlog: {data['nexmark'].summary}")
+        if data["nexmark"].summary["cut_ms"] < data["nexmark"].summary["first_ts"] + 30_000:
+            print("   WARNING: the backlog spans too little event time for the lateness: few or no windows close "
+                  "by the cut (more --events, a lower --event-rate or a smaller --lateness-ms)")
         if a.warmup_events:
-            warm["nexmark"] = make_nexmark(a, work, bs, "warm-nexmark", a.warmup_events, a.seed + 1)
+            # Spread over 2 x the cut's margin of event time, so that the warm-up has windows to close.
+            rate = max(1, a.warmup_events * 1000 // (4 * (10_000 + a.lateness_ms) + 10_000))
+            warm["nexmark"] = make_nexmark(a, work, bs, "warm-nexmark", a.warmup_events, a.seed + 1, rate)
     if "count" in queries:
         data["count"] = make_count(a, work, bs, "count-in", count_records, a.seed, 3 * 3600)
         print(f"   count backlog: {data['count'].summary}")

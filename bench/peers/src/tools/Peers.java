@@ -250,7 +250,7 @@ public final class Peers {
         if (lastEvent >= 0) {
             long[] l = Arrays.copyOf(lat, nl);
             Arrays.sort(l);
-            s.append(", \"latency_rows\": ").append(nl).append(", \"rows_closed_by_flush\": ").append(untimed);
+            s.append(", \"latency_rows\": ").append(nl).append(", \"rows_closing_after_last_event\": ").append(untimed);
             if (nl > 0)
                 s.append(", \"latency_min_ms\": ").append(l[0]).append(", \"latency_p50_ms\": ").append(Bench.pct(l, 0.5))
                         .append(", \"latency_p99_ms\": ").append(Bench.pct(l, 0.99)).append(", \"latency_max_ms\": ")
