@@ -99,8 +99,9 @@ def lateness(a: argparse.Namespace, q: str) -> int:
     return a.count_grace_ms if q == "count" else a.lateness_ms
 
 
-def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, topic: str, out: str, name: str) -> Side:
-    late = lateness(a, q)
+def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, topic: str, out: str, name: str,
+               late: int | None = None) -> Side:
+    late = lateness(a, q) if late is None else late
     if side == KS:
         cmd = ["java", f"-Xmx{a.heap}", *LOG, "-cp", CP_STREAMS, "PeersStreams", "--query", q, "--bootstrap", bs,
                "--input", topic, "--output", out, "--app-id", f"ks-{name}", "--threads", str(a.ks_threads),
@@ -131,7 +132,7 @@ def drain(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, data: D
         config = s.wait("config", timeout=300)
         started = s.wait("started", timeout=300)
         w = tool("watch", "--bootstrap", bs, "--topic", out, "--count", expected_rows, "--timeout-s", a.timeout_s,
-                 "--query", q, *data.cut(a, q))
+                 "--idle-s", a.idle_s, "--query", q, *data.cut(a, q))
     finally:
         stopped = stop(s)
     c = tool("collect", "--bootstrap", bs, "--topic", out, "--query", q, "--expected", expected,
@@ -159,7 +160,8 @@ def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, na
     tool("create-topic", "--bootstrap", bs, "--topic", out, "--partitions", 2, "--log-append-time")
     d = work / name
     d.mkdir(exist_ok=True)
-    s = start_side(side, q, a, work, bs, topic, out, name)
+    late = a.count_grace_ms if q == "count" else a.rate_lateness_ms
+    s = start_side(side, q, a, work, bs, topic, out, name, late)
     try:
         s.wait("running", timeout=300)
         if q == "count":
@@ -170,16 +172,17 @@ def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, na
             gen["last_event_ms"] = tool("last-event-ms", "--bootstrap", bs, "--topic", topic)["last_event_ms"]
         else:
             gen = tool("nexmark-live", "--bootstrap", bs, "--topic", topic, "--rate", a.rate, "--duration-s", a.duration_s,
-                       "--seed", a.seed + 7, "--out-dir", d, "--lateness-ms", a.lateness_ms)
+                       "--seed", a.seed + 7, "--out-dir", d, "--lateness-ms", late)
         expected = d / f"expected-{q}.rows"
         n = sum(1 for _ in open(expected))
         cut = [] if q == "count" else ["--cut-ms", gen["cut_ms"]]
-        w = tool("watch", "--bootstrap", bs, "--topic", out, "--count", n, "--timeout-s", a.timeout_s, "--query", q,
-                 "--lateness-ms", lateness(a, q), *cut)
+        w = tool("watch", "--bootstrap", bs, "--topic", out, "--count", n, "--timeout-s", a.timeout_s,
+                 "--idle-s", a.idle_s, "--query", q,
+                 "--lateness-ms", late, *cut)
     finally:
         stopped = stop(s)
     c = tool("collect", "--bootstrap", bs, "--topic", out, "--query", q, "--expected", expected,
-             "--out", work / f"{name}.rows", "--lateness-ms", lateness(a, q), "--last-event-ms", gen["last_event_ms"], *cut)
+             "--out", work / f"{name}.rows", "--lateness-ms", late, "--last-event-ms", gen["last_event_ms"], *cut)
     r = {"produced": gen.get("events", gen.get("records")), "achieved_rate": gen.get("achieved_rate"),
          "sends_over_100ms_late": gen.get("sends_over_100ms_late"), "results_timed": c.get("latency_rows"),
          "results_closing_after_last_event": c.get("rows_closing_after_last_event"), "min_ms": c.get("latency_min_ms"),
@@ -213,6 +216,9 @@ def main() -> None:
     ap.add_argument("--heap", default="4g", help="max heap of every side")
     ap.add_argument("--rate", type=int, default=50_000, help="fixed-rate run: events/s (0: skip)")
     ap.add_argument("--duration-s", type=int, default=120)
+    ap.add_argument("--rate-lateness-ms", type=int, default=10_000,
+                    help="Nexmark queries' allowed lateness in the fixed-rate runs (a live stream needs less than a "
+                         "drain; rows are compared for windows closing 2 x (10 s + this) + 2 s before the end)")
     ap.add_argument("--ks-commit-ms", type=int, default=1000, help="Kafka Streams commit.interval.ms (see README)")
     ap.add_argument("--rebalance-delay-ms", type=int, default=0,
                     help="the broker's group.initial.rebalance.delay.ms (the project's test broker: 0; Kafka's default 3000)")
@@ -223,6 +229,8 @@ def main() -> None:
     ap.add_argument("--trigger", default="0", help="sluice's processing-time trigger (0: Spark's default)")
     ap.add_argument("--max-offsets", type=int, default=0, help="sluice's maxOffsetsPerTrigger (0: not set)")
     ap.add_argument("--timeout-s", type=int, default=1800, help="per run: output must be complete by then")
+    ap.add_argument("--idle-s", type=int, default=120, help="per run: give up when the output, once started, has "
+                    "not grown for this long without being complete (a side that dropped rows)")
     ap.add_argument("--workdir", default="", help="broker data, checkpoints, rows (default: a temp dir, removed)")
     a = ap.parse_args()
     queries = [q for q in a.queries.split(",") if q]
@@ -258,7 +266,7 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], work: Path,
         "count": f"bench/kafka_streams' backlog: {count_records} records, {max(1, count_records // 10)} keys Zipf(1.0), "
                  "3 h of event time, disorder <= 2 s, keyed; 1-minute tumbling count per key, "
                  f"grace {a.count_grace_ms} ms",
-        "allowed lateness (Nexmark)": f"{a.lateness_ms} ms on every side",
+        "allowed lateness (Nexmark)": f"{a.lateness_ms} ms on every side (fixed-rate runs: {a.rate_lateness_ms} ms)",
         FL: f"Flink 2.3.0 DataStream API, local MiniCluster parallelism 2, state backend hashmap (Flink's default), "
             f"checkpoints every {a.flink_checkpoint_ms} ms (0 = off) to local disk, Kafka connector 5.0.0-2.2, "
             f"-Xmx{a.heap}",

@@ -8,7 +8,8 @@
 //   nexmark-live   --bootstrap B --topic T --rate R --duration-s S --seed S --out-dir D --lateness-ms L
 //                  the same stream at R events/s of wall-clock time, event time = the send time
 //   count-expected --in BENCH_ROWS --out FILE    bench/kafka_streams' expected rows as canonical lines
-//   watch          --bootstrap B --topic O --count N --timeout-s T [--settle-ms 2000] [--query Q --lateness-ms L --cut-ms C]
+//   watch          --bootstrap B --topic O --count N --timeout-s T [--settle-ms 2000] [--idle-s S]
+//                  [--query Q --lateness-ms L --cut-ms C]
 //   collect        --bootstrap B --topic O --query Q --expected FILE --out FILE [--lateness-ms L --cut-ms C]
 //                  [--last-event-ms T]
 //   diff           FILE FILE
@@ -169,6 +170,7 @@ public final class Peers {
         long count = Long.parseLong(req(a, "count"));
         long deadline = System.currentTimeMillis() + Long.parseLong(req(a, "timeout-s")) * 1000;
         long settle = Long.parseLong(a.getOrDefault("settle-ms", "2000"));
+        long idle = Long.parseLong(a.getOrDefault("idle-s", "0")) * 1000;
         String q = a.get("query");
         long cut = Long.parseLong(a.getOrDefault("cut-ms", String.valueOf(Long.MAX_VALUE)));
         long lateness = Long.parseLong(a.getOrDefault("lateness-ms", "0"));
@@ -195,6 +197,12 @@ public final class Peers {
                 if (reachedAt >= 0 && now - changed >= settle) {
                     System.out.println("{\"reached\": " + n + ", \"records\": " + records + ", \"at_ms\": " + reachedAt + "}");
                     return 0;
+                }
+                // A side that lost rows (late drops) never reaches the count: give up once its output,
+                // having started, has not moved for idle-s.
+                if (idle > 0 && records > 0 && reachedAt < 0 && now - changed >= idle) {
+                    System.out.println("{\"timeout\": true, \"idle\": true, \"rows\": " + n + ", \"records\": " + records + "}");
+                    return 2;
                 }
             }
             System.out.println("{\"timeout\": true, \"rows\": " + n + ", \"records\": " + records + "}");
