@@ -342,7 +342,12 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], work: Path,
             if SL in sides:
                 for other in (FL, KS):
                     if other in sides and med[f"{q}/{other}"] > 0:
-                        h.target(f"{q}: sluice / {other} drain throughput (median events/s)",
+                        # A run that lost rows (or stopped incomplete) did less work: say so beside the ratio.
+                        bad = {n: sum(1 for r in runs[n] if r["differing_from_expected"] or not r["complete"])
+                               for n in (f"{q}/{SL}", f"{q}/{other}")}
+                        note = "" if not any(bad.values()) else " [runs with differing rows or incomplete: " + \
+                            ", ".join(f"{n} {k} of {len(runs[n])}" for n, k in bad.items() if k) + "]"
+                        h.target(f"{q}: sluice / {other} drain throughput (median events/s){note}",
                                  med[f"{q}/{SL}"] / med[f"{q}/{other}"], ">=", 1.0)
             h.target(f"{q}: differing rows, worst run (vs reference and vs {names[0]})", float(worst), "<=", 0.0)
             comparisons[q] = {n: [d["differing"] for d in cross[n]] for n in names}
