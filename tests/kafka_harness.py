@@ -46,9 +46,10 @@ def _free_port() -> int:
 class Broker:
     """One KRaft Kafka node in a temporary directory; `bootstrap` is its client address."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, properties: dict[str, str] | None = None) -> None:
         fetch()
         self.workdir = workdir
+        self.properties = dict(properties or {})  # server.properties overrides (bench/peers)
         self.port, self.controller_port = _free_port(), _free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
@@ -73,6 +74,7 @@ class Broker:
             "transaction.state.log.min.isr=1",
             "group.initial.rebalance.delay.ms=0",
             "log.flush.interval.messages=1000000",
+            *[f"{k}={v}" for k, v in self.properties.items()],
         ]) + "\n")
         log4j = self.workdir / "log4j.properties"
         log4j.write_text(

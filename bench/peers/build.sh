@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Fetches bench/peers' JVM dependencies from Maven Central and compiles its sources (into target/,
+# not committed); does nothing when the poms and sources are unchanged since the last build.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+ks_src="$here/../kafka_streams/src/Bench.java"
+stamp="$here/target/.built-$(cat "$here"/pom-*.xml "$here"/src/*/*.java "$ks_src" | cksum | cut -d' ' -f1)"
+[ -f "$stamp" ] && exit 0
+rm -rf "$here/target/classes-streams" "$here/target/classes-flink" "$here"/target/.built-*
+for side in streams flink; do
+  stamp_lib="$here/target/lib-$side/.complete-$(cksum < "$here/pom-$side.xml" | cut -d' ' -f1)"
+  if [ ! -f "$stamp_lib" ]; then
+    rm -rf "$here/target/lib-$side"
+    mvn -q -f "$here/pom-$side.xml" dependency:copy-dependencies -DincludeScope=runtime \
+      -DoutputDirectory="$here/target/lib-$side" >&2
+    touch "$stamp_lib"
+  fi
+done
+javac -nowarn -d "$here/target/classes-streams" -cp "$here/target/lib-streams/*" \
+  "$here"/src/common/*.java "$here"/src/tools/*.java "$here"/src/streams/*.java "$ks_src"
+javac -nowarn -d "$here/target/classes-flink" -cp "$here/target/lib-flink/*" \
+  "$here"/src/common/*.java "$here"/src/flink/*.java
+touch "$stamp"

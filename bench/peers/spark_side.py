@@ -1,0 +1,200 @@
+"""The sluice side of bench/peers: one query per process (this Python driver and its Spark JVM,
+local[2], micro-batch), written with sluice's Python API as a user would. Prints JSON lines (config,
+started, running, stopped) and stops when "stop" comes on stdin.
+
+    spark_side.py --query Q --bootstrap B --input T --output O --checkpoint DIR --lateness-ms L [--heap 4g]
+
+Final results: count, q5, q7 and q8 are update-mode window aggregations under
+``suppress(..., Suppressed.until_window_closes(BufferConfig.unbounded()))`` (sluice fuses it into the
+aggregation: each window is emitted once, when the watermark passes its end). q11 (session windows)
+uses Spark's own append-mode ``session_window`` aggregation: sluice has no update-mode session
+windows yet (issue #23). q5's second step (the auctions with the most bids in each window) runs on
+each micro-batch's final counts in ``foreachBatch``: a window's counts are all released in the same
+micro-batch, the one after the watermark passes its end. State store: sluice's in-memory window
+store (``state_store="in_memory_window"``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from pyspark.sql import SparkSession, Window, functions as F, types as T  # noqa: E402
+
+import kafka_harness as kh  # noqa: E402
+import sluice  # noqa: E402
+from sluice import BufferConfig, Suppressed, suppress  # noqa: E402
+
+L = T.LongType()
+S = T.StringType()
+PERSON = T.StructType([T.StructField(n, t) for n, t in [
+    ("id", L), ("name", S), ("emailAddress", S), ("creditCard", S), ("city", S), ("state", S), ("dateTime", L),
+    ("extra", S)]])
+AUCTION = T.StructType([T.StructField(n, t) for n, t in [
+    ("id", L), ("itemName", S), ("description", S), ("initialBid", L), ("reserve", L), ("dateTime", L),
+    ("expires", L), ("seller", L), ("category", L), ("extra", S)]])
+BID = T.StructType([T.StructField(n, t) for n, t in [
+    ("auction", L), ("bidder", L), ("price", L), ("channel", S), ("url", S), ("dateTime", L), ("extra", S)]])
+EVENT = T.StructType([T.StructField("event_type", T.IntegerType()), T.StructField("person", PERSON),
+                      T.StructField("auction", AUCTION), T.StructField("bid", BID)])
+
+
+def vm_hwm_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return -1
+
+
+def final(agg):
+    return suppress(agg, Suppressed.until_window_closes(BufferConfig.unbounded()))
+
+
+def ms(c):
+    return F.unix_millis(c).cast("string")
+
+
+def build(spark: SparkSession, q: str, source, late: str):
+    """The query's output: a DataFrame with one string column `value` (the canonical row), and the
+    output mode; or for q5 a foreachBatch function."""
+    raw = source.load()
+    if q == "count":
+        ev = raw.select(F.col("key").cast("string").alias("k"), F.col("timestamp").alias("ts"))
+        counts = ev.withWatermark("ts", late).groupBy(F.window("ts", "1 minute"), "k").count()
+        return final(counts).select(F.concat_ws(",", "k", ms("window.start"), F.col("count").cast("string"))
+                                    .alias("value")), "update", None
+    # Nexmark: every record parsed (the event's own dateTime is its event time), the watermark on the
+    # whole stream, then the event type the query reads.
+    ev = (raw.select(F.from_json(F.col("value").cast("string"), EVENT).alias("e")).select("e.*")
+          .withColumn("ts", F.timestamp_millis(F.coalesce("bid.dateTime", "auction.dateTime", "person.dateTime")))
+          .withWatermark("ts", late))
+    bids = ev.where("event_type = 2")
+    if q == "q5":
+        counts = bids.groupBy(F.window("ts", "10 seconds", "2 seconds"), F.col("bid.auction").alias("auction")).count()
+
+        def hottest(df, batch_id):
+            w = Window.partitionBy("window")
+            (df.withColumn("mx", F.max("count").over(w)).where("count = mx")
+             .select(F.concat_ws(",", ms("window.start"), F.col("auction").cast("string"),
+                                 F.col("count").cast("string")).alias("value"))
+             .write.format("kafka").option("kafka.bootstrap.servers", source_bootstrap)
+             .option("topic", output_topic).save())
+
+        return final(counts), "update", hottest
+    if q == "q7":
+        best = bids.groupBy(F.window("ts", "10 seconds")).agg(
+            F.max(F.struct(F.col("bid.price").alias("price"), F.col("bid.dateTime").alias("dateTime"),
+                           F.col("bid.auction").alias("auction"), F.col("bid.bidder").alias("bidder"))).alias("b"))
+        return final(best).select(F.concat_ws(",", ms("window.start"), *[F.col(f"b.{f}").cast("string") for f in
+                                                                        ("price", "dateTime", "auction", "bidder")])
+                                  .alias("value")), "update", None
+    if q == "q8":
+        persons = ev.where("event_type = 0").select("ts", F.col("person.id").alias("id"),
+                                                    F.col("person.name").alias("name"), F.lit(1).alias("p"))
+        sellers = ev.where("event_type = 1").select("ts", F.col("auction.seller").alias("id"),
+                                                    F.lit(None).cast("string").alias("name"), F.lit(0).alias("p"))
+        joined = persons.unionByName(sellers).groupBy(F.window("ts", "10 seconds"), "id").agg(
+            F.max("name").alias("name"), F.max("p").alias("has_person"), F.min("p").alias("has_no_person"))
+        return (final(joined).where("has_person = 1 and has_no_person = 0")
+                .select(F.concat_ws(",", ms("window.start"), F.col("id").cast("string"), "name").alias("value")),
+                "update", None)
+    if q == "q11":
+        sessions = bids.groupBy(F.session_window("ts", "10 seconds"), F.col("bid.bidder").alias("bidder")).count()
+        return sessions.select(F.concat_ws(",", F.col("bidder").cast("string"), ms("session_window.start"),
+                                           ms("session_window.end"), F.col("count").cast("string")).alias("value")), \
+            "append", None
+    raise ValueError(f"unknown query {q}")
+
+
+source_bootstrap = ""
+output_topic = ""
+
+
+def main() -> None:
+    global source_bootstrap, output_topic
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--query", required=True)
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--input", required=True)
+    ap.add_argument("--output", required=True)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--lateness-ms", type=int, required=True)
+    ap.add_argument("--heap", default="4g")
+    ap.add_argument("--trigger", default="0", help="processing-time trigger; 0 = Spark's default")
+    ap.add_argument("--max-offsets", type=int, default=0, help="maxOffsetsPerTrigger (0: not set)")
+    args = ap.parse_args()
+    source_bootstrap, output_topic = args.bootstrap, args.output
+
+    conf = {
+        "spark.driver.memory": args.heap,
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.numRecentProgressUpdates": "100000",
+        "spark.jars": ",".join(kh.connector_jars()),
+    }
+    builder = SparkSession.builder.master("local[2]").appName(f"sluice-peers-{args.query}")
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = sluice.configure(builder, state_store="in_memory_window").getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+
+    source = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", args.bootstrap)
+              .option("subscribe", args.input).option("startingOffsets", "earliest"))
+    if args.max_offsets:
+        source = source.option("maxOffsetsPerTrigger", str(args.max_offsets))
+    out, mode, per_batch = build(spark, args.query, source, f"{args.lateness_ms} milliseconds")
+    writer = out.writeStream.outputMode(mode).option("checkpointLocation", args.checkpoint)
+    if per_batch is not None:
+        writer = writer.foreachBatch(per_batch)
+    else:
+        writer = writer.format("kafka").option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.output)
+    if args.trigger != "0":
+        writer = writer.trigger(processingTime=args.trigger)
+    settings = {**conf, "spark.jars": "Kafka connector (dev/fetch-kafka) + sluice.jar", "query": args.query,
+                "output mode": mode, "sink": "foreachBatch (Kafka batch write)" if per_batch else "Kafka",
+                "final results": "Spark append-mode session_window (no update-mode session windows in sluice: #23)"
+                if args.query == "q11" else "sluice.suppress(until_window_closes(unbounded())), fused="
+                + spark.conf.get("spark.sluice.suppress.fused", "true"),
+                "state store": spark.conf.get("spark.sql.streaming.stateStore.providerClass"),
+                "watermark delay ms": args.lateness_ms,
+                "trigger": args.trigger if args.trigger != "0" else "default (as soon as possible)",
+                "maxOffsetsPerTrigger": args.max_offsets or "not set",
+                "spark.sluice.input.buffer.max.bytes": spark.conf.get("spark.sluice.input.buffer.max.bytes", "default")}
+    print(json.dumps({"event": "config", "spark": settings}), flush=True)
+
+    start_ms = int(time.time() * 1000)
+    query = writer.start()
+    print(json.dumps({"event": "started", "start_ms": start_ms}), flush=True)
+    while query.lastProgress is None and query.isActive:
+        time.sleep(0.05)
+    print(json.dumps({"event": "running", "running_ms": int(time.time() * 1000)}), flush=True)
+
+    for line in sys.stdin:
+        if line.strip() == "stop":
+            break
+    progress = query.recentProgress
+    failure = query.exception()
+    query.stop()
+    dropped = sum(op.get("numRowsDroppedByWatermark", 0) for p in progress for op in p.get("stateOperators", []))
+    batches = [{"batch": p["batchId"], "rows": p["numInputRows"], "ms": p["durationMs"].get("triggerExecution", 0),
+                "durations": p["durationMs"],
+                "state": [{k: op.get(k) for k in ("operatorName", "numRowsTotal", "numRowsUpdated", "numRowsRemoved",
+                                                   "allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs",
+                                                   "memoryUsedBytes")}
+                          for op in p.get("stateOperators", [])]} for p in progress]
+    print(json.dumps({"event": "stopped", "dropped_records": dropped,
+                      "vm_hwm_kb": vm_hwm_kb(jvm_pid) + vm_hwm_kb(os.getpid()), "jvm_hwm_kb": vm_hwm_kb(jvm_pid),
+                      "batches": batches, "failure": str(failure)[:2000] if failure else None}), flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+// The tools of bench/peers (one mode per invocation; the last stdout line is JSON):
+//
+//   nexmark        --bootstrap B --topic T --events N --event-rate R --seed S --out-dir D
+//                  --lateness-ms L
+//                  a seeded Nexmark backlog (see Nexmark.java), event time n * 1000 / R ms after a fixed
+//                  start; writes D/expected-<q>.rows for q5 q7 q8 q11: the reference's rows of the windows
+//                  that close by cut_ms (printed)
+//   nexmark-live   --bootstrap B --topic T --rate R --duration-s S --seed S --out-dir D --lateness-ms L
+//                  the same stream at R events/s of wall-clock time, event time = the send time
+//   count-expected --in BENCH_ROWS --out FILE    bench/kafka_streams' expected rows as canonical lines
+//   watch          --bootstrap B --topic O --count N --timeout-s T [--settle-ms 2000] [--idle-s S]
+//                  [--query Q --lateness-ms L --cut-ms C]
+//   collect        --bootstrap B --topic O --query Q --expected FILE --out FILE [--lateness-ms L --cut-ms C]
+//                  [--last-event-ms T]
+//   diff           FILE FILE
+//   last-event-ms  --bootstrap B --topic T      the latest timestamp before each partition's last record
+//                                               (bench/kafka_streams' live producer ends with one flush record)
+//
+// Every event goes to partition n % 2 (no key), with the event time as its record timestamp (and as
+// dateTime in the JSON value).
+import java.io.*;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.*;
+import java.time.Duration;
+import java.util.*;
+
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.record.TimestampType;
+
+public final class Peers {
+    public static void main(String[] argv) throws Exception {
+        String mode = argv[0];
+        Map<String, String> a = mode.equals("diff") ? Map.of() : Bench.args(Arrays.copyOfRange(argv, 1, argv.length));
+        switch (mode) {
+            case "nexmark" -> nexmark(a, false);
+            case "nexmark-live" -> nexmark(a, true);
+            case "count-expected" -> countExpected(a);
+            case "watch" -> System.exit(watch(a));
+            case "collect" -> collect(a);
+            case "diff" -> diff(Path.of(argv[1]), Path.of(argv[2]));
+            case "last-event-ms" -> lastEventMs(a);
+            default -> throw new IllegalArgumentException("unknown mode " + mode);
+        }
+    }
+
+    static String req(Map<String, String> a, String k) {
+        return Bench.req(a, k);
+    }
+
+    // ------------------------------------------------------------------ the Nexmark producer
+
+    static void nexmark(Map<String, String> a, boolean live) throws Exception {
+        String bootstrap = req(a, "bootstrap"), topic = req(a, "topic");
+        long seed = Long.parseLong(req(a, "seed"));
+        Path outDir = Path.of(req(a, "out-dir"));
+        Files.createDirectories(outDir);
+        int parts = Bench.partitions(bootstrap, topic);
+        SplittableRandom rnd = new SplittableRandom(seed);
+        Reference ref = new Reference();
+        Nexmark.Event ev = new Nexmark.Event();
+        long[] perType = new long[3];
+        long bytes = 0, n = 0, lastTs = Long.MIN_VALUE, lateSends = 0;
+        long t0 = System.nanoTime();
+        try (KafkaProducer<String, String> prod = Bench.producer(bootstrap)) {
+            if (!live) {
+                long events = Long.parseLong(req(a, "events")), rate = Long.parseLong(req(a, "event-rate"));
+                for (; n < events; n++) {
+                    long ts = Nexmark.BASE_MS + n * 1000 / rate;
+                    String v = Nexmark.json(n, ts, rnd, ev);
+                    prod.send(new ProducerRecord<>(topic, (int) (n % parts), ts, null, v));
+                    ref.accept(ev, ts);
+                    perType[ev.event_type]++;
+                    bytes += v.length();
+                    lastTs = ts;
+                }
+            } else {
+                double rate = Double.parseDouble(req(a, "rate"));
+                long durationNs = Long.parseLong(req(a, "duration-s")) * 1_000_000_000L;
+                long startNs = System.nanoTime();
+                while (true) {
+                    long due = startNs + (long) (n * 1e9 / rate), now = System.nanoTime();
+                    if (due - startNs >= durationNs) break;
+                    if (due > now) {
+                        long wait = due - now;
+                        if (wait > 200_000) Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
+                        continue;
+                    }
+                    if (now - due > 100_000_000L) lateSends++;
+                    long ts = Math.max(System.currentTimeMillis(), lastTs); // event time = send time
+                    String v = Nexmark.json(n, ts, rnd, ev);
+                    prod.send(new ProducerRecord<>(topic, (int) (n % parts), ts, null, v));
+                    ref.accept(ev, ts);
+                    perType[ev.event_type]++;
+                    bytes += v.length();
+                    lastTs = ts;
+                    n++;
+                }
+            }
+            prod.flush();
+        }
+        double secs = (System.nanoTime() - t0) / 1e9;
+        ref.finish();
+        // No flush events: every side closes a window when its clock passes the window's end plus the
+        // lateness, and those clocks stop short of the last event differently (Kafka Streams per task,
+        // and its second stage of q5/q7 one window and lateness later; Flink by the watermark; Spark by
+        // its watermark in the next micro-batch). Rows are compared for the windows that close by
+        // cut_ms, which every side reaches with the backlog's own events; later windows are not.
+        long lateMs = Long.parseLong(req(a, "lateness-ms"));
+        long cut = lastTs - 2 * (Queries.Q5_SIZE_MS + lateMs) - 2000;
+        StringBuilder s = new StringBuilder("{\"events\": " + n + ", \"persons\": " + perType[0] + ", \"auctions\": "
+                + perType[1] + ", \"bids\": " + perType[2] + ", \"bytes\": " + bytes + ", \"first_ts\": "
+                + (live ? -1 : Nexmark.BASE_MS) + ", \"last_event_ms\": " + lastTs + ", \"produce_s\": "
+                + String.format("%.2f", secs) + ", \"achieved_rate\": " + String.format("%.0f", n / secs)
+                + ", \"sends_over_100ms_late\": " + lateSends + ", \"session_gap_ties\": " + ref.sessionGapTies
+                + ", \"cut_ms\": " + cut + ", \"expected_rows\": {");
+        String sep = "";
+        for (Map.Entry<String, List<String>> q : new TreeMap<>(ref.rows()).entrySet()) {
+            List<String> rows = new ArrayList<>();
+            for (String r : q.getValue()) if (Queries.closeTime(q.getKey(), r, lateMs) <= cut) rows.add(r);
+            Collections.sort(rows);
+            Files.write(outDir.resolve("expected-" + q.getKey() + ".rows"), rows);
+            s.append(sep).append('"').append(q.getKey()).append("\": ").append(rows.size());
+            sep = ", ";
+        }
+        System.out.println(s.append("}}"));
+    }
+
+    // ------------------------------------------------------------------ the count query's expected rows
+
+    static void countExpected(Map<String, String> a) throws IOException {
+        Bench.Rows r = Bench.readRows(Path.of(req(a, "in")));
+        long countMask = (1L << Bench.COUNT_BITS) - 1, minuteMask = (1L << Bench.MINUTE_BITS) - 1;
+        List<String> out = new ArrayList<>(r.rows().length);
+        for (long x : r.rows()) {
+            long key = x >>> (Bench.MINUTE_BITS + Bench.COUNT_BITS);
+            long minute = (x >>> Bench.COUNT_BITS) & minuteMask;
+            out.add(Bench.key((int) key) + "," + (minute + r.originMinute()) * Bench.WINDOW_MS + "," + (x & countMask));
+        }
+        Collections.sort(out);
+        Files.write(Path.of(req(a, "out")), out);
+        System.out.println("{\"rows\": " + out.size() + "}");
+    }
+
+    static void lastEventMs(Map<String, String> a) throws Exception {
+        long last = Long.MIN_VALUE;
+        try (KafkaConsumer<String, String> c = Bench.consumer(req(a, "bootstrap"))) {
+            List<TopicPartition> tps = Bench.topicPartitions(c, req(a, "topic"));
+            Map<TopicPartition, Long> end = c.endOffsets(tps);
+            for (TopicPartition tp : tps) {
+                if (end.get(tp) < 2) continue;
+                c.assign(List.of(tp));
+                c.seek(tp, end.get(tp) - 2);
+                ConsumerRecords<String, String> rs = ConsumerRecords.empty();
+                for (int i = 0; i < 30 && rs.isEmpty(); i++) rs = c.poll(Duration.ofSeconds(1));
+                for (ConsumerRecord<String, String> r : rs)
+                    if (r.offset() == end.get(tp) - 2) last = Math.max(last, r.timestamp());
+            }
+        }
+        System.out.println("{\"last_event_ms\": " + last + "}");
+    }
+
+    // ------------------------------------------------------------------ output side
+
+    /** Waits until the output has `count` rows: with --cut-ms, rows of windows that close by then (read
+     * as they come); without, records (the topic's end offsets). Then until nothing new comes for
+     * `settle-ms`. */
+    static int watch(Map<String, String> a) throws Exception {
+        long count = Long.parseLong(req(a, "count"));
+        long deadline = System.currentTimeMillis() + Long.parseLong(req(a, "timeout-s")) * 1000;
+        long settle = Long.parseLong(a.getOrDefault("settle-ms", "2000"));
+        long idle = Long.parseLong(a.getOrDefault("idle-s", "0")) * 1000;
+        String q = a.get("query");
+        long cut = Long.parseLong(a.getOrDefault("cut-ms", String.valueOf(Long.MAX_VALUE)));
+        long lateness = Long.parseLong(a.getOrDefault("lateness-ms", "0"));
+        try (KafkaConsumer<String, String> c = Bench.consumer(req(a, "bootstrap"))) {
+            List<TopicPartition> tps = Bench.topicPartitions(c, req(a, "topic"));
+            if (a.containsKey("cut-ms")) {
+                c.assign(tps);
+                c.seekToBeginning(tps);
+            }
+            long n = 0, records = -1, changed = System.currentTimeMillis(), reachedAt = -1;
+            while (System.currentTimeMillis() < deadline) {
+                long m;
+                if (a.containsKey("cut-ms")) {
+                    for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100)))
+                        if (!Queries.isFlushRow(q, r.value()) && Queries.closeTime(q, r.value(), lateness) <= cut) n++;
+                    m = tps.stream().mapToLong(c::position).sum();
+                } else {
+                    n = m = c.endOffsets(tps).values().stream().mapToLong(Long::longValue).sum();
+                    Thread.sleep(100);
+                }
+                long now = System.currentTimeMillis();
+                if (m != records) { records = m; changed = now; }
+                if (n >= count && reachedAt < 0) reachedAt = now;
+                if (reachedAt >= 0 && now - changed >= settle) {
+                    System.out.println("{\"reached\": " + n + ", \"records\": " + records + ", \"at_ms\": " + reachedAt + "}");
+                    return 0;
+                }
+                // A side that lost rows (late drops) never reaches the count: give up once its output,
+                // having started, has not moved for idle-s.
+                if (idle > 0 && records > 0 && reachedAt < 0 && now - changed >= idle) {
+                    System.out.println("{\"timeout\": true, \"idle\": true, \"rows\": " + n + ", \"records\": " + records + "}");
+                    return 2;
+                }
+            }
+            System.out.println("{\"timeout\": true, \"rows\": " + n + ", \"records\": " + records + "}");
+            return 2;
+        }
+    }
+
+    /** Reads a whole output topic: its rows (sorted, to --out; the count's flush rows and, with --cut-ms,
+     * rows of windows closing after the cut apart), the first and last broker append times of those rows, the differing rows against --expected, and with
+     * --last-event-ms the latency of every row whose window closed by a real event: its append time
+     * minus the close time (window end + lateness; event time is the producer's clock at send). */
+    static void collect(Map<String, String> a) throws Exception {
+        String q = req(a, "query");
+        long lateness = Long.parseLong(a.getOrDefault("lateness-ms", "0"));
+        long lastEvent = Long.parseLong(a.getOrDefault("last-event-ms", "-1"));
+        long cut = Long.parseLong(a.getOrDefault("cut-ms", String.valueOf(Long.MAX_VALUE)));
+        List<String> rows = new ArrayList<>();
+        long afterCut = 0, flushRows = 0, firstAppend = Long.MAX_VALUE, lastAppend = Long.MIN_VALUE, untimed = 0;
+        long[] lat = new long[1 << 12];
+        int nl = 0;
+        try (KafkaConsumer<String, String> c = Bench.consumer(req(a, "bootstrap"))) {
+            List<TopicPartition> tps = Bench.topicPartitions(c, req(a, "topic"));
+            c.assign(tps);
+            c.seekToBeginning(tps);
+            Map<TopicPartition, Long> end = c.endOffsets(tps);
+            while (tps.stream().anyMatch(tp -> c.position(tp) < end.get(tp))) {
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofSeconds(1))) {
+                    if (r.timestampType() != TimestampType.LOG_APPEND_TIME)
+                        throw new IllegalStateException("output topic must use LogAppendTime");
+                    String row = r.value();
+                    if (Queries.isFlushRow(q, row)) { flushRows++; continue; }
+                    if (Queries.closeTime(q, row, lateness) > cut) { afterCut++; continue; }
+                    rows.add(row);
+                    firstAppend = Math.min(firstAppend, r.timestamp());
+                    lastAppend = Math.max(lastAppend, r.timestamp());
+                    if (lastEvent >= 0) {
+                        long close = Queries.closeTime(q, row, lateness);
+                        if (close > lastEvent) { untimed++; continue; }
+                        if (nl == lat.length) lat = Arrays.copyOf(lat, nl * 2);
+                        lat[nl++] = r.timestamp() - close;
+                    }
+                }
+            }
+        }
+        Collections.sort(rows);
+        Files.write(Path.of(req(a, "out")), rows);
+        List<String> expected = Files.readAllLines(Path.of(req(a, "expected")));
+        StringBuilder s = new StringBuilder("{\"rows\": " + rows.size() + ", \"flush_rows\": " + flushRows
+                + ", \"rows_after_cut\": " + afterCut
+                + ", \"first_append_ms\": " + firstAppend + ", \"last_append_ms\": " + lastAppend
+                + ", \"expected_rows\": " + expected.size() + ", \"differing_from_expected\": "
+                + differing(rows, expected, null));
+        if (lastEvent >= 0) {
+            long[] l = Arrays.copyOf(lat, nl);
+            Arrays.sort(l);
+            s.append(", \"latency_rows\": ").append(nl).append(", \"rows_closing_after_last_event\": ").append(untimed);
+            if (nl > 0)
+                s.append(", \"latency_min_ms\": ").append(l[0]).append(", \"latency_p50_ms\": ").append(Bench.pct(l, 0.5))
+                        .append(", \"latency_p99_ms\": ").append(Bench.pct(l, 0.99)).append(", \"latency_max_ms\": ")
+                        .append(l[nl - 1]);
+        }
+        System.out.println(s.append("}"));
+    }
+
+    /** Rows in one sorted multiset and not in the other, both ways; the first few of each kind to `show`. */
+    static long differing(List<String> x, List<String> y, List<String> show) {
+        int i = 0, j = 0;
+        long d = 0;
+        while (i < x.size() || j < y.size()) {
+            int c = i == x.size() ? 1 : j == y.size() ? -1 : x.get(i).compareTo(y.get(j));
+            if (c == 0) { i++; j++; continue; }
+            d++;
+            if (show != null && show.size() < 10) show.add((c < 0 ? "- " + x.get(i) : "+ " + y.get(j)));
+            if (c < 0) i++; else j++;
+        }
+        return d;
+    }
+
+    static void diff(Path x, Path y) throws IOException {
+        List<String> show = new ArrayList<>();
+        long d = differing(Files.readAllLines(x), Files.readAllLines(y), show);
+        StringBuilder s = new StringBuilder("{\"differing\": " + d + ", \"examples\": [");
+        for (int i = 0; i < show.size(); i++)
+            s.append(i > 0 ? ", " : "").append('"').append(show.get(i).replace("\"", "'")).append('"');
+        System.out.println(s.append("]}"));
+    }
+}
