@@ -99,13 +99,14 @@ private[sluice] case class EmitCacheExec(
 
 private[sluice] object EmitCacheExec {
   /** The operator's metrics, typed by what they count (rows as counts, bytes as sizes). */
-  val Metrics: Seq[StatefulOperatorCustomMetric] = Seq(
-    StatefulOperatorCustomSumMetric("emitCacheForwardedTotal", "rows forwarded downstream by the emission cache"),
-    StatefulOperatorCustomSumMetric("emitCacheAbsorbedTotal", "updates replaced in the emission cache unforwarded"),
-    SizeOperatorMetric("emitCacheBytes", "bytes held by the emission cache"),
-    StatefulOperatorCustomSumMetric("emitCacheEvictTotal", "rows forwarded early because the cache was full"),
-    StatefulOperatorCustomSumMetric("emitCacheIndexRebuildTotal",
-      "partitions whose emission cache index was rebuilt by a scan of the store (a restart, a replay, a moved partition)"))
+  val Metrics: Seq[StatefulOperatorCustomMetric] = Seq[(String, String)](
+    "emitCacheForwardedTotal" -> "rows forwarded downstream by the emission cache",
+    "emitCacheAbsorbedTotal" -> "updates replaced in the emission cache unforwarded",
+    "emitCacheEvictTotal" -> "rows forwarded early because the cache was full",
+    "emitCacheIndexRebuildTotal" ->
+      "partitions whose emission cache index was rebuilt by a scan of the store (a restart, a replay, a moved partition)"
+  ).map { case (name, desc) => StatefulOperatorCustomSumMetric(name, desc) } :+
+    SizeOperatorMetric("emitCacheBytes", "bytes held by the emission cache")
 
   /**
    * Bytes one partition of the emission cache may hold: the executor budget C (halved when the
