@@ -162,6 +162,7 @@ object SluiceConf {
   }
   val SuppressIds: OperatorIds = operatorIds("suppress")
   val EmitCacheIds: OperatorIds = operatorIds("emit_cache")
+  val SessionUpdateIds: OperatorIds = operatorIds("session_update")
 
   /** The type URL of the Spark Connect relation extension that carries `suppress`. */
   val ConnectTypeUrl: String = contract.get("connect_type_url").asText()

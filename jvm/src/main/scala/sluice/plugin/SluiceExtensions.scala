@@ -15,6 +15,9 @@ class SluiceExtensions extends (SparkSessionExtensions => Unit) {
     // emission cache (KIP-63)
     ext.injectOptimizerRule(sluice.cache.internal.EmitCacheRule(_))
     ext.injectPlannerStrategy(sluice.cache.internal.EmitCacheStrategy(_))
+    // session windows in update mode (KIP-328's session scenario)
+    ext.injectHintResolutionRule(_ => sluice.sessions.internal.SessionUpdateRule)
+    ext.injectPlannerStrategy(sluice.sessions.internal.SessionUpdateStrategy(_))
     // real-time mode (Spark 4.3): Spark's operator allowlist with sluice's operators taken out
     ext.injectColumnar(RealTimeAllowlist.rule(_))
     // input bound (KIP-770)

@@ -16,6 +16,17 @@ object PlanTypes {
   val StateStoreRestoreExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreRestoreExec
   type StateStoreSaveExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreSaveExec
   val StateStoreSaveExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreSaveExec
+  type SessionWindowStateStoreRestoreExec =
+    org.apache.spark.sql.execution.streaming.operators.stateful.SessionWindowStateStoreRestoreExec
+  type SessionWindowStateStoreSaveExec =
+    org.apache.spark.sql.execution.streaming.operators.stateful.SessionWindowStateStoreSaveExec
+  type StreamingSessionWindowStateManager =
+    org.apache.spark.sql.execution.streaming.operators.stateful.StreamingSessionWindowStateManager
+  val StreamingSessionWindowStateManager =
+    org.apache.spark.sql.execution.streaming.operators.stateful.StreamingSessionWindowStateManager
+  /** Spark's planning of a streaming aggregation (`planStreamingAggregationForSession`). */
+  val AggUtils = org.apache.spark.sql.execution.aggregate.AggUtils
+
   type StatefulOperatorStateInfo = org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorStateInfo
   val StatefulOperatorStateInfo = org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorStateInfo
   type StatefulOperatorCustomMetric = org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorCustomMetric

@@ -16,6 +16,11 @@ object SessionConf {
   /** The prefix of the checkpoint file manager setting (`spark.sql.streaming.checkpointFileManagerClass`). */
   val CheckpointFileManagerKey: String = SQLConf.STREAMING_CHECKPOINT_FILE_MANAGER_CLASS.parent.key
 
+  /** The state format of session-window aggregations (`spark.sql.streaming.sessionWindow.stateFormatVersion`). */
+  def sessionWindowStateFormat(conf: SQLConf): Int = conf.getConf(SQLConf.STREAMING_SESSION_WINDOW_STATE_FORMAT_VERSION)
+  /** Whether sessions are merged within an input partition before the shuffle. */
+  def mergeSessionsInLocalPartition(conf: SQLConf): Boolean = conf.streamingSessionWindowMergeSessionInLocalPartition
+
   /**
    * The store settings of a side store, a store sluice opens beside an operator's own (the emission
    * cache's, suppress's spill store, the inspector's reads): `base`'s settings, then `recorded` (what

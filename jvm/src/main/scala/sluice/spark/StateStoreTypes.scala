@@ -31,6 +31,8 @@ object StateStoreTypes {
   type StateStoreErrors = org.apache.spark.sql.execution.streaming.state.StateStoreErrors.type
   val StateStoreErrors = org.apache.spark.sql.execution.streaming.state.StateStoreErrors
 
+  type StateSchemaValidationResult = org.apache.spark.sql.execution.streaming.state.StateSchemaValidationResult
+
   type KeyStateEncoderSpec = org.apache.spark.sql.execution.streaming.state.KeyStateEncoderSpec
   type NoPrefixKeyStateEncoderSpec = org.apache.spark.sql.execution.streaming.state.NoPrefixKeyStateEncoderSpec
   val NoPrefixKeyStateEncoderSpec = org.apache.spark.sql.execution.streaming.state.NoPrefixKeyStateEncoderSpec

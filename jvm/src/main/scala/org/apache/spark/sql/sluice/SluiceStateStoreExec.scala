@@ -107,6 +107,19 @@ trait SluiceStateStoreExec extends UnaryExecNode with StateStoreWriter {
       session.sessionState, Some(session.streams.stateStoreCoordinator))(f)
   }
 
+  /**
+   * Runs `f` on each partition with its state store, keys scanned by their first `numColsPrefixKey`
+   * columns, for an operator whose child reads the same store first (Spark's session-window restore,
+   * given this operator's state info): Spark hands the task's read store on to it, as it does to
+   * its own session-window save. Commit as for [[mapPartitionsWithStore]].
+   */
+  protected def mapPartitionsWithPrefixStore(numColsPrefixKey: Int)(
+      f: (StateStore, Iterator[InternalRow]) => Iterator[InternalRow]): RDD[InternalRow] =
+    child.execute().mapPartitionsWithStateStore(
+      getStateInfo, stateKeySchema, stateValueSchema,
+      PrefixKeyScanStateEncoderSpec(stateKeySchema, numColsPrefixKey),
+      session.sessionState, Some(session.streams.stateStoreCoordinator))(f)
+
   /** Exposed for subclasses in other packages. */
   protected def reportStoreMetrics(store: StateStore): Unit = {
     setStoreMetrics(store)

@@ -103,6 +103,17 @@ object StatefulOperatorSupport {
         .map(id => new StreamContext(exec, stateInfo(exec, id)))
     }
 
+  /**
+   * A grouping key as Spark's aggregation planning groups it: floating-point values normalised
+   * (-0.0 as 0.0, one NaN), which Spark's optimizer does only for the `Aggregate`s it knows.
+   */
+  def normalizedGroupingKey(e: org.apache.spark.sql.catalyst.expressions.NamedExpression)
+      : org.apache.spark.sql.catalyst.expressions.NamedExpression =
+    org.apache.spark.sql.catalyst.optimizer.NormalizeFloatingNumbers.normalize(e) match {
+      case named: org.apache.spark.sql.catalyst.expressions.NamedExpression => named
+      case other => org.apache.spark.sql.catalyst.expressions.Alias(other, e.name)(exprId = e.exprId)
+    }
+
   /** `iter`, then `f` once it is exhausted (Spark's CompletionIterator is `private[spark]`). */
   def onCompletion[A](iter: Iterator[A])(f: => Unit): Iterator[A] = CompletionIterator[A, Iterator[A]](iter, f)
 

@@ -1,0 +1,56 @@
+package sluice.sessions.internal
+
+import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeSet, Expression, NamedExpression}
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.sluice.SluiceStatefulNode
+
+import sluice.conf.SluiceConf
+
+/**
+ * A session-window aggregation run in update mode by sluice: the user's `Aggregate`, with the same
+ * grouping and aggregate expressions, as a node of its own so that Spark's update-mode refusal of
+ * session windows (which looks for an `Aggregate`) does not apply to it. Its input carries the
+ * retraction flag (false on every input row) as one more grouping key, so that Spark's own session
+ * planning keeps it beside each session's aggregates; [[SessionUpdateExec]] sets it on the rows it
+ * retracts. Built by [[SessionUpdateRule]] only.
+ *
+ * Spark allows aggregate functions only in its own `Aggregate` and strips the aliases of nodes it
+ * does not know, so the output expressions are held out of the analyzer's and optimizer's sight
+ * ([[SessionAggregates]]: they were analysed in the user's `Aggregate`), the columns they read are
+ * `inputs` (what the optimizer must keep below), and the columns they produce are `output`.
+ */
+private[sluice] case class SessionUpdateNode(
+    groupingExpressions: Seq[Expression],
+    aggregates: SessionAggregates,
+    inputs: Seq[Attribute],
+    override val output: Seq[Attribute],
+    retracted: Attribute,
+    child: LogicalPlan) extends SluiceStatefulNode {
+  override def producedAttributes: AttributeSet = AttributeSet(output)
+  override def operatorIdBase: Long = SluiceConf.SessionUpdateIds.from
+  override protected def withNewChildInternal(newChild: LogicalPlan): SessionUpdateNode = copy(child = newChild)
+}
+
+/**
+ * The output expressions of a [[SessionUpdateNode]], as its `Aggregate` held them (not expressions of
+ * the node), written over the input columns `over`. Spark gives a node's input columns new ids (each
+ * micro-batch's source relation has its own); the node's `inputs` follow, position by position, and
+ * [[over]] reads the expressions over them.
+ */
+private[sluice] final case class SessionAggregates(expressions: Seq[NamedExpression], over: Seq[Attribute]) {
+  def over(inputs: Seq[Attribute]): Seq[NamedExpression] = {
+    val now = over.map(_.exprId).zip(inputs).toMap
+    expressions.map(_.transformUp { case a: Attribute if now.contains(a.exprId) => now(a.exprId) }
+      .asInstanceOf[NamedExpression])
+  }
+  override def toString: String = expressions.mkString("[", ", ", "]")
+}
+
+private[sluice] object SessionUpdateNode {
+  def apply(grouping: Seq[Expression], aggregates: Seq[NamedExpression], retracted: Attribute,
+            child: LogicalPlan): SessionUpdateNode = {
+    val inputs = AttributeSet(aggregates.flatMap(_.references)).toSeq
+    SessionUpdateNode(grouping, SessionAggregates(aggregates, inputs), inputs, aggregates.map(_.toAttribute), retracted,
+      child)
+  }
+}

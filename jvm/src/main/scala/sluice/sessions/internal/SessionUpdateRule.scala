@@ -1,0 +1,76 @@
+package sluice.sessions.internal
+
+import org.apache.spark.sql.catalyst.expressions.{Alias, AttributeReference, Expression, If, Literal, NamedExpression, SessionWindow}
+import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, AnalysisHelper, LogicalPlan, Project}
+import org.apache.spark.sql.catalyst.rules.Rule
+import org.apache.spark.sql.catalyst.streaming.WriteToStreamStatement
+import org.apache.spark.sql.streaming.OutputMode
+
+/**
+ * Session-window aggregations in update mode (KIP-328's last scenario): Spark plans them only in
+ * append and complete mode, and refuses update mode when the query starts. This rule sees the
+ * query with its output mode (the statement `writeStream.start()` analyses, which holds both), and
+ * in update mode only rewrites each streaming session-window `Aggregate` into
+ *
+ * {{{
+ *   Project(the aggregation's columns; each aggregate column null on a retraction)
+ *     SessionUpdateNode(the same grouping keys + retracted, the same aggregates + retracted)
+ *       Project(the input + `retracted` = false)
+ * }}}
+ *
+ * so the output has the user's schema and a merged-away session leaves as its old key (grouping
+ * columns, the old session window) with null aggregates: the tombstone Kafka Streams forwards for it.
+ *
+ * A hint-resolution rule, the analyzer's first batch: Spark checks the output mode in its resolution
+ * batch, before any resolution rule of an extension runs. The query inside the statement is a
+ * DataFrame's plan, analysed already, which `resolveOperators` would skip; the rewrite changes it
+ * once, without analysing it again, and is idempotent (no session-window `Aggregate` is left).
+ */
+private[sluice] object SessionUpdateRule extends Rule[LogicalPlan] {
+  /** The input column that tells a retraction from an update inside the plan (never in the output). */
+  val RetractedColumn = "__sluice_retracted"
+
+  override def apply(plan: LogicalPlan): LogicalPlan = plan match {
+    case w: WriteToStreamStatement if w.outputMode == OutputMode.Update() && w.inputQuery.exists(isSessionAggregate) =>
+      val query = AnalysisHelper.allowInvokingTransformsInAnalyzer {
+        w.inputQuery.transformUp { case a: Aggregate if isSessionAggregate(a) => rewrite(a) }
+      }
+      w.withNewChildren(Seq(query))
+    case _ => plan
+  }
+
+  private def isSessionAggregate(p: LogicalPlan): Boolean = p match {
+    case a: Aggregate => a.child.isStreaming && a.groupingExpressions.exists(isSessionWindow)
+    case _ => false
+  }
+
+  private def isSessionWindow(e: Expression): Boolean = e match {
+    case a: AttributeReference =>
+      a.metadata.contains(SessionWindow.marker) && a.metadata.getBoolean(SessionWindow.marker)
+    case _ => false
+  }
+
+  /** Whether output column `e` is computed from the grouping keys alone (kept on a retraction). */
+  private def fromKeysOnly(e: NamedExpression): Boolean = !e.exists(_.isInstanceOf[AggregateExpression])
+
+  private def rewrite(a: Aggregate): LogicalPlan = {
+    val flag = Alias(Literal(false), RetractedColumn)()
+    val retracted = flag.toAttribute
+    val input = Project(a.child.output :+ flag, a.child)
+    // Aggregate columns get new ids inside; the Project above gives them back their own.
+    val inner = a.aggregateExpressions.map {
+      case e if fromKeysOnly(e) => e
+      case al: Alias => Alias(al.child, al.name)(qualifier = al.qualifier, explicitMetadata = al.explicitMetadata)
+      case e => Alias(e, e.name)()
+    }
+    val node = SessionUpdateNode(a.groupingExpressions :+ retracted, inner :+ retracted, retracted, input)
+    val columns = a.aggregateExpressions.zip(inner).map {
+      case (outer, in) if outer eq in => outer.toAttribute
+      case (outer, in) =>
+        Alias(If(retracted, Literal(null, in.dataType), in.toAttribute), outer.name)(
+          exprId = outer.exprId, qualifier = outer.qualifier)
+    }
+    Project(columns, node)
+  }
+}

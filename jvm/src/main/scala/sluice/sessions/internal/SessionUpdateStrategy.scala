@@ -1,0 +1,54 @@
+package sluice.sessions.internal
+
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.expressions.{NamedExpression, RuntimeReplaceable, SessionWindow}
+import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
+import org.apache.spark.sql.catalyst.planning.PhysicalAggregation
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan}
+import org.apache.spark.sql.sluice.StatefulOperatorSupport
+
+import sluice.spark.PlanTypes.{AggUtils, SessionWindowStateStoreRestoreExec, SessionWindowStateStoreSaveExec, SparkPlan, SparkStrategy}
+import sluice.spark.{SessionConf, Sessions}
+
+/**
+ * Plans a [[SessionUpdateNode]] as Spark plans a session-window aggregation (partial aggregation,
+ * shuffle, sort, restore of the key's stored sessions, merge), with [[SessionUpdateExec]] where
+ * Spark's save would be. Spark numbers and fills in its own save and restore pair by their classes
+ * only; here the restore reads this operator's store, so it gets this operator's state info (and
+ * then Spark's watermark rule gives it the watermarks, as to its own restore).
+ */
+private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends SparkStrategy {
+  override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
+    case n: SessionUpdateNode =>
+      // Functions Spark's optimizer would have replaced in an `Aggregate` (count_if, bool_and, ...).
+      val aggregates = n.aggregates.over(n.inputs).map(_.transformUp {
+        case r: RuntimeReplaceable => r.replacement
+      }.asInstanceOf[NamedExpression])
+      Aggregate(n.groupingExpressions, aggregates, n.child) match {
+        case PhysicalAggregation(grouping, aggregates, results, child) => planned(n, grouping, aggregates, results, child)
+        case _ => Nil
+      }
+    case _ => Nil
+  }
+
+  private def planned(
+      n: SessionUpdateNode,
+      grouping: Seq[NamedExpression],
+      aggregates: Seq[org.apache.spark.sql.catalyst.expressions.Expression],
+      results: Seq[NamedExpression],
+      child: LogicalPlan): Seq[SparkPlan] = {
+    val ctx = StatefulOperatorSupport.streamContext(session, n)
+    val conf = Sessions.classic(session).sessionState.conf
+    val keys = grouping.map(StatefulOperatorSupport.normalizedGroupingKey)
+    val sessionWindow = keys.find(_.metadata.contains(SessionWindow.marker)).get
+    val sparkPlan = AggUtils.planStreamingAggregationForSession(
+      keys, sessionWindow, aggregates.map(_.asInstanceOf[AggregateExpression]), results,
+      SessionConf.sessionWindowStateFormat(conf), SessionConf.mergeSessionsInLocalPartition(conf), planLater(child))
+    sparkPlan.map(_.transformUp {
+      case r: SessionWindowStateStoreRestoreExec => ctx.fold(r)(c => r.copy(stateInfo = Some(c.stateInfo)))
+      case s: SessionWindowStateStoreSaveExec =>
+        SessionUpdateExec(s.keyWithoutSessionExpressions, s.sessionExpression, n.retracted, s.stateFormatVersion,
+          ctx, s.child)
+    })
+  }
+}

@@ -1,0 +1,196 @@
+"""Session windows in update mode (the last of KIP-328's scenarios) through the public API: the
+user's ordinary `groupBy(F.session_window(...), ...)`, written in update mode with sluice's
+extensions on, on real queries, checkpoints and each state store provider.
+
+Each batch emits the sessions it changed; a session merged into another (or grown, so its window
+no longer exists) leaves as a retraction: its key and old window with null aggregates, the
+tombstone Kafka Streams forwards. A table keyed by (key, session window) that applies the rows in
+order (upsert a row, delete on a retraction) must end exactly as Spark's own append mode, which
+emits each session once, final. Input arrives one JSON file per micro-batch.
+"""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from datetime import datetime, timedelta
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from test_suppress import PROVIDERS, Run, at
+
+GAP = "5 seconds"
+
+
+@pytest.fixture
+def run(spark: SparkSession, tmp_path: Path) -> Any:
+    r = Run(spark, tmp_path)
+    yield r
+    r.stop()
+
+
+@pytest.fixture(params=sorted(PROVIDERS))
+def provider(request: pytest.FixtureRequest, spark: SparkSession) -> Any:
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[request.param])
+    yield request.param
+    spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+
+
+def sessions(events: DataFrame, watermark: str = "10 seconds") -> DataFrame:
+    return (events.withWatermark("ts", watermark)
+            .groupBy(F.session_window("ts", GAP), "user")
+            .agg(F.count("*").alias("n"), F.sum("v").alias("total")))
+
+
+def key(r: dict) -> tuple:
+    return (r["user"], r["session_window"]["start"].replace(tzinfo=None), r["session_window"]["end"].replace(tzinfo=None))
+
+
+def is_retraction(r: dict) -> bool:
+    return r["n"] is None and r["total"] is None
+
+
+def apply(table: dict, rows: list[dict]) -> dict:
+    """A downstream table keyed by (user, session window): a retraction deletes, a row upserts."""
+    for r in rows:
+        if is_retraction(r):
+            assert key(r) in table, f"retraction of a session never emitted: {r}"
+            del table[key(r)]
+        else:
+            table[key(r)] = (r["n"], r["total"])
+    return table
+
+
+def table_of(run: Run) -> dict:
+    """The table the update-mode rows build, its sessions closed by the last watermark (the only ones
+    append mode has emitted: max event time - 10 s, sessions ending at or before it)."""
+    table: dict = {}
+    for b in sorted(run.batches):
+        apply(table, run.batches[b])
+    events = [json.loads(line) for f in sorted(run.src.glob("*.json")) for line in f.read_text().splitlines()]
+    watermark = max(datetime.strptime(e["ts"], "%Y-%m-%d %H:%M:%S.%f") for e in events) - timedelta(seconds=10)
+    return {k: v for k, v in table.items() if k[2] <= watermark}
+
+
+def append_mode_finals(spark: SparkSession, src: Path, tmp: Path) -> dict:
+    """Spark's own session windows (append mode) over the same files, fed as the update-mode query
+    was fed (one file, then every batch it leads to, watermark-only ones included): one final row
+    per session."""
+    feed = tmp / "append-in"
+    feed.mkdir()
+    events = (spark.readStream.schema("ts timestamp, user string, v long").option("maxFilesPerTrigger", 1)
+              .json(str(feed)))
+    out: dict = {}
+
+    def sink(batch: DataFrame, _: int) -> None:
+        for r in batch.collect():
+            r = r.asDict(recursive=True)
+            assert key(r) not in out
+            out[key(r)] = (r["n"], r["total"])
+
+    q = (sessions(events).writeStream.outputMode("append").foreachBatch(sink)
+         .option("checkpointLocation", str(tmp / "append-ckpt")).start())
+    try:
+        for f in sorted(src.glob("*.json")):
+            shutil.copy(f, feed / f".{f.name}.tmp")
+            (feed / f".{f.name}.tmp").rename(feed / f.name)
+            q.processAllAvailable()
+    finally:
+        q.stop()
+    return out
+
+
+BATCHES = [
+    [(0, "a"), (1, "a"), (3, "b")],          # a [0,6), b [3,8)
+    [(10, "a", 2)],                          # a: new session [10,15); [0,6) unchanged, not emitted
+    [(5.5, "a", 3)],                         # bridges a's [0,6) and [10,15): both retracted, [0,15) emitted
+    [(12, "b")],                             # b: a second session
+    [(60, "c")],                             # the watermark passes every earlier session
+    [(120, "c")],
+]
+
+
+def feed_all(run: Run, batches: list) -> None:
+    for b in batches:
+        run.feed(*b)
+
+
+def test_update_mode_emits_changes_and_retracts_merged_sessions(spark: SparkSession, run: Run, provider: str,
+                                                                tmp_path: Path) -> None:
+    run.start(sessions(run.events()))
+    feed_all(run, BATCHES)
+    by_batch = [sorted((key(r), r["n"], r["total"]) for r in run.batches[b]) for b in sorted(run.batches)
+                if run.batches[b]]  # batches without input (the watermark moved) emit nothing
+    a0, a10, a15 = ("a", at(0), at(6)), ("a", at(10), at(15)), ("a", at(0), at(15))
+    assert by_batch[0] == [(a0, 2, 2), (("b", at(3), at(8)), 1, 1)]
+    assert by_batch[1] == [(a10, 1, 2)]                                    # only what changed
+    assert by_batch[2] == sorted([(a0, None, None), (a10, None, None), (a15, 4, 7)])
+    # The table the changes build is Spark's own append-mode result for the same input.
+    assert table_of(run) == append_mode_finals(spark, run.src, tmp_path)
+    progress = run.query.recentProgress
+    ops = [op for p in progress for op in p["stateOperators"] if op["operatorName"] == "sluiceSessionUpdate"]
+    assert ops and ops[-1]["numRowsTotal"] == 1  # only c's latest session is open; the rest evicted
+
+
+def test_random_sequences_build_the_append_mode_result(spark: SparkSession, run: Run, tmp_path: Path) -> None:
+    """Random arrivals, late ones and bridging ones included, over two partitions."""
+    rng = random.Random(7)
+    batches, t = [], 0
+    for _ in range(8):
+        batch = []
+        for _ in range(rng.randint(1, 6)):
+            batch.append((max(0, t + rng.randint(-12, 6)), rng.choice("xyz"), rng.randint(1, 9)))
+        t += rng.randint(2, 9)
+        batches.append(batch)
+    batches.append([(t + 100, "x", 1)])  # closes every session
+    run.start(sessions(run.events()))
+    feed_all(run, batches)
+    retractions = sum(is_retraction(r) for r in run.rows())
+    assert retractions > 0, "the sequence has no bridging event: choose another seed"
+    assert table_of(run) == append_mode_finals(spark, run.src, tmp_path)
+
+
+def test_restart_and_replayed_batch(spark: SparkSession, run: Run, provider: str, tmp_path: Path) -> None:
+    """A query stopped and restarted on its checkpoint continues its sessions; a batch that failed
+    in the sink after the operator committed is replayed with exactly the rows it emitted before."""
+    crashed: list[int] = []
+
+    def crash_once(batch_id: int, rows: list) -> bool:
+        if any(is_retraction(r) for r in rows) and not crashed:
+            crashed.append(batch_id)
+            return True
+        return False
+
+    df = sessions(run.events())
+    run.start(df, fail_when=crash_once)
+    feed_all(run, BATCHES[:2])
+    run.stop()
+    run.start(df, fail_when=crash_once)
+    with pytest.raises(StreamingQueryException, match="simulated crash"):
+        run.feed(*BATCHES[2])
+    run.query = None
+    first = [rows for b, rows in run.attempts if b == crashed[0]][0]
+    run.start(df)
+    run.query.processAllAvailable()
+    assert Counter(map(str, run.batches[crashed[0]])) == Counter(map(str, first))
+    feed_all(run, BATCHES[3:])
+    assert table_of(run) == append_mode_finals(spark, run.src, tmp_path)
+
+
+def test_append_and_complete_modes_stay_spark_own(spark: SparkSession, run: Run) -> None:
+    """Only update mode is sluice's: append mode plans Spark's own session operators."""
+    q = (sessions(run.events()).writeStream.outputMode("append").format("memory").queryName("sessions_append")
+         .option("checkpointLocation", str(run.ckpt)).start())
+    try:
+        run.write(*BATCHES[0])
+        q.processAllAvailable()
+        names = {op["operatorName"] for p in q.recentProgress for op in p["stateOperators"]}
+        assert names == {"sessionWindowStateStoreSaveExec"}, names
+    finally:
+        q.stop()
