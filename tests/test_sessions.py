@@ -23,6 +23,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from sluice import BufferConfig, Suppressed, suppress
 from test_suppress import PROVIDERS, Run, at
 
 GAP = "5 seconds"
@@ -194,3 +195,70 @@ def test_append_and_complete_modes_stay_spark_own(spark: SparkSession, run: Run)
         assert names == {"sessionWindowStateStoreSaveExec"}, names
     finally:
         q.stop()
+
+
+# --- suppress over session windows ---------------------------------------------------------------
+
+def test_kafka_streams_scenario_gives_its_final_sessions(spark: SparkSession, run: Run, provider: str) -> None:
+    """Kafka Streams' own suppress scenario for sessions (gap 5, no grace): k1@0, k1@5, k1@1, k2@11,
+    k1@5 (late), k1@30 give the finals [k1@0/5]=3 and [k2@11/11]=1. A Kafka session [start, end]
+    ends at its last record; Spark's session window ends a gap after it ([0, 10) and [11, 16))."""
+    counts = (run.events().withWatermark("ts", "0 seconds")
+              .groupBy(F.session_window("ts", GAP), F.col("user").alias("k")).count())
+    run.start(suppress(counts, Suppressed.until_window_closes(BufferConfig.unbounded())))
+    for t, k in [(0, "k1"), (5, "k1"), (1, "k1"), (11, "k2"), (5, "k1"), (30, "k1")]:
+        run.feed((t, k))
+    finals = [(r["k"], r["session_window"]["start"].replace(tzinfo=None), r["session_window"]["end"].replace(tzinfo=None),
+               r["count"]) for r in run.rows()]
+    assert finals == [("k1", at(0), at(10), 3), ("k2", at(11), at(16), 1)]
+
+
+def test_until_window_closes_emits_each_session_once_and_never_a_merged_one(
+        spark: SparkSession, run: Run, provider: str, tmp_path: Path) -> None:
+    """One final row per session, across a restart; no row for a session later merged into another."""
+    df = suppress(sessions(run.events()), Suppressed.until_window_closes(BufferConfig.unbounded()))
+    run.start(df)
+    feed_all(run, BATCHES[:3])
+    run.stop()
+    run.start(df)
+    feed_all(run, BATCHES[3:])
+    rows = run.rows()
+    assert not any(is_retraction(r) for r in rows)
+    finals = Counter((key(r), (r["n"], r["total"])) for r in rows)
+    assert set(finals.values()) == {1}, finals
+    assert dict(finals.keys()) == append_mode_finals(spark, run.src, tmp_path)
+    assert ("a", at(0), at(6)) not in {k for k, _ in finals}  # merged into [0, 15) before it closed
+
+
+@pytest.mark.parametrize("limit", [0, 7])
+def test_time_limit_forwards_retractions_and_ends_at_the_final_sessions(
+        spark: SparkSession, run: Run, tmp_path: Path, limit: int) -> None:
+    """until_time_limit rate-limits a session's updates and forwards its retraction as Kafka Streams
+    forwards a tombstone. Limit 0 forwards every change at once (the rows of plain update mode); any
+    limit leaves a table keyed by (key, session) exactly at the final sessions once stream time has
+    passed them all."""
+    df = suppress(sessions(run.events()), Suppressed.until_time_limit(timedelta(seconds=limit),
+                                                                    BufferConfig.unbounded()),
+                  time_col="session_window.end")
+    run.start(df)
+    # Stream time is per partition (as per task in Kafka Streams): the last batch reaches every key's.
+    flush = [(200, user) for user in "abc"]
+    feed_all(run, BATCHES + [flush])
+    rows = run.rows()
+    assert any(is_retraction(r) for r in rows)
+    table: dict = {}
+    for r in rows:
+        if is_retraction(r):
+            table.pop(key(r), None)  # a session whose rows the limit held back may be retracted unseen
+        else:
+            table[key(r)] = (r["n"], r["total"])
+    finals = append_mode_finals(spark, run.src, tmp_path)
+    assert {k: v for k, v in table.items() if k in finals or k[2] <= max(k2[2] for k2 in finals)} == finals
+    if limit == 0:
+        plain = Run(spark, tmp_path / "plain")
+        plain.start(sessions(plain.events()))
+        try:
+            feed_all(plain, BATCHES + [flush])
+            assert Counter(map(str, rows)) == Counter(map(str, plain.rows()))
+        finally:
+            plain.stop()

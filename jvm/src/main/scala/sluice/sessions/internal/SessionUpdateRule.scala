@@ -1,11 +1,13 @@
 package sluice.sessions.internal
 
-import org.apache.spark.sql.catalyst.expressions.{Alias, AttributeReference, Expression, If, Literal, NamedExpression, SessionWindow}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, ExprId, Expression, If, Literal, NamedExpression, SessionWindow}
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, AnalysisHelper, LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.streaming.WriteToStreamStatement
 import org.apache.spark.sql.streaming.OutputMode
+
+import sluice.suppress.internal.SuppressNode
 
 /**
  * Session-window aggregations in update mode (KIP-328's last scenario): Spark plans them only in
@@ -19,8 +21,10 @@ import org.apache.spark.sql.streaming.OutputMode
  *       Project(the input + `retracted` = false)
  * }}}
  *
- * so the output has the user's schema and a merged-away session leaves as its old key (grouping
- * columns, the old session window) with null aggregates: the tombstone Kafka Streams forwards for it.
+ * so a merged-away session leaves as its old key (grouping columns, the old session window) with
+ * null aggregates: the tombstone Kafka Streams forwards for it. The `retracted` column goes on to a
+ * `suppress` right above (which needs it to tell a tombstone from a row) and no further: the query's
+ * output is the user's.
  *
  * A hint-resolution rule, the analyzer's first batch: Spark checks the output mode in its resolution
  * batch, before any resolution rule of an extension runs. The query inside the statement is a
@@ -33,10 +37,23 @@ private[sluice] object SessionUpdateRule extends Rule[LogicalPlan] {
 
   override def apply(plan: LogicalPlan): LogicalPlan = plan match {
     case w: WriteToStreamStatement if w.outputMode == OutputMode.Update() && w.inputQuery.exists(isSessionAggregate) =>
+      val flags = scala.collection.mutable.Set.empty[ExprId]
       val query = AnalysisHelper.allowInvokingTransformsInAnalyzer {
-        w.inputQuery.transformUp { case a: Aggregate if isSessionAggregate(a) => rewrite(a) }
+        w.inputQuery.transformUp {
+          case a: Aggregate if isSessionAggregate(a) =>
+            val (replaced, retracted) = rewrite(a)
+            flags += retracted.exprId
+            replaced
+          // suppress right above reads the flag: a retraction drops a buffered session under
+          // until_window_closes and is forwarded (rate-limited) under the time limits.
+          case s: SuppressNode if s.retracted.isEmpty && s.child.output.exists(o => flags(o.exprId)) =>
+            s.copy(retracted = s.child.output.find(o => flags(o.exprId)))
+        }
       }
-      w.withNewChildren(Seq(query))
+      // The flag goes no further than the query's own columns (a projection above drops it already).
+      val original = w.inputQuery.output
+      val kept = if (query.output.map(_.exprId) == original.map(_.exprId)) query else Project(original, query)
+      w.withNewChildren(Seq(kept))
     case _ => plan
   }
 
@@ -54,7 +71,8 @@ private[sluice] object SessionUpdateRule extends Rule[LogicalPlan] {
   /** Whether output column `e` is computed from the grouping keys alone (kept on a retraction). */
   private def fromKeysOnly(e: NamedExpression): Boolean = !e.exists(_.isInstanceOf[AggregateExpression])
 
-  private def rewrite(a: Aggregate): LogicalPlan = {
+  /** The replacement of `a`, its output with `retracted` last, and `retracted`. */
+  private def rewrite(a: Aggregate): (LogicalPlan, Attribute) = {
     val flag = Alias(Literal(false), RetractedColumn)()
     val retracted = flag.toAttribute
     val input = Project(a.child.output :+ flag, a.child)
@@ -71,6 +89,6 @@ private[sluice] object SessionUpdateRule extends Rule[LogicalPlan] {
         Alias(If(retracted, Literal(null, in.dataType), in.toAttribute), outer.name)(
           exprId = outer.exprId, qualifier = outer.qualifier)
     }
-    Project(columns, node)
+    (Project(columns :+ retracted, node), retracted)
   }
 }

@@ -47,7 +47,8 @@ private[sluice] case class SuppressExec(
     context: Option[StreamContext],
     child: SparkPlan,
     streamTime: Option[Attribute] = None,
-    realTime: Boolean = false) extends SluiceStateStoreExec {
+    realTime: Boolean = false,
+    retracted: Option[Attribute] = None) extends SluiceStateStoreExec {
 
   private val layout = new BufferLayout(DataTypeUtils.fromAttributes(keys), DataTypeUtils.fromAttributes(child.output))
   override def keyAttributes: Seq[Attribute] = keys
@@ -85,6 +86,7 @@ private[sluice] case class SuppressExec(
     val timeExpr = time
     val streamTimeOrdinal = streamTime.map(a => output.indexWhere(_.exprId == a.exprId))
     val perRow = realTime
+    val retractedOrdinal = retracted.map(a => output.indexWhere(_.exprId == a.exprId))
     val spill = if (config.whenFull == BufferFullStrategy.SpillToDisk) Some(spillStore(ctx)) else None
 
     val checkpointIds = StatefulOperatorStateInfo.enableStateStoreCheckpointIds(conf)
@@ -151,7 +153,11 @@ private[sluice] case class SuppressExec(
           val isDue = (t: Long) => t <= evictWm
           iter.flatMap { row =>
             val end = row.getStruct(ord, 2).getLong(1) / 1000
-            if (end <= lateWm) {
+            if (retractedOrdinal.exists(row.getBoolean)) {
+              // A merged-away session: its final result will never exist, so nothing of it is emitted.
+              buffer.drop(keyOf(row))
+              Iterator.empty
+            } else if (end <= lateWm) {
               lateDropped += 1 // its window was closed (and emitted) by an earlier batch
               Iterator.empty
             } else {

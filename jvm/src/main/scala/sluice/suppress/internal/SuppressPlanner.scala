@@ -30,17 +30,15 @@ private[sluice] object SuppressPlanner {
       fail(s"suppress needs the aggregation's grouping columns in its input; " +
         s"${missing.map(_.name).mkString(", ")} were dropped: keep them in the DataFrame.")
     }
-    if (keys.exists(k => k.metadata.contains(SessionWindow.marker))) {
-      fail("suppress does not support session windows: Spark does not run session-window aggregations in " +
-        "update mode, and its append output mode already emits one final result per session; use " +
-        "outputMode(\"append\") without suppress.")
-    }
-    val window = keys.find(k => k.metadata.contains(TimeWindow.marker))
+    // A session window counts as a window: its end is the session's (sluice.sessions runs the
+    // aggregation in update mode, retracting merged-away sessions).
+    val window = keys.find(k => k.metadata.contains(TimeWindow.marker) || k.metadata.contains(SessionWindow.marker))
     var graceMs = 0L
     suppressed match {
       case _: UntilWindowCloses =>
         val w = window.getOrElse(fail("suppress(until_window_closes) needs a time window among the grouping " +
-          "columns: group by F.window(<event-time column>, <duration>) (and other keys) before suppress."))
+          "columns: group by F.window(<event-time column>, <duration>) or F.session_window(<event-time column>, " +
+          "<gap>) (and other keys) before suppress."))
         if (!w.metadata.contains(EventTimeWatermark.delayKey)) {
           fail("suppress(until_window_closes) needs a watermark on the window's event-time column: call " +
             "df.withWatermark(\"<event-time column>\", \"<grace period>\") before the aggregation; the watermark " +

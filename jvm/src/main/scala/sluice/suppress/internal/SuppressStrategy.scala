@@ -22,7 +22,8 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
       // state: on the fused path there is none, and its directory would read as unfused state.
       else FusedFinal.plan(session, n, ctx).getOrElse {
         Sidecars.record(session, n, SuppressStrategy.sidecar(n))
-        SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, ctx, planLater(n.child))
+        SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, ctx, planLater(n.child),
+          retracted = n.retracted)
       } :: Nil
     case _ => Nil
   }

@@ -125,6 +125,23 @@ private[sluice] final class SuppressionBuffer(
     t
   }
 
+  /**
+   * Drops `key`'s entry wherever it is buffered, emitting nothing: a retraction under a final-results
+   * mode (the session it held was merged into another, its window no longer exists; Kafka Streams
+   * drops such tombstones from final results too). Returns whether it was buffered.
+   */
+  def drop(key: UnsafeRow): Boolean = dropFrom(memory, key) || disk.exists(dropFrom(_, key))
+
+  private def dropFrom(part: IndexedStore, key: UnsafeRow): Boolean = {
+    val old = part.store.get(key)
+    if (old == null) return false
+    val t = layout.bufferTime(old)
+    val size = (key.getSizeInBytes + old.getSizeInBytes).toLong
+    part.store.remove(key)
+    part.index.remove(t, key, size)
+    true
+  }
+
   /** Replaces the row of `key` in `part` if buffered there; returns its buffer time. */
   private def replace(part: IndexedStore, key: UnsafeRow, row: InternalRow): Option[Long] = {
     val old = part.store.get(key)
