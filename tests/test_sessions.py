@@ -262,3 +262,30 @@ def test_time_limit_forwards_retractions_and_ends_at_the_final_sessions(
             assert Counter(map(str, rows)) == Counter(map(str, plain.rows()))
         finally:
             plain.stop()
+
+
+# --- the caches ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("delegate", ["hdfs", "rocksdb"])
+def test_on_the_record_cache_with_the_emission_cache(spark: SparkSession, run: Run, tmp_path: Path,
+                                                     delegate: str) -> None:
+    """The record cache as the provider and the emission cache below the sink (a commit interval):
+    the rows still build the append-mode result; the session state goes through the cache."""
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", "sluice.cache.CachingStateStoreProvider")
+    spark.conf.set("spark.sluice.statestore.cache.delegate", delegate)
+    spark.conf.set("spark.sluice.commit.interval.ms", "1ms")
+    try:
+        run.start(sessions(run.events()))
+    finally:
+        for k in ("spark.sql.streaming.stateStore.providerClass", "spark.sluice.statestore.cache.delegate",
+                  "spark.sluice.commit.interval.ms"):
+            spark.conf.unset(k)
+    feed_all(run, BATCHES)
+    assert table_of(run) == append_mode_finals(spark, run.src, tmp_path)
+    ops = [op for p in run.query.recentProgress for op in p["stateOperators"]]
+    assert {"sluiceSessionUpdate", "emitCache"} <= {op["operatorName"] for op in ops}
+    session_ops = [op for op in ops if op["operatorName"] == "sluiceSessionUpdate"]
+    # Session state is read by prefix scans (a key's sessions), which the record cache serves by
+    # flushing its rows to the delegate first: it holds what is written, its scans go through.
+    assert max(op["customMetrics"]["cacheSizeBytes"] for op in session_ops) > 0
+    assert sum(op["customMetrics"]["cacheFlushes"] for op in session_ops) > 0

@@ -11,6 +11,7 @@ import org.apache.spark.sql.sluice.{SluiceStatefulNode, StatefulOperatorSupport}
 import sluice.conf.{SluiceConf, SluiceConfException}
 import sluice.spark.PlanTypes.{WriteToMicroBatchDataSource, WriteToMicroBatchDataSourceV1}
 import sluice.spark.{GroupingColumns, RealTimeMode, RealTimePlans}
+import sluice.sessions.internal.SessionUpdateNode
 import sluice.suppress.internal.SuppressNode
 
 /**
@@ -55,6 +56,12 @@ private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[Log
             if (interval > 0 || hasState(e.checkpointLocation, id)) {
               EmitCacheNode(GroupingColumns.allInOutputOrder(a), interval, a)
             } else a
+          // Session windows in update mode (sluice.sessions): keyed by (keys, session window), so a
+          // retraction replaces the held update of the same session, as in Kafka Streams' cache.
+          case n: SessionUpdateNode if n.keyColumns.nonEmpty =>
+            val id = SluiceConf.EmitCacheIds.from + index
+            index += 1
+            if (interval > 0 || hasState(e.checkpointLocation, id)) EmitCacheNode(n.keyColumns, interval, n) else n
           case top if isStateful(top) => if (interval > 0) skip(top, whyNot(top, e.outputMode)) else top
           case other if passesThrough(other) => other.mapChildren(place)
           case other => other

@@ -27,6 +27,16 @@ private[sluice] case class SessionUpdateNode(
     retracted: Attribute,
     child: LogicalPlan) extends SluiceStatefulNode {
   override def producedAttributes: AttributeSet = AttributeSet(output)
+
+  /**
+   * The output columns that are grouping keys, the session window included and the retraction flag
+   * not: what tells two sessions apart (empty when the aggregation drops a key from its output).
+   */
+  def keyColumns: Seq[Attribute] = {
+    val keys = groupingExpressions.collect { case a: Attribute if a.exprId != retracted.exprId => a.exprId }
+    val found = output.filter(o => keys.contains(o.exprId))
+    if (found.size == keys.size) found else Nil
+  }
   override def operatorIdBase: Long = SluiceConf.SessionUpdateIds.from
   override protected def withNewChildInternal(newChild: LogicalPlan): SessionUpdateNode = copy(child = newChild)
 }
