@@ -199,7 +199,21 @@ def test_append_and_complete_modes_stay_spark_own(spark: SparkSession, run: Run)
 
 # --- suppress over session windows ---------------------------------------------------------------
 
-def test_kafka_streams_scenario_gives_its_final_sessions(spark: SparkSession, run: Run, provider: str) -> None:
+@pytest.fixture(params=["fused", "unfused"])
+def fused(request: pytest.FixtureRequest, spark: SparkSession) -> Any:
+    """until_window_closes(unbounded()) fused into the session aggregation (Spark's append-mode save
+    in the update-mode query, the default) and unfused (sluice's session updates, then suppress)."""
+    spark.conf.set("spark.sluice.suppress.fused", str(request.param == "fused").lower())
+    yield request.param
+    spark.conf.unset("spark.sluice.suppress.fused")
+
+
+def operator_names(run: Run) -> set:
+    return {op["operatorName"] for p in run.query.recentProgress for op in p["stateOperators"]}
+
+
+def test_kafka_streams_scenario_gives_its_final_sessions(spark: SparkSession, run: Run, provider: str,
+                                                         fused: str) -> None:
     """Kafka Streams' own suppress scenario for sessions (gap 5, no grace): k1@0, k1@5, k1@1, k2@11,
     k1@5 (late), k1@30 give the finals [k1@0/5]=3 and [k2@11/11]=1. A Kafka session [start, end]
     ends at its last record; Spark's session window ends a gap after it ([0, 10) and [11, 16))."""
@@ -211,10 +225,12 @@ def test_kafka_streams_scenario_gives_its_final_sessions(spark: SparkSession, ru
     finals = [(r["k"], r["session_window"]["start"].replace(tzinfo=None), r["session_window"]["end"].replace(tzinfo=None),
                r["count"]) for r in run.rows()]
     assert finals == [("k1", at(0), at(10), 3), ("k2", at(11), at(16), 1)]
+    assert operator_names(run) == ({"sessionWindowStateStoreSaveExec"} if fused == "fused"
+                                   else {"sluiceSessionUpdate", "suppress"})
 
 
 def test_until_window_closes_emits_each_session_once_and_never_a_merged_one(
-        spark: SparkSession, run: Run, provider: str, tmp_path: Path) -> None:
+        spark: SparkSession, run: Run, provider: str, tmp_path: Path, fused: str) -> None:
     """One final row per session, across a restart; no row for a session later merged into another."""
     df = suppress(sessions(run.events()), Suppressed.until_window_closes(BufferConfig.unbounded()))
     run.start(df)
@@ -228,6 +244,26 @@ def test_until_window_closes_emits_each_session_once_and_never_a_merged_one(
     assert set(finals.values()) == {1}, finals
     assert dict(finals.keys()) == append_mode_finals(spark, run.src, tmp_path)
     assert ("a", at(0), at(6)) not in {k for k, _ in finals}  # merged into [0, 15) before it closed
+
+
+@pytest.mark.parametrize("first", ["true", "false"])
+def test_changing_fusion_on_a_checkpoint_is_refused(spark: SparkSession, run: Run, first: str) -> None:
+    """Fused and unfused final results keep the open sessions in different places; a checkpoint of
+    one refuses to start as the other, naming the setting that brings its plan back."""
+    df = suppress(sessions(run.events()), Suppressed.until_window_closes(BufferConfig.unbounded()))
+    spark.conf.set("spark.sluice.suppress.fused", first)
+    try:
+        run.start(df)
+        run.feed(*BATCHES[0])
+        run.stop()
+        spark.conf.set("spark.sluice.suppress.fused", "false" if first == "true" else "true")
+        with pytest.raises(StreamingQueryException, match=f"spark.sluice.suppress.fused={first} for this checkpoint"):
+            run.start(df)
+            run.feed(*BATCHES[1])
+    finally:
+        spark.conf.unset("spark.sluice.suppress.fused")
+        run.query = None
+    assert [r for b in sorted(run.batches) for r in run.batches[b]] == []  # nothing closed yet
 
 
 @pytest.mark.parametrize("limit", [0, 7])

@@ -16,7 +16,7 @@ class SluiceExtensions extends (SparkSessionExtensions => Unit) {
     ext.injectOptimizerRule(sluice.cache.internal.EmitCacheRule(_))
     ext.injectPlannerStrategy(sluice.cache.internal.EmitCacheStrategy(_))
     // session windows in update mode (KIP-328's session scenario)
-    ext.injectHintResolutionRule(_ => sluice.sessions.internal.SessionUpdateRule)
+    ext.injectHintResolutionRule(sluice.sessions.internal.SessionUpdateRule(_))
     ext.injectPlannerStrategy(sluice.sessions.internal.SessionUpdateStrategy(_))
     // real-time mode (Spark 4.3): Spark's operator allowlist with sluice's operators taken out
     ext.injectColumnar(RealTimeAllowlist.rule(_))

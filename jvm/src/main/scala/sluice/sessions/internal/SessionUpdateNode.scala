@@ -12,7 +12,8 @@ import sluice.conf.SluiceConf
  * session windows (which looks for an `Aggregate`) does not apply to it. Its input carries the
  * retraction flag (false on every input row) as one more grouping key, so that Spark's own session
  * planning keeps it beside each session's aggregates; [[SessionUpdateExec]] sets it on the rows it
- * retracts. Built by [[SessionUpdateRule]] only.
+ * retracts. Built by [[SessionUpdateRule]] only. `finalOnly`: `suppress(until_window_closes(unbounded()))`
+ * fused into it, which Spark's append-mode save of the same state gives (see [[SessionUpdateStrategy]]).
  *
  * Spark allows aggregate functions only in its own `Aggregate` and strips the aliases of nodes it
  * does not know, so the output expressions are held out of the analyzer's and optimizer's sight
@@ -25,7 +26,8 @@ private[sluice] case class SessionUpdateNode(
     inputs: Seq[Attribute],
     override val output: Seq[Attribute],
     retracted: Attribute,
-    child: LogicalPlan) extends SluiceStatefulNode {
+    child: LogicalPlan,
+    finalOnly: Boolean = false) extends SluiceStatefulNode {
   override def producedAttributes: AttributeSet = AttributeSet(output)
 
   /**
@@ -58,9 +60,9 @@ private[sluice] final case class SessionAggregates(expressions: Seq[NamedExpress
 
 private[sluice] object SessionUpdateNode {
   def apply(grouping: Seq[Expression], aggregates: Seq[NamedExpression], retracted: Attribute,
-            child: LogicalPlan): SessionUpdateNode = {
+            child: LogicalPlan, finalOnly: Boolean): SessionUpdateNode = {
     val inputs = AttributeSet(aggregates.flatMap(_.references)).toSeq
     SessionUpdateNode(grouping, SessionAggregates(aggregates, inputs), inputs, aggregates.map(_.toAttribute), retracted,
-      child)
+      child, finalOnly)
   }
 }

@@ -2,11 +2,14 @@ package sluice.sessions.internal
 
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, ExprId, Expression, If, Literal, NamedExpression, SessionWindow}
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
-import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, AnalysisHelper, LogicalPlan, Project}
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, AnalysisHelper, LeafNode, LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.streaming.WriteToStreamStatement
 import org.apache.spark.sql.streaming.OutputMode
 
+import sluice.conf.SluiceConf
+import sluice.suppress.UntilWindowCloses
 import sluice.suppress.internal.SuppressNode
 
 /**
@@ -31,17 +34,24 @@ import sluice.suppress.internal.SuppressNode
  * DataFrame's plan, analysed already, which `resolveOperators` would skip; the rewrite changes it
  * once, without analysing it again, and is idempotent (no session-window `Aggregate` is left).
  */
-private[sluice] object SessionUpdateRule extends Rule[LogicalPlan] {
-  /** The input column that tells a retraction from an update inside the plan (never in the output). */
-  val RetractedColumn = "__sluice_retracted"
+private[sluice] case class SessionUpdateRule(session: SparkSession) extends Rule[LogicalPlan] {
+  import SessionUpdateRule._
 
   override def apply(plan: LogicalPlan): LogicalPlan = plan match {
     case w: WriteToStreamStatement if w.outputMode == OutputMode.Update() && w.inputQuery.exists(isSessionAggregate) =>
       val flags = scala.collection.mutable.Set.empty[ExprId]
+      val fuse = SluiceConf(session.conf.getAll).get(SluiceConf.SuppressFused)
       val query = AnalysisHelper.allowInvokingTransformsInAnalyzer {
-        w.inputQuery.transformUp {
+        // Fused final results (`spark.sluice.suppress.fused`, as for time windows): an unbounded
+        // until_window_closes right above the aggregation is what Spark's append-mode session
+        // save emits; the suppress node goes, the aggregation is marked.
+        val fused = if (!fuse) w.inputQuery else w.inputQuery.transformDown {
+          case s: SuppressNode if fusable(s) => s.child match { case a: Aggregate => FusedMark(a) }
+        }
+        fused.transformUp {
+          case FusedMark(a) => rewrite(a, finalOnly = true)._1
           case a: Aggregate if isSessionAggregate(a) =>
-            val (replaced, retracted) = rewrite(a)
+            val (replaced, retracted) = rewrite(a, finalOnly = false)
             flags += retracted.exprId
             replaced
           // suppress right above reads the flag: a retraction drops a buffered session under
@@ -55,6 +65,14 @@ private[sluice] object SessionUpdateRule extends Rule[LogicalPlan] {
       val kept = if (query.output.map(_.exprId) == original.map(_.exprId)) query else Project(original, query)
       w.withNewChildren(Seq(kept))
     case _ => plan
+  }
+
+  private def fusable(s: SuppressNode): Boolean = s.child match {
+    case a: Aggregate if isSessionAggregate(a) => s.suppressed match {
+      case u: UntilWindowCloses => u.buffer.maxRecords == Long.MaxValue && u.buffer.maxBytes == Long.MaxValue
+      case _ => false
+    }
+    case _ => false
   }
 
   private def isSessionAggregate(p: LogicalPlan): Boolean = p match {
@@ -72,7 +90,7 @@ private[sluice] object SessionUpdateRule extends Rule[LogicalPlan] {
   private def fromKeysOnly(e: NamedExpression): Boolean = !e.exists(_.isInstanceOf[AggregateExpression])
 
   /** The replacement of `a`, its output with `retracted` last, and `retracted`. */
-  private def rewrite(a: Aggregate): (LogicalPlan, Attribute) = {
+  private def rewrite(a: Aggregate, finalOnly: Boolean): (LogicalPlan, Attribute) = {
     val flag = Alias(Literal(false), RetractedColumn)()
     val retracted = flag.toAttribute
     val input = Project(a.child.output :+ flag, a.child)
@@ -82,7 +100,7 @@ private[sluice] object SessionUpdateRule extends Rule[LogicalPlan] {
       case al: Alias => Alias(al.child, al.name)(qualifier = al.qualifier, explicitMetadata = al.explicitMetadata)
       case e => Alias(e, e.name)()
     }
-    val node = SessionUpdateNode(a.groupingExpressions :+ retracted, inner :+ retracted, retracted, input)
+    val node = SessionUpdateNode(a.groupingExpressions :+ retracted, inner :+ retracted, retracted, input, finalOnly)
     val columns = a.aggregateExpressions.zip(inner).map {
       case (outer, in) if outer eq in => outer.toAttribute
       case (outer, in) =>
@@ -90,5 +108,18 @@ private[sluice] object SessionUpdateRule extends Rule[LogicalPlan] {
           exprId = outer.exprId, qualifier = outer.qualifier)
     }
     (Project(columns :+ retracted, node), retracted)
+  }
+}
+
+private[sluice] object SessionUpdateRule {
+  /** The input column that tells a retraction from an update inside the plan (never in the output). */
+  val RetractedColumn = "__sluice_retracted"
+
+  /**
+   * A session aggregation suppress(until_window_closes(unbounded())) is fused into, for one rewrite:
+   * held as a field, not a child, so that the rewrite of unfused aggregations passes it by.
+   */
+  private final case class FusedMark(aggregate: Aggregate) extends LeafNode {
+    override def output: Seq[Attribute] = aggregate.output
   }
 }

@@ -6,6 +6,7 @@ import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
 import org.apache.spark.sql.catalyst.planning.PhysicalAggregation
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan}
 import org.apache.spark.sql.sluice.StatefulOperatorSupport
+import org.apache.spark.sql.streaming.OutputMode
 
 import sluice.spark.PlanTypes.{AggUtils, SessionWindowStateStoreRestoreExec, SessionWindowStateStoreSaveExec, SparkPlan, SparkStrategy}
 import sluice.spark.{SessionConf, Sessions}
@@ -38,6 +39,7 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
       results: Seq[NamedExpression],
       child: LogicalPlan): Seq[SparkPlan] = {
     val ctx = StatefulOperatorSupport.streamContext(session, n)
+    ctx.foreach(SessionPlanRecord.check(session, _, n.finalOnly))
     val conf = Sessions.classic(session).sessionState.conf
     val keys = grouping.map(StatefulOperatorSupport.normalizedGroupingKey)
     val sessionWindow = keys.find(_.metadata.contains(SessionWindow.marker)).get
@@ -46,6 +48,11 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
       SessionConf.sessionWindowStateFormat(conf), SessionConf.mergeSessionsInLocalPartition(conf), planLater(child))
     sparkPlan.map(_.transformUp {
       case r: SessionWindowStateStoreRestoreExec => ctx.fold(r)(c => r.copy(stateInfo = Some(c.stateInfo)))
+      // Fused final results: Spark's own save in append mode emits each session once, when the
+      // watermark passes its end, and never a merged-away one: what suppress would emit, without
+      // its buffer. Spark's watermark rule fills in its watermarks (it has its state info).
+      case s: SessionWindowStateStoreSaveExec if n.finalOnly =>
+        ctx.fold(s)(c => s.copy(stateInfo = Some(c.stateInfo), outputMode = Some(OutputMode.Append())))
       case s: SessionWindowStateStoreSaveExec =>
         SessionUpdateExec(s.keyWithoutSessionExpressions, s.sessionExpression, n.retracted, s.stateFormatVersion,
           ctx, s.child)
