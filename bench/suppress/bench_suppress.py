@@ -6,6 +6,9 @@ throughput: a windowed count with and without suppress(until_window_closes) (the
     fusion off), the same N events (K users, increasing event time) in F parquet files, one file
     per micro-batch, to a noop sink; the two queries alternate for R rounds and the median round of
     each is compared (>= 0.8x).
+sessions: a session-window count's final results, update mode + suppress(until_window_closes) as
+    a user writes it (fused, the default) vs Spark's append mode, same input, sides alternating:
+    throughput (>= 0.95x) and state memory (<= 1.1x); the unfused plan printed beside, no target.
 fused: the same input through update mode + unbounded until_window_closes fused into the
     aggregation, vs Spark's append and plain update modes (three sides alternating):
     throughput fused/append and fused/update (>= 0.95x) and state memory fused/append (<= 1.1x).
@@ -19,8 +22,8 @@ bounded: one batch of ~100 MB of updates into a 10 MB max_bytes buffer (one part
     largest in-memory size ever reached (suppressionBufferBytesMax) over the bound (<= 1.1x), for
     emit-early and spill-to-disk.
 
-    .venv/bin/python bench/suppress/bench_suppress.py [--case all|throughput|fused|held|bounded]
-        [--rows 2000000] [--files 20] [--rounds 3]                       (throughput, fused)
+    .venv/bin/python bench/suppress/bench_suppress.py [--case all|throughput|fused|sessions|held|bounded]
+        [--rows 2000000] [--files 20] [--rounds 3]                       (throughput, fused, sessions)
         [--held 10000,5000000] [--updates 10000] [--batches 6] [--repeats 2]
         [--providers windowstore,rocksdb]                                (held)
         [--bound-mb 10] [--updates-mb 100]                               (bounded)
@@ -321,6 +324,85 @@ def bench_fused(spark: SparkSession, src: Path, work: Path, rows: int, rounds: i
     h.write()
 
 
+# --- session windows: final results through sluice vs Spark's append mode ---
+
+SESSION_SIDES = ("append", "sluice", "unfused")
+
+
+def make_session_input(spark: SparkSession, path: Path, rows: int, files: int, users: int, rate: int) -> None:
+    """Sessions that grow, then close: event time id/rate; two groups of `users` users take turns,
+    each user of the active group getting one event every users/rate seconds, four in a row, then
+    idle while the other group is active (users/rate * 4 seconds, longer than the gap)."""
+    per_file = rows // files
+    for i in range(files):
+        (spark.range(i * per_file, (i + 1) * per_file, numPartitions=1)
+         .select((F.lit(1_700_000_000) + F.col("id") / rate).cast("timestamp").alias("ts"),
+                 ((F.col("id") % users) + users * ((F.col("id") / (4 * users)).cast("long") % 2))
+                 .cast("string").alias("user"))
+         .write.mode("append").parquet(str(path / f"part-{i:04d}")))
+
+
+def run_session_case(spark: SparkSession, src: Path, side: str, ckpt: Path) -> dict:
+    """One query over the input: a session-window count (gap 30 s, watermark delay 10 s); `append` =
+    Spark's own append mode; `sluice` = update mode + suppress(until_window_closes(unbounded())) as a
+    user writes it (fused into Spark's append-mode session save, the default); `unfused` = the same
+    with fusion off (sluice's session updates, then suppress's buffer). Each batch's rows are summed
+    into a fingerprint (count, sum of a 31-bit hash per row) to compare the sides' results."""
+    events = (spark.readStream.schema("ts timestamp, user string").option("maxFilesPerTrigger", 1)
+              .option("recursiveFileLookup", "true").parquet(str(src)))
+    counts = (events.withWatermark("ts", "10 seconds").groupBy(F.session_window("ts", "30 seconds"), "user")
+              .count())
+    out = counts if side == "append" else suppress(counts, Suppressed.until_window_closes(BufferConfig.unbounded()))
+    spark.conf.set(FUSED_KEY, "false" if side == "unfused" else "true")
+    fingerprint = [0, 0]
+
+    def sink(batch: DataFrame, _: int) -> None:
+        r = batch.agg(F.count("*").alias("n"), F.sum(F.pmod(F.xxhash64("session_window", "user", "count"), F.lit(2147483647))).alias("h")).first()
+        fingerprint[0] += r["n"]
+        fingerprint[1] = (fingerprint[1] + (r["h"] or 0)) % (1 << 64)
+
+    start = time.perf_counter()
+    q = (out.writeStream.foreachBatch(sink).outputMode("append" if side == "append" else "update")
+         .option("checkpointLocation", str(ckpt)).start())
+    q.processAllAvailable()
+    elapsed = time.perf_counter() - start
+    progress = q.recentProgress
+    q.stop()
+    spark.conf.unset(FUSED_KEY)
+    return {"seconds": elapsed, "emitted": fingerprint[0], "fingerprint": fingerprint[1],
+            "operators": sorted({op["operatorName"] for p in progress for op in p["stateOperators"]}),
+            "state_bytes": max((sum(op["memoryUsedBytes"] for op in p["stateOperators"]) for p in progress),
+                               default=0)}
+
+
+def sessions(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
+    src = work / "in-sessions"
+    make_session_input(spark, src, args.rows, args.files, args.session_users, args.events_per_second)
+    h = Harness("suppress_sessions", "session-window final results: sluice (update mode + suppress) vs Spark's "
+                "append mode", {"rows": args.rows, "micro-batches": args.files, "users": 2 * args.session_users,
+                                 "event time": f"{args.events_per_second} events/s; each user 4 events "
+                                               f"{args.session_users / args.events_per_second:g} s apart, then "
+                                               "idle as long; session gap 30 s, watermark delay 10 s",
+                                 "comparator": "Spark's append mode for the same session-window count, default "
+                                               "state store (HDFS-backed), 2 shuffle partitions, foreachBatch sink "
+                                               "computing a fingerprint of the rows",
+                                 "also shown": "unfused (spark.sluice.suppress.fused=false): sluice's session "
+                                               "updates, then suppress's buffer; no target", "rounds": args.rounds})
+    runs = h.alternating(list(SESSION_SIDES), args.rounds,
+                         lambda side, i: run_session_case(spark, src, side, work / f"ckpt-sessions-{side}-{i}"),
+                         warmup=lambda side: run_session_case(spark, src, side, work / f"ckpt-sessions-{side}-w"))
+    for side in ("sluice", "unfused"):
+        assert (runs[side][0]["emitted"], runs[side][0]["fingerprint"]) == \
+            (runs["append"][0]["emitted"], runs["append"][0]["fingerprint"]), f"{side} and append emit different rows"
+    rate = {c: args.rows / statistics.median(x["seconds"] for x in runs[c]) for c in SESSION_SIDES}
+    state = {c: max(x["state_bytes"] for x in runs[c]) for c in SESSION_SIDES}
+    print(f"   unfused/append: throughput {rate['unfused'] / rate['append']:.3f}, "
+          f"state memory {state['unfused'] / state['append']:.3f} (no target)")
+    h.target("median sluice/append throughput", rate["sluice"] / rate["append"], ">=", 0.95)
+    h.target("sluice/append state memory", state["sluice"] / state["append"], "<=", 1.1)
+    h.write()
+
+
 def fused(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
     src = work / "in-fused"
     make_input(spark, src, args.rows, args.files, args.users, args.events_per_second)
@@ -329,11 +411,12 @@ def fused(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", default="all", choices=["all", "throughput", "fused", "held", "bounded", "release"])
+    ap.add_argument("--case", default="all", choices=["all", "throughput", "fused", "sessions", "held", "bounded", "release"])
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--files", type=int, default=20)
     ap.add_argument("--users", type=int, default=2_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--session-users", type=int, default=10_000, help="users per group (sessions)")
     ap.add_argument("--events-per-second", type=int, default=1000)
     ap.add_argument("--held", default="10000,5000000", help="held key counts, few first")
     ap.add_argument("--updates", type=int, default=10_000, help="keys updated per batch")
@@ -366,7 +449,8 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix="bench-suppress-"))
     try:
-        for case, fn in (("throughput", throughput), ("fused", fused), ("held", held), ("bounded", bounded),
+        for case, fn in (("throughput", throughput), ("fused", fused), ("sessions", sessions), ("held", held),
+                         ("bounded", bounded),
                          ("release", release)):
             if args.case == case or (args.case == "all" and case != "release"):
                 print(f"\n== {case} ==")
