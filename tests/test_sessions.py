@@ -11,6 +11,7 @@ emits each session once, final. Input arrives one JSON file per micro-batch.
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 from datetime import datetime, timedelta
@@ -23,6 +24,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from conftest import drain_to_files, kill_after_batches
 from sluice import BufferConfig, Suppressed, suppress
 from test_suppress import PROVIDERS, Run, at
 
@@ -84,7 +86,7 @@ def append_mode_finals(spark: SparkSession, src: Path, tmp: Path) -> dict:
     was fed (one file, then every batch it leads to, watermark-only ones included): one final row
     per session."""
     feed = tmp / "append-in"
-    feed.mkdir()
+    feed.mkdir(parents=True)
     events = (spark.readStream.schema("ts timestamp, user string, v long").option("maxFilesPerTrigger", 1)
               .json(str(feed)))
     out: dict = {}
@@ -325,3 +327,68 @@ def test_on_the_record_cache_with_the_emission_cache(spark: SparkSession, run: R
     # flushing its rows to the delegate first: it holds what is written, its scans go through.
     assert max(op["customMetrics"]["cacheSizeBytes"] for op in session_ops) > 0
     assert sum(op["customMetrics"]["cacheFlushes"] for op in session_ops) > 0
+
+
+def test_sql_session_windows_in_update_mode_and_sluice_suppress(spark: SparkSession, run: Run,
+                                                                tmp_path: Path) -> None:
+    """The SQL forms reach the same operators: a session-window GROUP BY written in update mode, and
+    the table function sluice_suppress over it."""
+    run.events().withWatermark("ts", "10 seconds").createOrReplaceTempView("session_events")
+    spark.sql("""CREATE OR REPLACE TEMP VIEW session_counts AS
+                 SELECT session_window(ts, '5 seconds') AS session_window, user, count(*) AS n, sum(v) AS total
+                 FROM session_events GROUP BY session_window(ts, '5 seconds'), user""")
+    run.start(spark.table("session_counts"))
+    feed_all(run, BATCHES)
+    assert table_of(run) == append_mode_finals(spark, run.src, tmp_path)
+    finals = Run(spark, tmp_path / "finals")
+    finals.events().withWatermark("ts", "10 seconds").createOrReplaceTempView("session_events")
+    finals.start(spark.sql("SELECT * FROM sluice_suppress(TABLE(session_counts), 'until_window_closes')"))
+    try:
+        feed_all(finals, BATCHES)
+        got = {key(r): (r["n"], r["total"]) for r in finals.rows()}
+        assert len(got) == len(finals.rows()) and got == append_mode_finals(spark, finals.src, tmp_path / "f")
+    finally:
+        finals.stop()
+
+
+# --- a killed driver ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["updates", "finals"])
+def test_killed_driver_restarted_loses_nothing_and_emits_no_final_twice(spark: SparkSession, tmp_path: Path,
+                                                                       provider: str, mode: str) -> None:
+    """The whole driver process SIGKILLed mid-stream, the query restarted on its checkpoint in
+    another: the changes still build the append-mode result; under until_window_closes every session
+    is emitted exactly once. Events are out of order by less than the watermark delay, so what each
+    batch emits does not depend on where the batches without input fall."""
+    from session_kill_child import file_sink, session_query
+    src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "out"
+    for d in (src, out):
+        d.mkdir()
+    rng = random.Random(3)
+    writer = Run(spark, tmp_path / "w")
+    writer.src = src
+    for h in range(14):
+        writer.write(*[(max(0, h * 6 + rng.randint(-4, 4)), rng.choice("abc"), rng.randint(1, 9)) for _ in range(3)])
+    writer.write(*[(500, user) for user in "abc"])  # closes every earlier session
+    for i, f in enumerate(sorted(src.glob("*.json"))):  # the file source takes files in this order
+        os.utime(f, (1_700_000_000 + i, 1_700_000_000 + i))
+    kill_after_batches("session_kill_child.py", [str(src), str(ckpt), str(out), PROVIDERS[provider], mode], out,
+                       batches=5)
+    assert len(list(out.glob("*.json"))) < 15  # killed mid-stream
+    drain_to_files(spark, session_query(spark, str(src), mode), file_sink(str(out)), ckpt,
+                   {"spark.sql.streaming.stateStore.providerClass": PROVIDERS[provider]})
+    rows = [r for f in sorted(out.glob("*.json")) for r in json.loads(f.read_text())]
+    as_key = lambda r: (r["user"], datetime.fromisoformat(r["start"]), datetime.fromisoformat(r["end"]))  # noqa: E731
+    finals = append_mode_finals(spark, src, tmp_path / "reference")
+    if mode == "updates":
+        table: dict = {}
+        for r in rows:
+            if r["n"] is None:
+                del table[as_key(r)]
+            else:
+                table[as_key(r)] = (r["n"], r["total"])
+        closed = max(k[2] for k in finals)
+        assert {k: v for k, v in table.items() if k[2] <= closed} == finals
+    else:
+        assert Counter(as_key(r) for r in rows) == Counter(finals.keys())  # each session exactly once
+        assert {as_key(r): (r["n"], r["total"]) for r in rows} == finals
