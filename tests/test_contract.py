@@ -49,11 +49,12 @@ def string_copies(text: str, names: set[str]) -> list[str]:
 
 
 def id_copies(text: str, ranges: dict[str, dict[str, int]]) -> list[str]:
-    """Operator id ranges written out: both bounds of one on a line, or a first id assigned."""
+    """Operator id ranges written out: both bounds of one on a line, or a first id assigned to a
+    name that says id (a timeout of the same number is not one)."""
     found = []
     for kind, r in ranges.items():
         lo, hi = r["from"], r["until"]
-        if re.search(rf"\b{lo}L?\b[^\n]*\b{hi}L?\b", text) or re.search(rf"=\s*{lo}L?\b", text):
+        if re.search(rf"\b{lo}L?\b[^\n]*\b{hi}L?\b", text) or re.search(rf"\b\w*(?:[iI]d|ID)\w*\s*(?::\s*\w+\s*)?=\s*{lo}L?\b", text):
             found.append(kind)
     return found
 
@@ -67,6 +68,8 @@ def test_the_checks_find_a_copy() -> None:
     assert id_copies("_SUPPRESS_IDS = range(1000, 2000)", ranges) == ["suppress"]
     assert id_copies("  val SuppressIdBase = 1000L", ranges) == ["suppress"]
     assert id_copies("datetime.fromtimestamp(ms / 1000, tz=timezone.utc)", ranges) == []
+    assert id_copies("final class Sampler(timeoutMs: Long = 1000L)", ranges) == []
+    assert id_copies("  val firstOperatorId: Long = 1000L", ranges) == ["suppress"]
 
 
 def test_no_module_writes_a_name_of_the_contract_out_again() -> None:
