@@ -359,6 +359,9 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
   }
 
   private val total = setting("SLUICE_CONFORMANCE_SEQUENCES").map(_.toInt).getOrElse(50)
+  // A session sequence takes about 4 s (two micro-batches a record): 10 by default (CI), half of
+  // SLUICE_CONFORMANCE_SEQUENCES when it is set (dev/conformance).
+  private val sessionSequences = setting("SLUICE_CONFORMANCE_SEQUENCES").map(n => math.max(1, n.toInt / 2)).getOrElse(10)
 
   test("untilWindowCloses: final results per record agree with Kafka Streams on random sequences") {
     runRandom("untilWindowCloses", (total + 1) / 2, genWindowCase)
@@ -369,7 +372,7 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
   }
 
   test("sessions: every change (tombstones included), final results and time limits agree with Kafka Streams on random sequences") {
-    runRandom("sessions", math.max(3, total / 2), genSessionCase)
+    runRandom("sessions", sessionSequences, genSessionCase)
   }
 
   test("sessions: Kafka Streams' own scenario (gap 5, no grace) gives its finals [k1@0/5]=3 and [k2@11/11]=1") {
