@@ -289,17 +289,30 @@ def run_fused_case(spark: SparkSession, src: Path, case: str, ckpt: Path) -> dic
     counts = events.withWatermark("ts", "10 seconds").groupBy(F.window("ts", "1 minute"), "user").count()
     out = suppress(counts, Suppressed.until_window_closes(BufferConfig.unbounded())) if case == "fused" else counts
     spark.conf.set(FUSED_KEY, "true")
+    elapsed, progress = run_to_end(
+        out.writeStream.format("noop").outputMode("append" if case == "append" else "update"), ckpt)
+    spark.conf.unset(FUSED_KEY)
+    return {"seconds": elapsed,
+            "emitted": sum(p["sink"]["numOutputRows"] for p in progress if p["sink"]["numOutputRows"] > 0),
+            **state_figures(progress)}
+
+
+def run_to_end(writer, ckpt: Path) -> tuple[float, list]:
+    """Starts `writer` on checkpoint `ckpt` and runs it over all its input: the seconds it took and
+    its progress."""
     start = time.perf_counter()
-    q = (out.writeStream.format("noop").outputMode("append" if case == "append" else "update")
-         .option("checkpointLocation", str(ckpt)).start())
+    q = writer.option("checkpointLocation", str(ckpt)).start()
     q.processAllAvailable()
     elapsed = time.perf_counter() - start
     progress = q.recentProgress
     q.stop()
-    spark.conf.unset(FUSED_KEY)
-    return {"seconds": elapsed,
-            "emitted": sum(p["sink"]["numOutputRows"] for p in progress if p["sink"]["numOutputRows"] > 0),
-            "operators": sorted({op["operatorName"] for p in progress for op in p["stateOperators"]}),
+    return elapsed, progress
+
+
+def state_figures(progress: list) -> dict:
+    """The stateful operators' names and peak state memory (memoryUsedBytes summed over the
+    operators of a batch, largest over the batches)."""
+    return {"operators": sorted({op["operatorName"] for p in progress for op in p["stateOperators"]}),
             "state_bytes": max((sum(op["memoryUsedBytes"] for op in p["stateOperators"]) for p in progress),
                                default=0)}
 
@@ -359,20 +372,12 @@ def run_session_case(spark: SparkSession, src: Path, side: str, ckpt: Path) -> d
     def sink(batch: DataFrame, _: int) -> None:
         r = batch.agg(F.count("*").alias("n"), F.sum(F.pmod(F.xxhash64("session_window", "user", "count"), F.lit(2147483647))).alias("h")).first()
         fingerprint[0] += r["n"]
-        fingerprint[1] = (fingerprint[1] + (r["h"] or 0)) % (1 << 64)
+        fingerprint[1] += r["h"] or 0
 
-    start = time.perf_counter()
-    q = (out.writeStream.foreachBatch(sink).outputMode("append" if side == "append" else "update")
-         .option("checkpointLocation", str(ckpt)).start())
-    q.processAllAvailable()
-    elapsed = time.perf_counter() - start
-    progress = q.recentProgress
-    q.stop()
+    elapsed, progress = run_to_end(
+        out.writeStream.foreachBatch(sink).outputMode("append" if side == "append" else "update"), ckpt)
     spark.conf.unset(FUSED_KEY)
-    return {"seconds": elapsed, "emitted": fingerprint[0], "fingerprint": fingerprint[1],
-            "operators": sorted({op["operatorName"] for p in progress for op in p["stateOperators"]}),
-            "state_bytes": max((sum(op["memoryUsedBytes"] for op in p["stateOperators"]) for p in progress),
-                               default=0)}
+    return {"seconds": elapsed, "emitted": fingerprint[0], "fingerprint": fingerprint[1], **state_figures(progress)}
 
 
 def sessions(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
