@@ -105,6 +105,26 @@ def final_results(spark: SparkSession, work: Path) -> dict[str, Any]:
             "suppressed": sum(op["customMetrics"]["intermediateResultSuppressionTotal"] for op in ops)}
 
 
+def session_windows(spark: SparkSession, work: Path) -> dict[str, Any]:
+    """A session-window count over Connect: in update mode (sluice's session updates), under
+    suppress(until_window_closes), and in append mode (Spark's own), each into a memory sink."""
+    counts = (events(spark, work / "session_in").withWatermark("ts", f"{WATERMARK_DELAY_S} seconds")
+              .groupBy(F.session_window("ts", "5 seconds"), "user").count())
+    out = {}
+    for name, df, mode in (("updates", counts, "update"), ("finals", suppress(counts, UNBOUNDED), "update"),
+                           ("append", counts, "append")):
+        q = (df.writeStream.outputMode(mode).format("memory").queryName(f"sessions_{name}")
+             .option("checkpointLocation", str(work / f"sessions_{name}_ckpt")).start())
+        try:
+            q.processAllAvailable()
+        finally:
+            q.stop()
+        rows = spark.sql(f"SELECT user, CAST(session_window.start AS LONG) AS s, CAST(session_window.end AS LONG) AS e, "
+                         f"count FROM sessions_{name}").collect()
+        out[name] = [[r.user, r.s, r.e, r["count"]] for r in rows]
+    return out
+
+
 def misuse(spark: SparkSession, work: Path) -> dict[str, Any]:
     out = {}
     for name, call in misuse_cases(spark, work / "final_in").items():
@@ -169,7 +189,8 @@ def server_plugin(spark: SparkSession, work: Path) -> dict[str, Any]:
     return {"executors": len(jmx_gauges(SparkContext._gateway, PLUGIN_SOURCE))}
 
 
-SCENARIOS = [session_kind, final_results, misuse, output_mode, commit_interval, jvm_helper, server_plugin]
+SCENARIOS = [session_kind, final_results, misuse, output_mode, commit_interval, jvm_helper, server_plugin,
+             session_windows]
 
 
 def ephemeral_connect_port() -> None:

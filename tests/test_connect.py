@@ -30,6 +30,8 @@ T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 FINAL_BATCHES = [[(0, "a"), (5, "a"), (20, "b")],
                  [(30, "a"), (65, "b"), (100, "c")],
                  [(110, "a"), (185, "b")]]
+# Sessions (gap 5 s): a@5 bridges a's [0, 6) and [10, 15); c's events close everything before them.
+SESSION_BATCHES = [[(0, "a"), (1, "a"), (3, "b")], [(10, "a")], [(5, "a")], [(60, "c")], [(120, "c")]]
 INTERVAL_BATCHES = [[f"k{i}" for i in range(6)] * 2, [f"k{i}" for i in range(4)] * 3, [f"k{i}" for i in range(2, 6)]]
 CLIENT_TIMEOUT_S = 300
 
@@ -93,6 +95,7 @@ class ConnectClient:
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectClient]:
     work = tmp_path_factory.mktemp("connect")
     write_batches(work / "final_in", [[event(t, u) for t, u in b] for b in FINAL_BATCHES])
+    write_batches(work / "session_in", [[event(t, u) for t, u in b] for b in SESSION_BATCHES])
     write_batches(work / "interval_in", [[{"k": k} for k in b] for b in INTERVAL_BATCHES])
     c = ConnectClient(work)  # starts now; the tests below wait for it when they need its results
     yield c
@@ -157,6 +160,25 @@ def test_suppress_emits_exactly_the_final_results_over_connect(client: ConnectCl
     assert sorted(got["rows"]) == expected
     assert got["emitted"] == len(expected)
     assert got["suppressed"] > 0  # window [0, 60) was updated in two batches before it closed
+
+
+def test_session_windows_in_update_mode_over_connect(client: ConnectClient) -> None:
+    """The Connect server's session runs sluice's session updates: the rows, applied to a table keyed
+    by (user, session) (a null count deletes), build Spark's own append-mode result, as suppress's
+    final results do; the bridged session's two parts were retracted."""
+    got = client.result("session_windows")
+    table: dict = {}
+    for user, s, e, n in got["updates"]:
+        if n is None:
+            del table[(user, s, e)]
+        else:
+            table[(user, s, e)] = n
+    append = {(user, s, e): n for user, s, e, n in got["append"]}
+    closed = max(e for _, _, e in append)
+    assert {k: v for k, v in table.items() if k[2] <= closed} == append
+    assert sorted(map(tuple, got["finals"])) == sorted((*k, v) for k, v in append.items())
+    t0 = int(T0.timestamp())
+    assert sum(n is None for *_, n in got["updates"]) == 2 and ("a", t0, t0 + 15) in append
 
 
 def test_misuse_raises_the_classic_apis_errors_over_connect(client: ConnectClient, spark: SparkSession,

@@ -55,3 +55,31 @@ def test_feature_on_two_executors(runs: dict[Combo, Any], combo: Combo) -> None:
 def test_both_executors_ran_the_queries(cluster: SparkSession, runs: dict[Combo, Any]) -> None:
     tasks = tasks_by_executor(cluster)
     assert len(tasks) == 2 and all(n > 0 for n in tasks.values()), tasks
+
+
+def test_session_windows_on_two_executors(cluster: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Session windows in update mode, and their final results through the suppress operator
+    (unfused), with the two state partitions in different executor JVMs: the same results as on
+    one (tests/test_sessions.py)."""
+    from collections import Counter
+    from sluice import BufferConfig, Suppressed, suppress
+    from test_sessions import BATCHES, append_mode_finals, feed_all, key, sessions, table_of
+    from test_suppress import Run
+    tmp = tmp_path_factory.mktemp("sessions")
+    updates = Run(cluster, tmp / "updates")
+    try:
+        updates.start(sessions(updates.events()))
+        feed_all(updates, BATCHES)
+        assert table_of(updates) == append_mode_finals(cluster, updates.src, tmp / "reference")
+    finally:
+        updates.stop()
+    cluster.conf.set("spark.sluice.suppress.fused", "false")
+    finals = Run(cluster, tmp / "finals")
+    try:
+        finals.start(suppress(sessions(finals.events()), Suppressed.until_window_closes(BufferConfig.unbounded())))
+        feed_all(finals, BATCHES)
+        rows = finals.rows()
+        assert Counter(key(r) for r in rows) == Counter(append_mode_finals(cluster, finals.src, tmp / "again").keys())
+    finally:
+        finals.stop()
+        cluster.conf.unset("spark.sluice.suppress.fused")

@@ -248,6 +248,42 @@ def test_until_window_closes_emits_each_session_once_and_never_a_merged_one(
     assert ("a", at(0), at(6)) not in {k for k, _ in finals}  # merged into [0, 15) before it closed
 
 
+@pytest.mark.parametrize("full", ["spill_to_disk_when_full", "shut_down_when_full"])
+def test_bounded_buffers_give_the_same_finals(spark: SparkSession, run: Run, tmp_path: Path, full: str) -> None:
+    """A bounded until_window_closes buffer (never fused): spilled rows are dropped by a retraction
+    as in-memory ones are; a bound never reached shuts nothing down. The same finals as unbounded."""
+    one = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "1")  # one buffer: a bound of 1 row spills
+    try:
+        bound = BufferConfig.max_records(1 if full == "spill_to_disk_when_full" else 1000)
+        run.start(suppress(sessions(run.events()), Suppressed.until_window_closes(getattr(bound, full)())))
+        feed_all(run, BATCHES)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", one)
+    rows = run.rows()
+    assert Counter(key(r) for r in rows) == Counter(append_mode_finals(spark, run.src, tmp_path).keys())
+    assert {key(r): (r["n"], r["total"]) for r in rows} == append_mode_finals(spark, run.src, tmp_path / "again")
+    ops = [op for p in run.query.recentProgress for op in p["stateOperators"] if op["operatorName"] == "suppress"]
+    if full == "spill_to_disk_when_full":
+        assert max(op["customMetrics"]["suppressionDiskBufferBytes"] for op in ops) > 0  # it did spill
+
+
+def test_wall_clock_limit_forwards_retractions(spark: SparkSession, run: Run, tmp_path: Path) -> None:
+    """until_wall_clock_time_limit: a limit of 0 forwards every change at its batch, retractions
+    included: the rows of plain update mode."""
+    run.start(suppress(sessions(run.events()), Suppressed.until_wall_clock_time_limit(
+        timedelta(seconds=0), BufferConfig.unbounded())))
+    feed_all(run, BATCHES)
+    plain = Run(spark, tmp_path / "plain")
+    plain.start(sessions(plain.events()))
+    try:
+        feed_all(plain, BATCHES)
+        assert any(is_retraction(r) for r in plain.rows())
+        assert Counter(map(str, run.rows())) == Counter(map(str, plain.rows()))
+    finally:
+        plain.stop()
+
+
 @pytest.mark.parametrize("first", ["true", "false"])
 def test_changing_fusion_on_a_checkpoint_is_refused(spark: SparkSession, run: Run, first: str) -> None:
     """Fused and unfused final results keep the open sessions in different places; a checkpoint of
