@@ -394,6 +394,17 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
     val (k1, s1) = changes(boundary)
     assert(k1(2) == Seq(SessionEmission("a", 1007, 1007, None), SessionEmission("a", 1007, 1009, Some(2))))
     assert(s1(2) == Seq(SessionEmission("a", 1009, 1009, Some(1))))
+    // The same boundary reached by a tie (gap 10, no grace): c@1038 after d@1038 is exactly a gap
+    // after c@1028, whose session d@1038 closed. Kafka merges it into the session whose final result
+    // it has already emitted, and emits the merged session as final too; Spark starts a new one.
+    val tie = SessionCase(10, 0, SessionMode.Finals, RocksDb, Seq(Event("c", 1028), Event("d", 1038), Event("c", 1038)))
+    val tieEvents = tie.events :+ tie.flush
+    assert(kafkaSessions(tie, tieEvents).flatten.filterNot(_.key == FlushKey).sortBy(_.toString) ==
+      Seq(SessionEmission("c", 1028, 1028, Some(1)),
+      SessionEmission("c", 1028, 1038, Some(2)), SessionEmission("d", 1038, 1038, Some(1))))
+    assert(sparkSessions(tie, tieEvents).flatten.filterNot(_.key == FlushKey).sortBy(_.toString) ==
+      Seq(SessionEmission("c", 1028, 1028, Some(1)), SessionEmission("c", 1038, 1038, Some(1)),
+        SessionEmission("d", 1038, 1038, Some(1))))
     // 2. A late record that would extend an open session backwards: Kafka checks the merged session
     // against its close time (open, so the record counts); Spark drops a record by its own session
     // ([1005, 1010), under the watermark 1013) before merging.
@@ -547,11 +558,19 @@ object KafkaStreamsConformanceSuite {
     (0 until 8 + rnd.nextInt(8)).foreach { i =>
       val key = keys(rnd.nextInt(keys.size))
       val late = maxTs - gap - grace - 1 - rnd.nextInt(6)
-      val ts =
-        if (i == 0 || rnd.nextInt(3) < 2) maxTs + rnd.nextInt(7)
-        else if (grace > 0 && rnd.nextBoolean()) maxTs - rnd.nextInt(grace.toInt)
-        else if (!out.exists(e => e.key == key && math.abs(e.ts - late) <= 2 * gap)) late
-        else maxTs + rnd.nextInt(7)
+      // A session Spark has closed (last + gap + grace <= stream time) that Kafka would still merge
+      // an event into (within the gap of its last record): only a tie at the boundary reaches it
+      // from here, with no grace; such an event moves time on by one instead.
+      def closedForSparkOnly(t: Long) =
+        out.exists(e => e.key == key && e.ts + gap + grace <= maxTs && t >= e.ts && t - e.ts <= gap)
+      val ts = {
+        val candidate =
+          if (i == 0 || rnd.nextInt(3) < 2) maxTs + rnd.nextInt(7)
+          else if (grace > 0 && rnd.nextBoolean()) maxTs - rnd.nextInt(grace.toInt)
+          else if (!out.exists(e => e.key == key && math.abs(e.ts - late) <= 2 * gap)) late
+          else maxTs + rnd.nextInt(7)
+        if (candidate != late && closedForSparkOnly(candidate)) maxTs + 1 else candidate
+      }
       maxTs = math.max(maxTs, ts)
       out += Event(key, ts)
     }
