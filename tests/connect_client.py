@@ -108,8 +108,11 @@ def final_results(spark: SparkSession, work: Path) -> dict[str, Any]:
 def session_windows(spark: SparkSession, work: Path) -> dict[str, Any]:
     """A session-window count over Connect: in update mode (sluice's session updates), under
     suppress(until_window_closes), and in append mode (Spark's own), each into a memory sink."""
+    # sum(1), not count(): the memory sink of Spark 4.1 and 4.2 fixes its schema when the query
+    # starts, count() is non-nullable there, and a retraction's null does not fit (README, "Session
+    # windows in update mode"); sum is nullable.
     counts = (events(spark, work / "session_in").withWatermark("ts", f"{WATERMARK_DELAY_S} seconds")
-              .groupBy(F.session_window("ts", "5 seconds"), "user").count())
+              .groupBy(F.session_window("ts", "5 seconds"), "user").agg(F.sum(F.lit(1)).alias("count")))
     out = {}
     for name, df, mode in (("updates", counts, "update"), ("finals", suppress(counts, UNBOUNDED), "update"),
                            ("append", counts, "append")):
