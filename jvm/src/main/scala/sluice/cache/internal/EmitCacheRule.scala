@@ -1,6 +1,7 @@
 package sluice.cache.internal
 
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.internal.Logging
@@ -49,19 +50,18 @@ private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[Log
         }
         val update = e.outputMode == OutputMode.Update()
         var index = 0 // the plan has no EmitCacheNode yet (checked above)
+        // The next cache's id is taken whether or not it is added, so ids follow the plan's shape.
+        def cache(keys: Seq[Attribute], below: LogicalPlan): LogicalPlan = {
+          val id = SluiceConf.EmitCacheIds.from + index
+          index += 1
+          if (interval > 0 || hasState(e.checkpointLocation, id)) EmitCacheNode(keys, interval, below) else below
+        }
         def place(p: LogicalPlan): LogicalPlan = p match {
           case a: Aggregate if a.child.isStreaming && update && GroupingColumns.allInOutputOrder(a).nonEmpty =>
-            val id = SluiceConf.EmitCacheIds.from + index
-            index += 1
-            if (interval > 0 || hasState(e.checkpointLocation, id)) {
-              EmitCacheNode(GroupingColumns.allInOutputOrder(a), interval, a)
-            } else a
+            cache(GroupingColumns.allInOutputOrder(a), a)
           // Session windows in update mode (sluice.sessions): keyed by (keys, session window), so a
           // retraction replaces the held update of the same session, as in Kafka Streams' cache.
-          case n: SessionUpdateNode if n.keyColumns.nonEmpty =>
-            val id = SluiceConf.EmitCacheIds.from + index
-            index += 1
-            if (interval > 0 || hasState(e.checkpointLocation, id)) EmitCacheNode(n.keyColumns, interval, n) else n
+          case n: SessionUpdateNode if n.keyColumns.nonEmpty => cache(n.keyColumns, n)
           case top if isStateful(top) => if (interval > 0) skip(top, whyNot(top, e.outputMode)) else top
           case other if passesThrough(other) => other.mapChildren(place)
           case other => other

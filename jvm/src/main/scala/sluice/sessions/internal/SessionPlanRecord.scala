@@ -7,7 +7,7 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.sluice.StreamContext
 
 import sluice.conf.{SluiceConf, SluiceConfException}
-import sluice.spark.CheckpointTypes.CheckpointFileManager
+import sluice.state.StoreFiles
 
 /**
  * Which of its two plans a session aggregation's checkpoint was written with, kept beside its state
@@ -27,17 +27,13 @@ private[sluice] object SessionPlanRecord {
     val info = ctx.stateInfo
     if (!checkedRuns.add((info.queryRunId, info.operatorId))) return
     val root = new Path(info.checkpointLocation)
-    val fm = CheckpointFileManager.create(root, session.sessionState.newHadoopConf())
-    val file = new Path(new Path(root, info.operatorId.toString), FileName)
+    val files = StoreFiles(new Path(root, info.operatorId.toString), session.sessionState.newHadoopConf())
     val plan = if (finalOnly) Fused else Updates
-    if (!fm.exists(file)) {
-      fm.mkdirs(file.getParent)
-      val out = fm.createAtomic(file, overwriteIfPossible = true)
-      try out.write((plan + "\n").getBytes(StandardCharsets.UTF_8))
-      catch { case e: Throwable => out.cancel(); throw e }
-      out.close()
+    if (!files.exists(FileName)) {
+      files.mkdirs() // written before the operator's first state files
+      files.write(FileName)(_.write((plan + "\n").getBytes(StandardCharsets.UTF_8)))
     } else {
-      val in = fm.open(file)
+      val in = files.open(FileName)
       val recorded = try new String(in.readAllBytes(), StandardCharsets.UTF_8).trim finally in.close()
       if (recorded != plan) {
         val key = SluiceConf.SuppressFused.key
