@@ -223,11 +223,17 @@ def drain_to_files(spark: SparkSession, df: Any, sink: Callable[[Any, int], None
 def kill_after_batches(script: str, args: list[str], out: Path, batches: int, timeout: float = 180.0) -> None:
     """Runs tests/<script> (a query writing through `batch_file_sink` into `out`) in its own process
     group and SIGKILLs the whole group, driver JVM included, once `batches` batch files exist."""
+    kill_when(script, args, lambda: len(list(out.glob("*.json"))) >= batches, timeout)
+
+
+def kill_when(script: str, args: list[str], ready: Callable[[], bool], timeout: float = 180.0) -> None:
+    """Runs tests/<script> in its own process group and SIGKILLs the whole group, driver JVM
+    included, once `ready()` holds."""
     child = subprocess.Popen([sys.executable, str(Path(__file__).parent / script), *args],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + timeout
-        while len(list(out.glob("*.json"))) < batches:
+        while not ready():
             assert child.poll() is None, "child query died"
             assert time.monotonic() < deadline, "child query made no progress"
             time.sleep(0.2)

@@ -8,15 +8,17 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import kafka_harness as kh
+import realtime_kill_child
 import sluice
-from conftest import sluice_session, stop_session
+from conftest import kill_when, stop_session
+from realtime_kill_child import WINDOW, events, windowed_counts, windowed_finals
 
 pytestmark = pytest.mark.skipif(kh.spark_minor() < "4.3", reason="stateful real-time mode arrived in Spark 4.3")
 
@@ -27,12 +29,9 @@ RECORDS = 300
 @pytest.fixture(scope="module")
 def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SparkSession, kh.Broker]]:
     broker = kh.Broker(tmp_path_factory.mktemp("kafka")).start()
-    jars = kh.connector_jars()
     stop_session()
-    kh.ensure_driver_jars(jars)
-    # one input partition and one shuffle partition: real-time mode runs every task at once (2 slots);
-    # local[4] leaves slots for the tests' own reads of the output topic while a batch runs
-    spark = sluice_session("local[4]", conf={"spark.jars": ",".join(jars), "spark.sql.shuffle.partitions": "1"})
+    # one input partition and one shuffle partition: real-time mode runs every task at once (2 slots)
+    spark = realtime_kill_child.session()
     kh.create_topic(spark, broker.bootstrap, "in", 1)
     kh.produce(spark, broker.bootstrap, "in", RECORDS, 1, min_bytes=10, max_bytes=20)
     yield spark, broker
@@ -85,7 +84,6 @@ def test_a_real_time_aggregation_without_sluice_features_runs_with_sluice_config
 
 
 BASE = 1_700_000_000  # event times are whole seconds from here: deterministic windows
-WINDOW = "10 seconds"
 
 
 def _produce_events(spark: SparkSession, broker: kh.Broker, topic: str, first: int, count: int) -> None:
@@ -97,12 +95,7 @@ def _produce_events(spark: SparkSession, broker: kh.Broker, topic: str, first: i
 
 
 def _windowed(spark: SparkSession, broker: kh.Broker, topic: str) -> DataFrame:
-    src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
-           .option("subscribe", topic).option("startingOffsets", "earliest").load())
-    events = src.selectExpr("cast(key as string) key",
-                            "timestamp_seconds(cast(get_json_object(cast(value as string), '$.ts') as long)) ts")
-    counts = events.withWatermark("ts", "2 seconds").groupBy(F.window("ts", WINDOW), "key").count()
-    return sluice.suppress(counts, sluice.Suppressed.until_window_closes(sluice.BufferConfig.unbounded()))
+    return windowed_finals(spark, broker.bootstrap, topic)
 
 
 def _finals_query(spark: SparkSession, broker: kh.Broker, df: DataFrame, out: str, checkpoint: Path, trigger: dict):
@@ -117,26 +110,42 @@ def _read(spark: SparkSession, broker: kh.Broker, topic: str) -> list[tuple[str,
     return [(d["key"], d["end"], d["count"]) for d in (json.loads(r.value) for r in rows)]
 
 
-def _expected(last: int) -> set[tuple[str, int, int]]:
-    """The final results of records 0..last: every (key, window) whose end is at or below the
-    watermark (max event time - 2 s), with its count."""
+def _all_counts(last: int) -> dict[tuple[str, int], int]:
+    """The count of every (key, window end) over records 0..last."""
     counts: dict[tuple[str, int], int] = {}
     for i in range(last + 1):
         end = BASE + (i // 10 + 1) * 10
         counts[(f"k{i % 3}", end)] = counts.get((f"k{i % 3}", end), 0) + 1
-    return {(k, end, n) for (k, end), n in counts.items() if end <= BASE + last - 2}
+    return counts
 
 
-def _await(spark, broker, q, topic: str, n: int, timeout: float = 180.0) -> list[tuple[str, int, int]]:
+def _expected(last: int) -> set[tuple[str, int, int]]:
+    """The final results of records 0..last: every (key, window) whose end is at or below the
+    watermark (max event time - 2 s), with its count."""
+    return {(k, end, n) for (k, end), n in _all_counts(last).items() if end <= BASE + last - 2}
+
+
+def _latest(rows: list[tuple[str, int, int]]) -> dict[tuple[str, int], int]:
+    """The largest count emitted per (key, window end): counts only grow."""
+    out: dict[tuple[str, int], int] = {}
+    for k, end, n in rows:
+        out[(k, end)] = max(out.get((k, end), 0), n)
+    return out
+
+
+def _await(spark, broker, q, topic: str, n: int = 0, timeout: float = 180.0,
+           until: Callable[[list], bool] | None = None) -> list[tuple[str, int, int]]:
+    """The rows of `topic` once there are `n` of them (or `until` holds of them)."""
+    done = until or (lambda rows: len(rows) >= n)
     deadline = time.monotonic() + timeout
     out: list = []
     while time.monotonic() < deadline:
         assert q.isActive, q.exception()
         out = _read(spark, broker, topic)
-        if len(out) >= n:
+        if done(out):
             return out
         time.sleep(0.5)
-    raise AssertionError(f"{len(out)} of {n} final results after {timeout} s")
+    raise AssertionError(f"{len(out)} rows, not the ones expected, after {timeout} s: {sorted(out)}")
 
 
 def _stop_at_a_batch_boundary(q, timeout: float = 120.0) -> None:
@@ -195,17 +204,18 @@ def test_suppress_until_window_closes_emits_the_micro_batch_finals_each_once_and
     assert set(out) == set(_micro_batch_finals(spark, broker, "ev", tmp_path, "mbfinals2", len(both)))
 
 
+def _timed_counts(spark: SparkSession, broker: kh.Broker, topic: str) -> DataFrame:
+    """Counts per key and window of `topic`'s events with their latest event time (until_time_limit's time_col)."""
+    return (events(spark, broker.bootstrap, topic).withWatermark("ts", "2 seconds").groupBy(F.window("ts", WINDOW), "key")
+            .agg(F.count("*").alias("count"), F.max("ts").alias("ts")))
+
+
 def test_suppress_until_time_limit_runs_per_row_on_stream_time(rt, tmp_path: Path) -> None:
     spark, broker = rt
     kh.create_topic(spark, broker.bootstrap, "evlimit", 1)
     kh.create_topic(spark, broker.bootstrap, "limited", 1)
     _produce_events(spark, broker, "evlimit", 0, 60)
-    src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
-           .option("subscribe", "evlimit").option("startingOffsets", "earliest").load())
-    counts = (src.selectExpr("cast(key as string) key",
-                             "timestamp_seconds(cast(get_json_object(cast(value as string), '$.ts') as long)) ts")
-              .withWatermark("ts", "2 seconds").groupBy(F.window("ts", WINDOW), "key")
-              .agg(F.count("*").alias("count"), F.max("ts").alias("ts")))
+    counts = _timed_counts(spark, broker, "evlimit")
     limited = sluice.suppress(counts, sluice.Suppressed.until_time_limit(5, sluice.BufferConfig.unbounded()),
                               time_col="ts")
     q = _finals_query(spark, broker, limited, "limited", tmp_path / "limited", {"realTime": "5 seconds"})
@@ -223,17 +233,145 @@ def _refusal(spark, broker, df: DataFrame, name: str, tmp_path: Path) -> str:
     return _failure(_start(spark, broker, df, name, tmp_path))
 
 
-def test_what_suppress_does_not_do_in_real_time_is_refused_naming_why_and_what_to_use(rt, tmp_path: Path) -> None:
+def _run_to(spark, broker, df: DataFrame, name: str, tmp_path: Path, until: Callable[[list], bool],
+            conf: dict[str, str] | None = None, commit: bool = False) -> list[tuple[str, int, int]]:
+    """Runs `df` under the real-time trigger into topic `name` (with the session `conf` while it
+    runs) until its rows satisfy `until` (and, with `commit`, batches after them have committed
+    their state); returns them."""
+    for k, v in (conf or {}).items():
+        spark.conf.set(k, v)
+    try:
+        if not (tmp_path / name).exists():  # a restart writes on to its topic
+            kh.create_topic(spark, broker.bootstrap, name, 1)
+        q = _finals_query(spark, broker, df, name, tmp_path / name, {"realTime": "5 seconds"})
+        try:
+            out = _await(spark, broker, q, name, until=until)
+            if commit:
+                _stop_at_a_batch_boundary(q)
+            return out
+        finally:
+            q.stop()
+    finally:
+        for k in conf or {}:
+            spark.conf.unset(k)
+
+
+def _events_topic(spark, broker, name: str, count: int) -> str:
+    kh.create_topic(spark, broker.bootstrap, name, 1)
+    _produce_events(spark, broker, name, 0, count)
+    return name
+
+
+def _evicted(last: int, bound: int) -> list[tuple[str, int, int]]:
+    """What a buffer of `bound` rows that emits early sends, in order, for records 0..last when no
+    row is due by time: after each record, while it holds more than `bound` rows, the row buffered
+    first (its first record's event time) leaves with its latest count (Kafka Streams' eviction order)."""
+    buffered: dict[tuple[str, int], tuple[int, int]] = {}  # (key, end) -> (buffer time, count)
+    counts = _all_counts(-1)
+    out = []
+    for i in range(last + 1):
+        e = (f"k{i % 3}", BASE + (i // 10 + 1) * 10)
+        counts[e] = counts.get(e, 0) + 1
+        buffered[e] = (buffered.get(e, (BASE + i, 0))[0], counts[e])
+        while len(buffered) > bound:
+            first = min(buffered, key=lambda x: buffered[x][0])
+            out.append((first[0], first[1], buffered.pop(first)[1]))
+    return out
+
+
+def test_a_bounded_buffer_applies_its_bound_per_row(rt, tmp_path: Path) -> None:
     spark, broker = rt
-    wall = sluice.suppress(_counts(spark, broker),
+    topic = _events_topic(spark, broker, "evbound", 60)
+    counts = _timed_counts(spark, broker, topic)
+    # a limit no row reaches within the input's 59 s: rows leave only when the 2-row bound pushes them out
+    bounded = sluice.suppress(counts, sluice.Suppressed.until_time_limit(
+        100, sluice.BufferConfig.max_records(2).emit_early_when_full()), time_col="ts")
+    expected = _evicted(59, 2)
+    out = _run_to(spark, broker, bounded, "bounded", tmp_path, until=lambda rows: len(rows) >= len(expected))
+    assert out == expected
+
+
+def test_a_full_buffer_that_shuts_down_fails_the_query_naming_its_bound(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    topic = _events_topic(spark, broker, "evstrict", 30)
+    strict = sluice.suppress(windowed_counts(spark, broker.bootstrap, topic), sluice.Suppressed.until_window_closes(
+        sluice.BufferConfig.max_records(1).shut_down_when_full()))
+    message = _refusal(spark, broker, strict, "strict", tmp_path)
+    assert "suppress buffer of operator" in message and "is full in partition 0" in message
+    assert "[records/max] = [2/1]" in message
+
+
+def test_a_spilling_buffer_is_refused_naming_why_and_what_to_use(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    spilling = sluice.suppress(_counts(spark, broker), sluice.Suppressed.until_window_closes(
+        sluice.BufferConfig.max_records(10).spill_to_disk_when_full()))
+    message = _refusal(spark, broker, spilling, "spilling", tmp_path)
+    assert "suppress with a spilling buffer" in message and "does not run under Spark's real-time trigger" in message
+    assert "Use emit_early_when_full() or shut_down_when_full()" in message and "trigger(processingTime=" in message
+
+
+def test_wall_clock_suppression_releases_each_key_once_its_limit_has_passed(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    topic = _events_topic(spark, broker, "evwall", 60)
+    counts = _all_counts(59)
+    wall = sluice.suppress(windowed_counts(spark, broker.bootstrap, topic),
                            sluice.Suppressed.until_wall_clock_time_limit(1, sluice.BufferConfig.unbounded()))
-    message = _refusal(spark, broker, wall, "wallclock", tmp_path)
-    assert "suppress(untilWallClockTimeLimit" in message and "does not run under Spark's real-time trigger" in message
-    assert "Use until_time_limit" in message and "trigger(processingTime=" in message
-    bounded = sluice.suppress(_counts(spark, broker), sluice.Suppressed.until_window_closes(
-        sluice.BufferConfig.max_records(10).shut_down_when_full()))
-    message = _refusal(spark, broker, bounded, "bounded", tmp_path)
-    assert "suppress with a bounded buffer" in message and "Use BufferConfig.unbounded()" in message
+    out = _run_to(spark, broker, wall, "wall", tmp_path, until=lambda rows: _latest(rows) == counts)
+    assert _latest(out) == counts
+    # the backlog arrives within the limit: its updates are absorbed, each key's latest row leaves
+    assert len(out) < 60
+
+
+def test_the_emission_cache_forwards_each_keys_latest_row_on_its_interval_and_across_a_restart(
+        rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    topic = _events_topic(spark, broker, "evcache", 60)
+    conf = {"spark.sluice.commit.interval.ms": "1000"}
+    counts = _all_counts(59)
+    out = _run_to(spark, broker, windowed_counts(spark, broker.bootstrap, topic), "cached", tmp_path,
+                  until=lambda rows: _latest(rows) == counts, conf=conf, commit=True)
+    assert _latest(out) == counts
+    assert len(out) < 60, "every update was forwarded: the cache absorbed none"
+    per_key: dict[tuple[str, int], list[int]] = {}
+    for k, end, n in out:
+        per_key.setdefault((k, end), []).append(n)
+    assert all(ns == sorted(set(ns)) for ns in per_key.values()), "a key's row forwarded twice or out of order"
+    # restarted on its checkpoint (state committed with checkpoint ids, as real-time mode keeps them)
+    _produce_events(spark, broker, topic, 60, 30)
+    more = _all_counts(89)
+    out = _run_to(spark, broker, windowed_counts(spark, broker.bootstrap, topic), "cached", tmp_path,
+                  until=lambda rows: _latest(rows) == more, conf=conf)
+    assert _latest(out) == more
+
+
+def _file_rows(out: Path) -> list[tuple[str, int, int]]:
+    return [(d["key"], d["end"], d["count"]) for f in sorted(out.glob("*.jsonl"))
+            for d in (json.loads(line) for line in f.read_text().splitlines() if line.endswith("}"))]
+
+
+def test_a_killed_real_time_query_restarted_on_its_checkpoint_loses_no_final_and_repeats_none(
+        rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    topic = _events_topic(spark, broker, "evkill", 120)
+    out = tmp_path / "out"
+    out.mkdir()
+    args = [broker.bootstrap, topic, str(tmp_path / "ckpt"), str(out)]
+    # SIGKILLed (driver JVM and all) inside a real-time batch that has written final results
+    kill_when("realtime_kill_child.py", args, lambda: len(_file_rows(out)) > 0)
+    _produce_events(spark, broker, topic, 120, 60)
+    both = _expected(179)
+
+    def settled() -> bool:
+        # every final is out and a later batch has opened its files: a repeat would be written by now
+        rows = _file_rows(out)
+        if not both <= set(rows):
+            return False
+        written = [f for f in out.glob("*.jsonl") if f.stat().st_size > 0]
+        return any(int(f.name[:5]) > max(int(w.name[:5]) for w in written) for f in out.glob("*.jsonl"))
+    kill_when("realtime_kill_child.py", args, settled)
+    rows = _file_rows(out)
+    assert len(rows) == len(set(rows)), "a final result written twice"
+    assert set(rows) == both
 
 
 def test_an_explicit_allowlist_check_refuses_suppress_saying_why(rt, tmp_path: Path) -> None:
@@ -268,17 +406,6 @@ def test_the_input_bound_source_option_is_refused(rt, tmp_path: Path) -> None:
     message = _refusal(spark, broker, df, "bounded_input", tmp_path)
     assert "The input bound (source option sluice.maxBytesPerTrigger=100000)" in message
     assert "maxPartitionFetchBytes" in message
-
-
-def test_the_emission_cache_is_refused_naming_its_key(rt, tmp_path: Path) -> None:
-    spark, broker = rt
-    spark.conf.set("spark.sluice.commit.interval.ms", "1000")
-    try:
-        message = _failure(_start(spark, broker, _counts(spark, broker), "emitcache", tmp_path))
-    finally:
-        spark.conf.unset("spark.sluice.commit.interval.ms")
-    assert "The emission cache (spark.sluice.commit.interval.ms=1000) does not run under Spark's real-time" in message
-    assert "Set spark.sluice.commit.interval.ms=0 for this query" in message
 
 
 @pytest.mark.parametrize("provider", ["sluice.cache.CachingStateStoreProvider",

@@ -7,6 +7,7 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.sluice.{SluiceStateStoreExec, StatefulOperatorSupport}
 
+import sluice.cache.internal.EmitCacheSkippedExec
 import sluice.spark.PlanTypes.{ColumnarRule, SparkPlan}
 import sluice.spark.{RealTimeMode, RealTimePlans}
 import sluice.suppress.SuppressUsageException
@@ -44,7 +45,8 @@ private[sluice] object RealTimeAllowlist extends Logging {
     }
   }
 
-  private def isSluice(p: SparkPlan): Boolean = p.isInstanceOf[SluiceStateStoreExec]
+  // The emission cache's marker where it could not be placed passes rows through, as in micro-batches.
+  private def isSluice(p: SparkPlan): Boolean = p.isInstanceOf[SluiceStateStoreExec] || p.isInstanceOf[EmitCacheSkippedExec]
 
   private def check(session: SparkSession, plan: SparkPlan): Unit =
     StatefulOperatorSupport.startingSession(session).foreach { starting =>

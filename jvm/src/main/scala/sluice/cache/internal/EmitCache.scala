@@ -55,24 +55,62 @@ private[sluice] final class EmitCache(layout: EmitCacheLayout, store: KeyedRows,
    */
   def finish(): Iterator[InternalRow] = {
     pending.values().forEach(e => index.add(EmitCacheIndex.slot(layout, e.key, e.value)))
-    val early = new Iterator[InternalRow] {
-      override def hasNext: Boolean = index.bytes > maxBytes && !index.isEmpty
-      override def next(): InternalRow = { evicted += 1; forwardNext() }
-    }
-    early ++ {
+    overShare ++ {
       val oldest = index.oldestInsertMs
-      if (oldest != Long.MaxValue && oldest + intervalMs <= batchMs) {
-        new Iterator[InternalRow] {
-          override def hasNext: Boolean = !index.isEmpty
-          override def next(): InternalRow = forwardNext()
-        }
-      } else {
+      if (oldest != Long.MaxValue && oldest + intervalMs <= batchMs) all
+      else {
         pending.values().forEach(e => store.put(e.key, e.value))
         pending.clear()
         if (oldest != Long.MaxValue) nextDueMs = oldest + intervalMs
         Iterator.empty
       }
     }
+  }
+
+  /** Forwards the least recently updated held rows while the held bytes exceed the share. */
+  private def overShare: Iterator[InternalRow] = new Iterator[InternalRow] {
+    override def hasNext: Boolean = index.bytes > maxBytes && !index.isEmpty
+    override def next(): InternalRow = { evicted += 1; forwardNext() }
+  }
+
+  /** Forwards every held row, least recently updated first. */
+  private def all: Iterator[InternalRow] = new Iterator[InternalRow] {
+    override def hasNext: Boolean = !index.isEmpty
+    override def next(): InternalRow = forwardNext()
+  }
+
+  // Real time: the recency of each update within the batch (after the batch's own `seq`).
+  private var rowSeq = 0L
+
+  /**
+   * Under the real-time trigger (a batch lasting the checkpoint interval, rows arriving one at a
+   * time): takes one update of `key` straight into the store and returns what is due at `nowMs`, in
+   * the same call, as Kafka Streams' cache decides per record. Held rows are forwarded together once
+   * the oldest has waited the interval on the task's clock (the batch's timestamp is its start), the
+   * least recently updated early while the partition's share is exceeded. Decisions depend on
+   * arrival order and the clock, so a rerun after a failure may forward other intermediate updates;
+   * the latest value of every key still reaches the sink (Spark's real-time sink is at least once).
+   */
+  def updateNow(key: UnsafeRow, row: InternalRow, nowMs: Long): Iterator[InternalRow] = {
+    val held = store.get(key)
+    val insertMs = if (held == null) nowMs else {
+      absorbed += 1
+      index.remove(EmitCacheIndex.slot(layout, key, held))
+      layout.insertMs(held)
+    }
+    rowSeq += 1
+    val value = layout.encode(row, insertMs, seq + rowSeq)
+    store.put(key, value)
+    index.add(EmitCacheIndex.slot(layout, key, value))
+    dueAt(nowMs)
+  }
+
+  /** Real time: what is due at `nowMs` (see [[updateNow]]); after the last row, the next due time in [[stats]]. */
+  def dueAt(nowMs: Long): Iterator[InternalRow] = overShare ++ {
+    val oldest = index.oldestInsertMs
+    val due = oldest != Long.MaxValue && oldest + intervalMs <= nowMs
+    nextDueMs = if (oldest == Long.MaxValue || due) Long.MaxValue else oldest + intervalMs
+    if (due) all else Iterator.empty
   }
 
   /** Removes the least recently updated held row and returns its output row. */

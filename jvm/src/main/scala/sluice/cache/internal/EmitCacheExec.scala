@@ -24,7 +24,8 @@ private[sluice] case class EmitCacheExec(
     keys: Seq[Attribute],
     intervalMs: Long,
     context: Option[StreamContext],
-    child: SparkPlan) extends SluiceStateStoreExec {
+    child: SparkPlan,
+    realTime: Boolean = false) extends SluiceStateStoreExec {
 
   private val layout =
     new EmitCacheLayout(DataTypeUtils.fromAttributes(keys), DataTypeUtils.fromAttributes(child.output))
@@ -54,6 +55,7 @@ private[sluice] case class EmitCacheExec(
     val side = SideStore.beside(session, info, StateStoreId.DEFAULT_STORE_NAME, EmitCacheStateLayout.ProviderClass, hadoopConf)
     val bothCaches = MemoryBudget.bothCaches(conf.stateStoreProviderClass, intervalMs)
     val firstVersion = EmitCacheExec.firstVersion(session, info.checkpointLocation, info.operatorId, info.storeVersion)
+    val perRow = realTime
 
     child.execute().mapPartitionsWithIndex { (partition, iter) =>
       // The aggregation's restore leaves its read store in this thread-local (see
@@ -71,9 +73,17 @@ private[sluice] case class EmitCacheExec(
       val cached = EmitCacheIndexCache.take(id, store.version, None)
       val index = cached.getOrElse(EmitCacheIndex.scan(lay, held))
       val cache = new EmitCache(lay, held, index, share, interval, batchMs, batchId)
-      iter.foreach(row => cache.update(keyProj(row).copy(), row))
       var forwardedRows = 0L
-      val forwarded = cache.finish().map { r => forwardedRows += 1; r }
+      val out = if (perRow) {
+        // Real time: rows leave in the next() call that brought the update that made them due (or
+        // when the batch ends), as they would from Kafka Streams' cache, not when the batch ends.
+        iter.flatMap(row => cache.updateNow(keyProj(row).copy(), row, System.currentTimeMillis())) ++
+          cache.dueAt(System.currentTimeMillis())
+      } else {
+        iter.foreach(row => cache.update(keyProj(row).copy(), row))
+        cache.finish()
+      }
+      val forwarded = out.map { r => forwardedRows += 1; r }
       // Rows leave as the sink pulls them; the store commits once the last has gone.
       StatefulOperatorSupport.onCompletion(forwarded) {
         val s = cache.stats
@@ -81,6 +91,7 @@ private[sluice] case class EmitCacheExec(
         EmitCacheIndexCache.offer(id, version, None, index)
         if (cached.isEmpty) longMetric("emitCacheIndexRebuildTotal") += 1
         // The store's provider differs from the query's: report only the provider-independent metrics.
+        reportCheckpointInfo(store)
         val storeMetrics = store.metrics
         longMetric("numTotalStateRows") += storeMetrics.numKeys
         longMetric("stateMemory") += storeMetrics.memoryUsedBytes

@@ -1,7 +1,8 @@
 package sluice.cache.internal
 
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.expressions.Attribute
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, NamedExpression}
+import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.internal.Logging
@@ -9,9 +10,9 @@ import org.apache.spark.sql.streaming.OutputMode
 
 import org.apache.spark.sql.sluice.{SluiceStatefulNode, StatefulOperatorSupport}
 
-import sluice.conf.{SluiceConf, SluiceConfException}
+import sluice.conf.SluiceConf
 import sluice.spark.PlanTypes.{WriteToMicroBatchDataSource, WriteToMicroBatchDataSourceV1}
-import sluice.spark.{GroupingColumns, RealTimeMode, RealTimePlans}
+import sluice.spark.GroupingColumns
 import sluice.sessions.internal.SessionUpdateNode
 import sluice.suppress.internal.SuppressNode
 
@@ -28,7 +29,7 @@ import sluice.suppress.internal.SuppressNode
  * first stateful operator it meets is an aggregation the cache goes right above it, otherwise no
  * cache is added, and the plan shows an [[EmitCacheSkipped]] with the reason (logged once per query).
  *
- * It runs only while a query plans a micro-batch (the output mode comes from that batch's
+ * It runs only while a query plans a batch, micro-batch or real-time (the output mode comes from that batch's
  * execution); with interval 0 it still keeps a node where the checkpoint already has emission-cache
  * state, so rows held before the change are forwarded instead of lost.
  */
@@ -42,23 +43,27 @@ private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[Log
     exec match {
       case Some(e) =>
         val interval = SluiceConf(session.conf.getAll).commitIntervalMs
-        if (interval > 0 && RealTimePlans.isRealTime(e)) {
-          throw new SluiceConfException(RealTimeMode.refusal(
-            s"The emission cache (${SluiceConf.CommitIntervalMs.key}=$interval)",
-            "it forwards the rows it holds at batch boundaries",
-            s"Set ${SluiceConf.CommitIntervalMs.key}=0 for this query, " + RealTimeMode.orUseMicroBatches))
-        }
         val update = e.outputMode == OutputMode.Update()
         var index = 0 // the plan has no EmitCacheNode yet (checked above)
         // The next cache's id is taken whether or not it is added, so ids follow the plan's shape.
-        def cache(keys: Seq[Attribute], below: LogicalPlan): LogicalPlan = {
+        def cached(): Boolean = {
           val id = SluiceConf.EmitCacheIds.from + index
           index += 1
-          if (interval > 0 || hasState(e.checkpointLocation, id)) EmitCacheNode(keys, interval, below) else below
+          interval > 0 || hasState(e.checkpointLocation, id)
         }
+        def cache(keys: Seq[Attribute], below: LogicalPlan): LogicalPlan =
+          if (cached()) EmitCacheNode(keys, interval, below) else below
         def place(p: LogicalPlan): LogicalPlan = p match {
           case a: Aggregate if a.child.isStreaming && update && GroupingColumns.allInOutputOrder(a).nonEmpty =>
             cache(GroupingColumns.allInOutputOrder(a), a)
+          // The optimizer folded the projection above into the aggregation (a sink's to_json(struct(...))
+          // over it, say): split it again, so that the cache sees the grouping columns it is keyed by.
+          case a: Aggregate if a.child.isStreaming && update && a.groupingExpressions.nonEmpty &&
+              a.groupingExpressions.forall(_.isInstanceOf[Attribute]) =>
+            if (cached()) {
+              val (inner, outer) = EmitCacheRule.split(a)
+              Project(outer, EmitCacheNode(GroupingColumns.allInOutputOrder(inner), interval, inner))
+            } else a
           // Session windows in update mode (sluice.sessions): keyed by (keys, session window), so a
           // retraction replaces the held update of the same session, as in Kafka Streams' cache.
           case n: SessionUpdateNode if n.keyColumns.nonEmpty => cache(n.keyColumns, n)
@@ -108,6 +113,23 @@ private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[Log
 }
 
 private[sluice] object EmitCacheRule {
+  /**
+   * `agg` (grouped by attributes) as an aggregation whose output is its grouping columns and its
+   * aggregate functions, and the projection of that output onto `agg`'s output (same columns, same
+   * ids). Its state is unchanged: a streaming aggregation stores its groups and buffers, not its output.
+   */
+  def split(agg: Aggregate): (Aggregate, Seq[NamedExpression]) = {
+    val functions = agg.aggregateExpressions.flatMap(_.collect { case f: AggregateExpression => f })
+      .foldLeft(Seq.empty[AggregateExpression])((seen, f) => if (seen.exists(_.semanticEquals(f))) seen else seen :+ f)
+      .zipWithIndex.map { case (f, i) => f -> Alias(f, s"__sluice_agg$i")() }
+    val inner = agg.copy(aggregateExpressions =
+      agg.groupingExpressions.map(_.asInstanceOf[Attribute]) ++ functions.map(_._2))
+    val outer = agg.aggregateExpressions.map(_.transformDown {
+      case f: AggregateExpression => functions.find(_._1.semanticEquals(f)).get._2.toAttribute
+    }.asInstanceOf[NamedExpression])
+    (inner, outer)
+  }
+
   /** Query runs whose skipped emission cache was already logged. */
   private val loggedQueries = java.util.concurrent.ConcurrentHashMap.newKeySet[java.util.UUID]()
 }

@@ -6,6 +6,7 @@ import org.apache.spark.sql.sluice.StatefulOperatorSupport
 import org.json4s.JsonDSL._
 
 import sluice.spark.PlanTypes.{SparkPlan, SparkStrategy}
+import sluice.spark.RealTimePlans
 import sluice.state.Sidecars
 
 /** Plans [[EmitCacheNode]]s and [[EmitCacheSkipped]] markers. */
@@ -15,7 +16,9 @@ private[sluice] case class EmitCacheStrategy(session: SparkSession) extends Spar
       // The interval, for sluice.inspect to tell when each held row is due.
       Sidecars.record(session, n,
         ("kind" -> "emitCache") ~ ("intervalMs" -> n.intervalMs) ~ ("keys" -> n.keys.map(_.name).toList))
-      EmitCacheExec(n.keys, n.intervalMs, StatefulOperatorSupport.streamContext(session, n), planLater(n.child)) :: Nil
+      val ctx = StatefulOperatorSupport.streamContext(session, n)
+      EmitCacheExec(n.keys, n.intervalMs, ctx, planLater(n.child),
+        realTime = ctx.exists(c => RealTimePlans.isRealTime(c.execution))) :: Nil
     case EmitCacheSkipped(reason, child) => EmitCacheSkippedExec(reason, planLater(child)) :: Nil
     case _ => Nil
   }

@@ -32,18 +32,11 @@ private[sluice] object RealTimeSuppress {
 
   /** Refuses what suppress does not do in real time, at the batch's planning. */
   def refuseUnsupported(n: SuppressNode): Unit = {
-    n.suppressed match {
-      case w: UntilWallClockTimeLimit =>
-        throw new SuppressUsageException(RealTimeMode.refusal(s"suppress(${w.describe})",
-          "it releases rows by the wall clock, checked when a batch ends or between batches",
-          "Use until_time_limit (event time, decided per row), " + RealTimeMode.orUseMicroBatches))
-      case _ =>
-    }
-    if (n.suppressed.buffer.isBounded) {
-      throw new SuppressUsageException(RealTimeMode.refusal(s"suppress with a bounded buffer (${n.suppressed.buffer})",
-        "a full buffer's choices are made on rows sorted per batch so that a replay decides the same, and the " +
-          "sort holds the batch's rows until it ends",
-        "Use BufferConfig.unbounded(), " + RealTimeMode.orUseMicroBatches))
+    if (n.suppressed.buffer.whenFull == BufferFullStrategy.SpillToDisk) {
+      throw new SuppressUsageException(RealTimeMode.unsupported(s"suppress with a spilling buffer (${n.suppressed.buffer})",
+        "the spill store is a RocksDB store checkpointed by version number alone, and Spark's real-time mode " +
+          "requires state checkpoint ids (a rerun batch could reuse a failed attempt's file names)",
+        "Use emit_early_when_full() or shut_down_when_full(), " + RealTimeMode.orUseMicroBatches))
     }
   }
 

@@ -124,8 +124,10 @@ private[sluice] case class SuppressExec(
       // Rows flow out as they are released, never collected.
       // Under the real-time trigger rows arrive one at a time per partition, in the order of the
       // single upstream channel, for a batch that lasts the checkpoint interval: what is due is
-      // released after each row, in the same next() call, and rows are dropped or put on the
-      // partition's stream time (see RealTimeSuppress).
+      // released after each row, in the same next() call, then the bound is applied to what is
+      // left, and rows are dropped or put on the partition's stream time (see RealTimeSuppress).
+      def afterRow(isDue: Long => Boolean): Iterator[InternalRow] =
+        buffer.releaseDue(isDue) ++ buffer.enforceBound(isDue)
       val released: Iterator[InternalRow] = mode match {
         case _: UntilWindowCloses if perRow =>
           val ord = windowOrdinal.get
@@ -144,7 +146,7 @@ private[sluice] case class SuppressExec(
               // The buffer's stores copy what they keep (the aggregation's output row is reused).
               buffer.put(keyOf(row), row, end)
               if (!row.isNullAt(tsOrd)) closer.observe(row.getLong(tsOrd) / 1000)
-              buffer.releaseDue(isDue)
+              afterRow(isDue)
             }
           }
         case _: UntilWindowCloses =>
@@ -179,9 +181,20 @@ private[sluice] case class SuppressExec(
             buffer.put(keyOf(row), row, t)
             // Real time: released as each row moves the partition's stream time (Kafka Streams'
             // behaviour); micro-batch: only the bound here, the release by the batch's final stream time.
-            if (perRow) buffer.releaseDue(isDue) else buffer.enforceBound(isDue)
+            if (perRow) afterRow(isDue) else buffer.enforceBound(isDue)
           }
           if (perRow) rows else rows ++ buffer.afterPut(isDue)
+        case UntilWallClockTimeLimit(limit, _, _) if perRow =>
+          // The task's clock, read per row: a real-time batch's timestamp is its start, which would
+          // hold every row for the checkpoint interval. A partition that gets no input releases its
+          // due rows with the next row or when the batch ends, whichever comes first. On a rerun
+          // after a failure rows may leave at other moments: Spark's real-time sink is at least
+          // once anyway, and a row is released with its latest value either way.
+          val isDue = (t: Long) => t + limit <= System.currentTimeMillis()
+          buffer.releaseDue(isDue) ++ iter.flatMap { row =>
+            buffer.put(keyOf(row), row, System.currentTimeMillis())
+            afterRow(isDue)
+          } ++ buffer.releaseDue(isDue)
         case UntilWallClockTimeLimit(limit, _, _) =>
           // The batch timestamp, not the task's clock: a replayed batch emits the same rows.
           val isDue = (t: Long) => t + limit <= now
@@ -228,10 +241,12 @@ private[sluice] case class SuppressExec(
   /**
    * A bounded buffer's choices (which rows to evict or spill, whether it is full) depend on the
    * order its rows arrive in, and a shuffle's output order is not fixed across attempts: such a
-   * buffer gets its rows sorted (by time then keys), so a replayed batch decides the same.
+   * buffer gets its rows sorted (by time then keys), so a replayed batch decides the same. Not
+   * under the real-time trigger: a sort would hold the batch's rows until it ends; there rows
+   * arrive in the order of their one upstream channel and the bound is applied per row.
    */
   override def requiredChildOrdering: Seq[Seq[SortOrder]] =
-    if (suppressed.buffer.isBounded) Seq((time.toSeq ++ keys).map(SortOrder(_, Ascending)))
+    if (suppressed.buffer.isBounded && !realTime) Seq((time.toSeq ++ keys).map(SortOrder(_, Ascending)))
     else Seq(Nil)
 
   /** The spill store: a RocksDB state store (local disk, checkpointed) beside the operator's own. */

@@ -7,7 +7,8 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.plans.physical.{AllTuples, ClusteredDistribution, Distribution}
 import org.apache.spark.sql.execution.UnaryExecNode
-import org.apache.spark.sql.execution.streaming.operators.stateful.{StatefulOperatorPartitioning, StatefulOperatorStateInfo, StateStoreWriter}
+import org.apache.spark.sql.execution.streaming.operators.stateful.{StatefulOperatorPartitioning, StatefulOperatorStateInfo,
+  StatefulOpStateStoreCheckpointInfo, StateStoreWriter}
 import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.types.StructType
 
@@ -125,4 +126,21 @@ trait SluiceStateStoreExec extends UnaryExecNode with StateStoreWriter {
     setStoreMetrics(store)
     setOperatorMetrics()
   }
+
+  /**
+   * The checkpoint info of a store the operator opened itself (a side store, whose provider is not
+   * the query's, so `setStoreMetrics` does not apply): with state checkpoint ids on (format v2, as
+   * real-time mode requires) Spark's commit needs an id for every partition of every stateful
+   * operator. A side store is opened by version alone and has none: it reports its version as its
+   * id, which Spark records and hands back only to this operator, whose stores do not read it.
+   */
+  protected def reportCheckpointInfo(store: StateStore): Unit =
+    if (StatefulOperatorStateInfo.enableStateStoreCheckpointIds(conf)) {
+      val i = store.getStateStoreCheckpointInfo()
+      def id(version: Long, ckpt: Option[String]): Option[Array[String]] =
+        Some(Array(ckpt.getOrElse(s"version-$version")))
+      setStateStoreCheckpointInfo(StatefulOpStateStoreCheckpointInfo(i.partitionId, i.batchVersion,
+        id(i.batchVersion, i.stateStoreCkptId),
+        if (i.batchVersion > 1) id(i.batchVersion - 1, i.baseStateStoreCkptId) else i.baseStateStoreCkptId.map(Array(_))))
+    }
 }

@@ -1,0 +1,78 @@
+"""Child process of test_realtime's kill test: a real-time query with suppress's final results,
+written through `EpochFiles`, runs until it is killed.
+
+argv: bootstrap servers, input topic, checkpoint, output folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+import kafka_harness as kh  # noqa: E402
+import sluice  # noqa: E402
+from conftest import sluice_session  # noqa: E402
+
+WINDOW = "10 seconds"
+
+
+def session() -> SparkSession:
+    """The session of the real-time tests: the Kafka connector on the driver's class path, one
+    shuffle partition; local[4] leaves slots for reads of the output while a batch runs (a
+    real-time batch runs all its tasks at once)."""
+    jars = kh.connector_jars()
+    kh.ensure_driver_jars(jars)
+    return sluice_session("local[4]", conf={"spark.jars": ",".join(jars), "spark.sql.shuffle.partitions": "1"})
+
+
+def events(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
+    """The records of `topic` as (key, ts): the key, and the event time in the JSON value `{"ts": <seconds>}`."""
+    src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+           .option("subscribe", topic).option("startingOffsets", "earliest").load())
+    return src.selectExpr("cast(key as string) key",
+                          "timestamp_seconds(cast(get_json_object(cast(value as string), '$.ts') as long)) ts")
+
+
+def windowed_counts(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
+    """Counts per key and 10-s window of `topic`'s events, watermark 2 s."""
+    return events(spark, bootstrap, topic).withWatermark("ts", "2 seconds").groupBy(F.window("ts", WINDOW), "key").count()
+
+
+def windowed_finals(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
+    return sluice.suppress(windowed_counts(spark, bootstrap, topic),
+                           sluice.Suppressed.until_window_closes(sluice.BufferConfig.unbounded()))
+
+
+class EpochFiles:
+    """A ForeachWriter (a sink Spark's real-time mode allows) idempotent per batch: partition p's
+    rows of batch (epoch) e go to <out>/<e>-<p>.jsonl, truncated when the batch opens it, so a batch
+    rerun after a failure replaces what its failed attempt wrote. Flushed per row: what a killed
+    attempt wrote stays visible."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        self.file = open(os.path.join(self.out, f"{epoch_id:05d}-{partition_id}.jsonl"), "w")
+        return True
+
+    def process(self, row) -> None:
+        self.file.write(json.dumps({"key": row.key, "end": int(row.window.end.timestamp()),
+                                    "count": row["count"]}) + "\n")
+        self.file.flush()
+
+    def close(self, error) -> None:
+        self.file.close()
+
+
+if __name__ == "__main__":
+    bootstrap, topic, ckpt, out = sys.argv[1:5]
+    spark = session()
+    q = (windowed_finals(spark, bootstrap, topic).writeStream.foreach(EpochFiles(out)).outputMode("update")
+         .option("checkpointLocation", ckpt).trigger(realTime="5 seconds").start())
+    q.awaitTermination()
