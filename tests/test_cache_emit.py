@@ -30,12 +30,16 @@ class Query(FileFedQuery):
         super().__init__(spark, root)
         self.batches: list[tuple[int, list[tuple]]] = []
 
-    def start(self, interval: str, trigger_ms: int | None = None, partitions: int = 2) -> None:
+    def start(self, interval: str, trigger_ms: int | None = None, partitions: int = 2,
+              project: str | None = None) -> None:
+        """`project`: one SQL expression the rows are written as (the optimizer folds it into the aggregation)."""
         self.spark.conf.set(INTERVAL_KEY, interval)
         self.spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
         try:
             df = (self.spark.readStream.schema("k STRING, v LONG").option("maxFilesPerTrigger", 1)
                   .json(str(self.inputs)).groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("s")))
+            if project:
+                df = df.selectExpr(project)
 
             def collect(batch: DataFrame, batch_id: int) -> None:
                 self.batches.append((batch_id, [tuple(r) for r in batch.collect()]))
@@ -113,6 +117,24 @@ def test_interval_set_back_to_zero_forwards_the_held_rows(spark: SparkSession, t
     q.stop()
     assert sorted(q.batches[-1][1]) == [("k1", 3, 1)]
     assert q.metric("emitCacheForwardedTotal") == len(keys) + 1
+
+
+def test_a_projection_folded_into_the_aggregation_keeps_the_cache(spark: SparkSession, tmp_path: Path) -> None:
+    """A sink's projection over the aggregation (here one string per row) is folded into it by the
+    optimizer, which drops the grouping columns from its output: sluice splits it again below the cache."""
+    keys = [f"k{i}" for i in range(4)]
+    batches = [_rows(keys, 2), _rows(keys, 1)]
+    q = Query(spark, tmp_path)
+    q.start("1h", project="concat_ws(':', k, n, s) as line")
+    for b in batches:
+        q.feed(b)
+    q.stop()
+    assert q.rows == [] and q.metric("emitCacheAbsorbedTotal") == len(keys)  # the second batch's updates
+    q.start("1ms", project="concat_ws(':', k, n, s) as line")
+    q.feed(_rows(keys[:1], 1))
+    q.stop()
+    expected = count_sum_by_key(batches + [_rows(keys[:1], 1)])
+    assert sorted(r[0] for r in q.rows) == sorted(f"{k}:{n}:{s}" for k, (n, s) in expected.items())
 
 
 def test_an_interval_set_on_a_checkpoint_that_ran_without_one_starts_the_cache_empty(
