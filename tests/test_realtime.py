@@ -5,6 +5,7 @@ until_time_limit run per row on each partition's stream time; each other sluice 
 batch boundaries is refused when the query plans a batch, naming itself, why and what to use instead."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from realtime_kill_child import WINDOW, events, windowed_counts, windowed_finals
 pytestmark = pytest.mark.skipif(kh.spark_minor() < "4.3", reason="stateful real-time mode arrived in Spark 4.3")
 
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+ROOT = Path(__file__).resolve().parent.parent
 RECORDS = 300
 
 
@@ -342,6 +344,34 @@ def test_the_emission_cache_forwards_each_keys_latest_row_on_its_interval_and_ac
     out = _run_to(spark, broker, windowed_counts(spark, broker.bootstrap, topic), "cached", tmp_path,
                   until=lambda rows: _latest(rows) == more, conf=conf)
     assert _latest(out) == more
+
+
+def test_the_readme_example_runs_on_kafka(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    spec = importlib.util.spec_from_file_location("realtime_example", ROOT / "examples" / "realtime.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    topic = _events_topic(spark, broker, "clicks", 60)
+    for t in ("click-finals", "click-updates"):
+        kh.create_topic(spark, broker.bootstrap, t, 1)
+    queries = example.start(spark, broker.bootstrap, topic, str(tmp_path))
+
+    def rows(t: str) -> list[tuple[str, int, int]]:
+        return [(d["user"], d["end"], d["count"]) for d in (json.loads(r.value) for r in (
+            spark.read.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", t)
+            .option("startingOffsets", "earliest").load().selectExpr("cast(value as string) value").collect()))]
+    try:
+        deadline = time.monotonic() + 180
+        while not (set(rows("click-finals")) == _expected(59) and _latest(rows("click-updates")) == _all_counts(59)):
+            assert all(q.isActive for q in queries), [q.exception() for q in queries]
+            assert time.monotonic() < deadline, (rows("click-finals"), rows("click-updates"))
+            time.sleep(0.5)
+    finally:
+        for q in queries:
+            q.stop()
+    finals = rows("click-finals")
+    assert len(finals) == len(set(finals)) and set(finals) == _expected(59)
+    assert len(rows("click-updates")) < 60  # the emission cache absorbed updates
 
 
 def _file_rows(out: Path) -> list[tuple[str, int, int]]:
