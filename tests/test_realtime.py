@@ -346,6 +346,15 @@ def test_the_emission_cache_forwards_each_keys_latest_row_on_its_interval_and_ac
     assert _latest(out) == more
 
 
+def test_sql_suppress_runs_under_the_real_time_trigger(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    topic = _events_topic(spark, broker, "evsql", 60)
+    windowed_counts(spark, broker.bootstrap, topic).createOrReplaceTempView("rt_counts")
+    final = spark.sql("SELECT * FROM sluice_suppress(TABLE(rt_counts), 'until_window_closes')")
+    out = _run_to(spark, broker, final, "sqlfinals", tmp_path, until=lambda rows: set(rows) >= _expected(59))
+    assert len(out) == len(set(out)) and set(out) == _expected(59)
+
+
 def test_the_readme_example_runs_on_kafka(rt, tmp_path: Path) -> None:
     spark, broker = rt
     spec = importlib.util.spec_from_file_location("realtime_example", ROOT / "examples" / "realtime.py")
