@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,6 +29,38 @@ def session() -> SparkSession:
     jars = kh.connector_jars()
     kh.ensure_driver_jars(jars)
     return sluice_session("local[4]", conf={"spark.jars": ",".join(jars), "spark.sql.shuffle.partitions": "1"})
+
+
+BASE = 1_700_000_000  # event times are whole seconds from here: deterministic windows
+
+
+def produce_events(spark: SparkSession, bootstrap: str, topic: str, first: int, count: int) -> None:
+    """Records first..first+count-1 in order into partition 0: key k<i % 3>, event time BASE + i s."""
+    (spark.range(first, first + count, numPartitions=1)
+     .selectExpr("cast(0 as int) as partition", "cast(concat('k', pmod(id, 3)) as binary) as key",
+                 f"cast(to_json(named_struct('ts', {BASE} + id)) as binary) as value")
+     .write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save())
+
+
+def all_counts(last: int) -> dict[tuple[str, int], int]:
+    """The count of every (key, window end) over records 0..last."""
+    counts: dict[tuple[str, int], int] = {}
+    for i in range(last + 1):
+        end = BASE + (i // 10 + 1) * 10
+        counts[(f"k{i % 3}", end)] = counts.get((f"k{i % 3}", end), 0) + 1
+    return counts
+
+
+def expected_finals(last: int) -> set[tuple[str, int, int]]:
+    """The final results of records 0..last: every (key, window) whose end is at or below the
+    watermark (max event time - 2 s), with its count."""
+    return {(k, end, n) for (k, end), n in all_counts(last).items() if end <= BASE + last - 2}
+
+
+def file_rows(out: Path) -> list[tuple[str, int, int]]:
+    """The rows `EpochFiles` wrote into `out` (a line cut short by a kill left out)."""
+    return [(d["key"], d["end"], d["count"]) for f in sorted(out.glob("*.jsonl"))
+            for d in (json.loads(line) for line in f.read_text().splitlines() if line.endswith("}"))]
 
 
 def events(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
@@ -58,7 +91,12 @@ class EpochFiles:
         self.out = out
 
     def open(self, partition_id: int, epoch_id: int) -> bool:
-        self.file = open(os.path.join(self.out, f"{epoch_id:05d}-{partition_id}.jsonl"), "w")
+        path = os.path.join(self.out, f"{epoch_id:05d}-{partition_id}.jsonl")
+        if os.path.exists(path):  # what an earlier attempt wrote, kept for the soak's replay check
+            attempts = os.path.join(self.out, "attempts")
+            os.makedirs(attempts, exist_ok=True)
+            os.replace(path, os.path.join(attempts, f"{epoch_id:05d}-{partition_id}-{len(os.listdir(attempts))}.jsonl"))
+        self.file = open(path, "w")
         return True
 
     def process(self, row) -> None:

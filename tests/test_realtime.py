@@ -19,7 +19,8 @@ import kafka_harness as kh
 import realtime_kill_child
 import sluice
 from conftest import kill_when, stop_session
-from realtime_kill_child import WINDOW, events, windowed_counts, windowed_finals
+from realtime_kill_child import (BASE, WINDOW, all_counts, events, expected_finals, file_rows, produce_events,
+                                 windowed_counts, windowed_finals)
 
 pytestmark = pytest.mark.skipif(kh.spark_minor() < "4.3", reason="stateful real-time mode arrived in Spark 4.3")
 
@@ -85,17 +86,6 @@ def test_a_real_time_aggregation_without_sluice_features_runs_with_sluice_config
         q.stop()
 
 
-BASE = 1_700_000_000  # event times are whole seconds from here: deterministic windows
-
-
-def _produce_events(spark: SparkSession, broker: kh.Broker, topic: str, first: int, count: int) -> None:
-    """Records first..first+count-1 in order into one partition: key k<i % 3>, event time BASE + i s."""
-    (spark.range(first, first + count, numPartitions=1)
-     .selectExpr("cast(0 as int) as partition", "cast(concat('k', pmod(id, 3)) as binary) as key",
-                 f"cast(to_json(named_struct('ts', {BASE} + id)) as binary) as value")
-     .write.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic).save())
-
-
 def _windowed(spark: SparkSession, broker: kh.Broker, topic: str) -> DataFrame:
     return windowed_finals(spark, broker.bootstrap, topic)
 
@@ -110,21 +100,6 @@ def _read(spark: SparkSession, broker: kh.Broker, topic: str) -> list[tuple[str,
     rows = (spark.read.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", topic)
             .option("startingOffsets", "earliest").load().selectExpr("cast(value as string) value").collect())
     return [(d["key"], d["end"], d["count"]) for d in (json.loads(r.value) for r in rows)]
-
-
-def _all_counts(last: int) -> dict[tuple[str, int], int]:
-    """The count of every (key, window end) over records 0..last."""
-    counts: dict[tuple[str, int], int] = {}
-    for i in range(last + 1):
-        end = BASE + (i // 10 + 1) * 10
-        counts[(f"k{i % 3}", end)] = counts.get((f"k{i % 3}", end), 0) + 1
-    return counts
-
-
-def _expected(last: int) -> set[tuple[str, int, int]]:
-    """The final results of records 0..last: every (key, window) whose end is at or below the
-    watermark (max event time - 2 s), with its count."""
-    return {(k, end, n) for (k, end), n in _all_counts(last).items() if end <= BASE + last - 2}
 
 
 def _latest(rows: list[tuple[str, int, int]]) -> dict[tuple[str, int], int]:
@@ -177,8 +152,8 @@ def test_suppress_until_window_closes_emits_the_micro_batch_finals_each_once_and
     spark, broker = rt
     kh.create_topic(spark, broker.bootstrap, "ev", 1)
     kh.create_topic(spark, broker.bootstrap, "rtfinals", 1)
-    _produce_events(spark, broker, "ev", 0, 120)
-    first = _expected(119)
+    produce_events(spark, broker.bootstrap, "ev", 0, 120)
+    first = expected_finals(119)
     q = _finals_query(spark, broker, _windowed(spark, broker, "ev"), "rtfinals", tmp_path / "rt",
                       {"realTime": "5 seconds"})
     try:
@@ -191,8 +166,8 @@ def test_suppress_until_window_closes_emits_the_micro_batch_finals_each_once_and
     assert set(out) == set(_micro_batch_finals(spark, broker, "ev", tmp_path, "mbfinals1", len(first)))
 
     # restart on the checkpoint with more input: no final twice, none lost
-    _produce_events(spark, broker, "ev", 120, 60)
-    both = _expected(179)
+    produce_events(spark, broker.bootstrap, "ev", 120, 60)
+    both = expected_finals(179)
     q = _finals_query(spark, broker, _windowed(spark, broker, "ev"), "rtfinals", tmp_path / "rt",
                       {"realTime": "5 seconds"})
     try:
@@ -216,7 +191,7 @@ def test_suppress_until_time_limit_runs_per_row_on_stream_time(rt, tmp_path: Pat
     spark, broker = rt
     kh.create_topic(spark, broker.bootstrap, "evlimit", 1)
     kh.create_topic(spark, broker.bootstrap, "limited", 1)
-    _produce_events(spark, broker, "evlimit", 0, 60)
+    produce_events(spark, broker.bootstrap, "evlimit", 0, 60)
     counts = _timed_counts(spark, broker, "evlimit")
     limited = sluice.suppress(counts, sluice.Suppressed.until_time_limit(5, sluice.BufferConfig.unbounded()),
                               time_col="ts")
@@ -224,7 +199,7 @@ def test_suppress_until_time_limit_runs_per_row_on_stream_time(rt, tmp_path: Pat
     try:
         # each (key, window) is buffered at its first record's time and released once stream time is
         # 5 s past it: with one record per second that is within its window or soon after
-        expected = {(k, end) for (k, end, _) in _expected(59) if end <= BASE + 59 - 5}
+        expected = {(k, end) for (k, end, _) in expected_finals(59) if end <= BASE + 59 - 5}
         out = _await(spark, broker, q, "limited", len(expected))
     finally:
         q.stop()
@@ -260,7 +235,7 @@ def _run_to(spark, broker, df: DataFrame, name: str, tmp_path: Path, until: Call
 
 def _events_topic(spark, broker, name: str, count: int) -> str:
     kh.create_topic(spark, broker.bootstrap, name, 1)
-    _produce_events(spark, broker, name, 0, count)
+    produce_events(spark, broker.bootstrap, name, 0, count)
     return name
 
 
@@ -269,7 +244,7 @@ def _evicted(last: int, bound: int) -> list[tuple[str, int, int]]:
     row is due by time: after each record, while it holds more than `bound` rows, the row buffered
     first (its first record's event time) leaves with its latest count (Kafka Streams' eviction order)."""
     buffered: dict[tuple[str, int], tuple[int, int]] = {}  # (key, end) -> (buffer time, count)
-    counts = _all_counts(-1)
+    counts = all_counts(-1)
     out = []
     for i in range(last + 1):
         e = (f"k{i % 3}", BASE + (i // 10 + 1) * 10)
@@ -315,7 +290,7 @@ def test_a_spilling_buffer_is_refused_naming_why_and_what_to_use(rt, tmp_path: P
 def test_wall_clock_suppression_releases_each_key_once_its_limit_has_passed(rt, tmp_path: Path) -> None:
     spark, broker = rt
     topic = _events_topic(spark, broker, "evwall", 60)
-    counts = _all_counts(59)
+    counts = all_counts(59)
     wall = sluice.suppress(windowed_counts(spark, broker.bootstrap, topic),
                            sluice.Suppressed.until_wall_clock_time_limit(1, sluice.BufferConfig.unbounded()))
     out = _run_to(spark, broker, wall, "wall", tmp_path, until=lambda rows: _latest(rows) == counts)
@@ -329,7 +304,7 @@ def test_the_emission_cache_forwards_each_keys_latest_row_on_its_interval_and_ac
     spark, broker = rt
     topic = _events_topic(spark, broker, "evcache", 60)
     conf = {"spark.sluice.commit.interval.ms": "1000"}
-    counts = _all_counts(59)
+    counts = all_counts(59)
     out = _run_to(spark, broker, windowed_counts(spark, broker.bootstrap, topic), "cached", tmp_path,
                   until=lambda rows: _latest(rows) == counts, conf=conf, commit=True)
     assert _latest(out) == counts
@@ -339,8 +314,8 @@ def test_the_emission_cache_forwards_each_keys_latest_row_on_its_interval_and_ac
         per_key.setdefault((k, end), []).append(n)
     assert all(ns == sorted(set(ns)) for ns in per_key.values()), "a key's row forwarded twice or out of order"
     # restarted on its checkpoint (state committed with checkpoint ids, as real-time mode keeps them)
-    _produce_events(spark, broker, topic, 60, 30)
-    more = _all_counts(89)
+    produce_events(spark, broker.bootstrap, topic, 60, 30)
+    more = all_counts(89)
     out = _run_to(spark, broker, windowed_counts(spark, broker.bootstrap, topic), "cached", tmp_path,
                   until=lambda rows: _latest(rows) == more, conf=conf)
     assert _latest(out) == more
@@ -351,8 +326,8 @@ def test_sql_suppress_runs_under_the_real_time_trigger(rt, tmp_path: Path) -> No
     topic = _events_topic(spark, broker, "evsql", 60)
     windowed_counts(spark, broker.bootstrap, topic).createOrReplaceTempView("rt_counts")
     final = spark.sql("SELECT * FROM sluice_suppress(TABLE(rt_counts), 'until_window_closes')")
-    out = _run_to(spark, broker, final, "sqlfinals", tmp_path, until=lambda rows: set(rows) >= _expected(59))
-    assert len(out) == len(set(out)) and set(out) == _expected(59)
+    out = _run_to(spark, broker, final, "sqlfinals", tmp_path, until=lambda rows: set(rows) >= expected_finals(59))
+    assert len(out) == len(set(out)) and set(out) == expected_finals(59)
 
 
 def test_the_readme_example_runs_on_kafka(rt, tmp_path: Path) -> None:
@@ -371,7 +346,7 @@ def test_the_readme_example_runs_on_kafka(rt, tmp_path: Path) -> None:
             .option("startingOffsets", "earliest").load().selectExpr("cast(value as string) value").collect()))]
     try:
         deadline = time.monotonic() + 180
-        while not (set(rows("click-finals")) == _expected(59) and _latest(rows("click-updates")) == _all_counts(59)):
+        while not (set(rows("click-finals")) == expected_finals(59) and _latest(rows("click-updates")) == all_counts(59)):
             assert all(q.isActive for q in queries), [q.exception() for q in queries]
             assert time.monotonic() < deadline, (rows("click-finals"), rows("click-updates"))
             time.sleep(0.5)
@@ -379,13 +354,8 @@ def test_the_readme_example_runs_on_kafka(rt, tmp_path: Path) -> None:
         for q in queries:
             q.stop()
     finals = rows("click-finals")
-    assert len(finals) == len(set(finals)) and set(finals) == _expected(59)
+    assert len(finals) == len(set(finals)) and set(finals) == expected_finals(59)
     assert len(rows("click-updates")) < 60  # the emission cache absorbed updates
-
-
-def _file_rows(out: Path) -> list[tuple[str, int, int]]:
-    return [(d["key"], d["end"], d["count"]) for f in sorted(out.glob("*.jsonl"))
-            for d in (json.loads(line) for line in f.read_text().splitlines() if line.endswith("}"))]
 
 
 def test_a_killed_real_time_query_restarted_on_its_checkpoint_loses_no_final_and_repeats_none(
@@ -396,19 +366,19 @@ def test_a_killed_real_time_query_restarted_on_its_checkpoint_loses_no_final_and
     out.mkdir()
     args = [broker.bootstrap, topic, str(tmp_path / "ckpt"), str(out)]
     # SIGKILLed (driver JVM and all) inside a real-time batch that has written final results
-    kill_when("realtime_kill_child.py", args, lambda: len(_file_rows(out)) > 0)
-    _produce_events(spark, broker, topic, 120, 60)
-    both = _expected(179)
+    kill_when("realtime_kill_child.py", args, lambda: len(file_rows(out)) > 0)
+    produce_events(spark, broker.bootstrap, topic, 120, 60)
+    both = expected_finals(179)
 
     def settled() -> bool:
         # every final is out and a later batch has opened its files: a repeat would be written by now
-        rows = _file_rows(out)
+        rows = file_rows(out)
         if not both <= set(rows):
             return False
         written = [f for f in out.glob("*.jsonl") if f.stat().st_size > 0]
         return any(int(f.name[:5]) > max(int(w.name[:5]) for w in written) for f in out.glob("*.jsonl"))
     kill_when("realtime_kill_child.py", args, settled)
-    rows = _file_rows(out)
+    rows = file_rows(out)
     assert len(rows) == len(set(rows)), "a final result written twice"
     assert set(rows) == both
 

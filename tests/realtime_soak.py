@@ -1,0 +1,152 @@
+"""Real-time crash soak (issue 22): SIGKILL a driver running a real-time final-results pipeline
+(tests/realtime_kill_child.py: windowed count + suppress until_window_closes under
+`trigger(realTime=...)`, written per batch by an idempotent `ForeachWriter`) at random seeded
+moments while events keep arriving, restart it on its checkpoint each time, then let a last run
+catch up, and count what went wrong:
+
+- lost: final results that never arrived with their true count;
+- duplicated: final results that arrived more than once, or that should not have arrived at all;
+- replay mismatches: batches whose killed attempt wrote rows that are not a prefix of what the
+  batch's rerun wrote (one upstream task feeds the suppress partition, so a rerun sees the same rows
+  in the same order and must decide the same).
+
+Events are in event-time order (none late), so the expected finals depend only on how many were sent.
+
+Used by tests/test_crash_soak.py (short, Spark 4.3) and `dev/soak --realtime` (long):
+    python tests/realtime_soak.py --kills 20 [--seed 1] [--root DIR]
+prints `N kills, lost L, duplicated D, replay mismatches R` and exits non-zero if any is non-zero.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import kafka_harness as kh  # noqa: E402
+from crash_soak import Stats  # noqa: E402
+from realtime_kill_child import expected_finals, file_rows, produce_events, session  # noqa: E402
+
+CHILD = Path(__file__).parent / "realtime_kill_child.py"
+TOPIC = "events"
+PER_RUN = 40  # events sent before each run: 4 windows of 10 s
+
+
+def _start(bootstrap: str, ckpt: Path, out: Path, log: Path) -> subprocess.Popen:
+    with open(log, "ab") as f:
+        return subprocess.Popen([sys.executable, str(CHILD), bootstrap, TOPIC, str(ckpt), str(out)],
+                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _kill(child: subprocess.Popen) -> None:
+    os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def _lines(path: Path) -> list[str]:
+    return [line for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def check(out: Path, sent: int) -> Stats:
+    stats = Stats()
+    want = expected_finals(sent - 1)
+    got = Counter(file_rows(out))
+    for row, times in got.items():
+        if row not in want:
+            stats.duplicated += times
+            stats.details.append(f"unexpected {row} x{times}")
+        elif times > 1:
+            stats.duplicated += times - 1
+            stats.details.append(f"{row} arrived {times} times")
+    for row in want - set(got):
+        stats.lost += 1
+        stats.details.append(f"lost {row}")
+    for attempt in sorted((out / "attempts").glob("*.jsonl")) if (out / "attempts").exists() else []:
+        final = out / f"{attempt.name[:5]}-{attempt.name.split('-')[1]}.jsonl"
+        before, after = _lines(attempt), _lines(final)
+        stats.replayed_batches += 1
+        if after[:len(before)] != before:
+            stats.replay_mismatches += 1
+            stats.details.append(f"batch {attempt.name} replayed differently: {before} then {after}")
+    return stats
+
+
+def soak(root: Path, kills: int, seed: int, verbose: bool = False, timeout: float = 300.0) -> Stats:
+    rnd = random.Random(seed)
+    broker = kh.Broker(root / "kafka").start()
+    spark = session()
+    try:
+        kh.create_topic(spark, broker.bootstrap, TOPIC, 1)
+        ckpt, out, log = root / "ckpt", root / "out", root / "child.log"
+        out.mkdir()
+        sent = 0
+        stats = Stats()
+        for k in range(kills + 1):
+            produce_events(spark, broker.bootstrap, TOPIC, sent, PER_RUN)
+            sent += PER_RUN
+            child = _start(broker.bootstrap, ckpt, out, log)
+            want = expected_finals(sent - 1)
+            new = want - expected_finals(sent - PER_RUN - 1)  # this run's finals
+            deadline = time.monotonic() + timeout
+            try:
+                if k < kills:
+                    # killed at a random moment after it has written some of this run's finals: inside a
+                    # batch, between batches, or while a batch commits
+                    target = rnd.randint(1, len(new))
+                    while len(set(file_rows(out)) & new) < target:
+                        if child.poll() is not None or time.monotonic() > deadline:
+                            raise RuntimeError(f"real-time soak child stopped or stalled; see {log}")
+                        time.sleep(0.05)
+                    time.sleep(rnd.uniform(0.0, 6.0))
+                    stats.kills += 1
+                else:
+                    # the last run: every final out, and a later batch opened (a repeat would be written by then)
+                    while True:
+                        files = sorted(out.glob("*.jsonl"))
+                        done = want <= set(file_rows(out))
+                        written = [int(f.name[:5]) for f in files if f.stat().st_size > 0]
+                        if done and written and int(files[-1].name[:5]) > max(written):
+                            break
+                        if child.poll() is not None or time.monotonic() > deadline:
+                            raise RuntimeError(f"real-time soak child stopped or stalled; see {log}")
+                        time.sleep(0.1)
+            finally:
+                _kill(child)
+            if verbose:
+                print(f"run {k}: {sent} events sent, {len(set(file_rows(out)))} distinct finals written", flush=True)
+        stats.add(check(out, sent))
+        return stats
+    finally:
+        broker.stop()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kills", type=int, default=20)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--root", help="working folder (kept); a temporary one (removed) by default")
+    args = p.parse_args()
+    root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="sluice-rt-soak-"))
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        stats = soak(root, args.kills, args.seed, verbose=True)
+    finally:
+        if not args.root:
+            shutil.rmtree(root, ignore_errors=True)
+    for d in stats.details:
+        print(d)
+    print(stats.line() + f", replayed batches {stats.replayed_batches}")
+    return 1 if stats.lost or stats.duplicated or stats.replay_mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
