@@ -23,6 +23,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+import kafka_harness as kh
 import sluice
 from sluice import BufferConfig, Suppressed, suppress
 
@@ -36,6 +37,7 @@ SESSION_CONF = {
 WATERMARK_DELAY_S = 10
 WINDOW_S = 60
 COMMIT_INTERVAL_KEY = "spark.sluice.commit.interval.ms"
+KAFKA_BOOTSTRAP = "kafka_bootstrap"  # the broker's address, written by the test when it starts one
 
 
 def events(spark: SparkSession, src: Path) -> DataFrame:
@@ -192,21 +194,59 @@ def server_plugin(spark: SparkSession, work: Path) -> dict[str, Any]:
     return {"executors": len(jmx_gauges(SparkContext._gateway, PLUGIN_SOURCE))}
 
 
+def real_time_finals(spark: SparkSession, work: Path) -> dict[str, Any] | None:
+    """suppress's final results under the real-time trigger (Spark 4.3) over Connect, from a Kafka
+    topic this scenario fills, written per batch by an idempotent ForeachWriter; None without a
+    broker (Spark 4.1 and 4.2 run no stateful real-time queries)."""
+    if not (work / KAFKA_BOOTSTRAP).exists():
+        return None
+    from realtime_kill_child import EpochFiles, expected_finals, file_rows, produce_events, windowed_finals
+    bootstrap = (work / KAFKA_BOOTSTRAP).read_text()
+    kh.create_topic_in(SparkContext._jvm, bootstrap, "rt_events", 1)
+    produce_events(spark, bootstrap, "rt_events", 0, 60)
+    out = work / "rt_out"
+    out.mkdir()
+    # real-time mode runs all of a batch's tasks at once: one source and one shuffle partition on 2 slots
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    try:
+        q = (windowed_finals(spark, bootstrap, "rt_events").writeStream.foreach(EpochFiles(str(out)))
+             .outputMode("update").option("checkpointLocation", str(work / "rt_ckpt"))
+             .trigger(realTime="5 seconds").start())
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", SESSION_CONF["spark.sql.shuffle.partitions"])
+    try:
+        deadline = time.monotonic() + 120
+        while not expected_finals(59) <= set(file_rows(out)):
+            if not q.isActive or time.monotonic() > deadline:
+                raise RuntimeError(f"real-time query stopped or stalled: {q.exception()}")
+            time.sleep(0.2)
+    finally:
+        q.stop()
+    return {"rows": sorted(list(r) for r in file_rows(out)),
+            "expected": sorted(list(r) for r in expected_finals(59))}
+
+
 SCENARIOS = [session_kind, final_results, misuse, output_mode, commit_interval, jvm_helper, server_plugin,
-             session_windows]
+             session_windows, real_time_finals]
 
 
-def ephemeral_connect_port() -> None:
+def ephemeral_connect_port(jars: list[str]) -> None:
     """Lets the local server bind an ephemeral port (tests may run side by side) instead of both
     sides using the fixed port 15002: with SPARK_TESTING set, pyspark binds port 0 and its client
     asks the in-process JVM for the port, as in pyspark's own tests. The JVM is launched first,
     without that variable, so that Spark itself does not run in its testing mode."""
-    SparkContext._ensure_initialized(conf=SparkConf().set("spark.jars", sluice.jar_path()))
+    SparkContext._ensure_initialized(conf=SparkConf().set("spark.jars", ",".join([sluice.jar_path(), *jars])))
     os.environ["SPARK_TESTING"] = "1"
 
 
 def main(work: Path) -> None:
-    ephemeral_connect_port()
+    # With a broker (Spark 4.3, real_time_finals): the Kafka connector on the server's class path, and
+    # this folder on the Python workers' path (they load the ForeachWriter's class from it).
+    kafka = (work / KAFKA_BOOTSTRAP).exists()
+    if kafka:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the server's workers: this interpreter
+    ephemeral_connect_port(kh.connector_jars() if kafka else [])
     builder = SparkSession.builder.remote("local[2]")
     for k, v in SESSION_CONF.items():
         builder = builder.config(k, v)

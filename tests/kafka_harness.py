@@ -133,7 +133,11 @@ def ensure_driver_jars(jars: list[str]) -> None:
 
 
 def create_topic(spark: SparkSession, bootstrap: str, topic: str, partitions: int) -> None:
-    jvm = spark._jvm
+    create_topic_in(spark._jvm, bootstrap, topic, partitions)
+
+
+def create_topic_in(jvm, bootstrap: str, topic: str, partitions: int) -> None:
+    """Creates `topic` with the Kafka client of the JVM `jvm` (a py4j view; the connector on its class path)."""
     props = jvm.java.util.Properties()
     props.setProperty("bootstrap.servers", bootstrap)
     admin = jvm.org.apache.kafka.clients.admin.AdminClient.create(props)

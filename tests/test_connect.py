@@ -22,7 +22,8 @@ from pyspark.sql import SparkSession
 import sluice
 from sluice import BufferConfig, Suppressed
 from sluice._connect import encode
-from connect_client import WATERMARK_DELAY_S, WINDOW_S, describe, misuse_cases
+import kafka_harness as kh
+from connect_client import KAFKA_BOOTSTRAP, WATERMARK_DELAY_S, WINDOW_S, describe, misuse_cases
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 # (seconds after T0, user), one list per file and micro-batch. Every event is later than the
@@ -97,9 +98,14 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectClient]:
     write_batches(work / "final_in", [[event(t, u) for t, u in b] for b in FINAL_BATCHES])
     write_batches(work / "session_in", [[event(t, u) for t, u in b] for b in SESSION_BATCHES])
     write_batches(work / "interval_in", [[{"k": k} for k in b] for b in INTERVAL_BATCHES])
+    broker = kh.Broker(work / "kafka").start() if kh.spark_minor() >= "4.3" else None  # real_time_finals
+    if broker:
+        (work / KAFKA_BOOTSTRAP).write_text(broker.bootstrap)
     c = ConnectClient(work)  # starts now; the tests below wait for it when they need its results
     yield c
     c.close()
+    if broker:
+        broker.stop()
 
 
 # --- no Spark needed ---------------------------------------------------------------------------
@@ -179,6 +185,13 @@ def test_session_windows_in_update_mode_over_connect(client: ConnectClient) -> N
     assert sorted(map(tuple, got["finals"])) == sorted((*k, v) for k, v in append.items())
     t0 = int(T0.timestamp())
     assert sum(n is None for *_, n in got["updates"]) == 2 and ("a", t0, t0 + 15) in append
+
+
+@pytest.mark.skipif(kh.spark_minor() < "4.3", reason="stateful real-time mode arrived in Spark 4.3")
+def test_suppress_emits_each_final_result_once_under_the_real_time_trigger_over_connect(client: ConnectClient) -> None:
+    got = client.result("real_time_finals")
+    assert len(got["expected"]) == 15  # windows ending at 10..50 s closed, 3 keys each
+    assert got["rows"] == got["expected"]
 
 
 def test_misuse_raises_the_classic_apis_errors_over_connect(client: ConnectClient, spark: SparkSession,
