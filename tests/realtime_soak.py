@@ -106,7 +106,7 @@ def soak(root: Path, kills: int, seed: int, verbose: bool = False, timeout: floa
                         if child.poll() is not None or time.monotonic() > deadline:
                             raise RuntimeError(f"real-time soak child stopped or stalled; see {log}")
                         time.sleep(0.05)
-                    time.sleep(rnd.uniform(0.0, 6.0))
+                    time.sleep(rnd.uniform(0.0, 3.0))  # up to a batch and a half
                     stats.kills += 1
                 else:
                     # the last run: every final out, and a later batch opened (a repeat would be written by then)

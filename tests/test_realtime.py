@@ -19,7 +19,7 @@ import kafka_harness as kh
 import realtime_kill_child
 import sluice
 from conftest import kill_when, stop_session
-from realtime_kill_child import (BASE, WINDOW, all_counts, events, expected_finals, file_rows, produce_events,
+from realtime_kill_child import (BASE, BATCH, WINDOW, all_counts, events, expected_finals, file_rows, produce_events,
                                  windowed_counts, windowed_finals)
 
 pytestmark = pytest.mark.skipif(kh.spark_minor() < "4.3", reason="stateful real-time mode arrived in Spark 4.3")
@@ -52,7 +52,7 @@ def _start(spark: SparkSession, broker: kh.Broker, df: DataFrame, name: str, tmp
     kh.create_topic(spark, broker.bootstrap, name, 1)
     return (df.selectExpr("to_json(struct(key, count)) as value").writeStream.format("kafka")
             .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", name).outputMode("update")
-            .option("checkpointLocation", str(tmp_path / name)).trigger(realTime="5 seconds").start())
+            .option("checkpointLocation", str(tmp_path / name)).trigger(realTime=BATCH).start())
 
 
 def _failure(query, timeout: float = 120.0) -> str:
@@ -155,7 +155,7 @@ def test_suppress_until_window_closes_emits_the_micro_batch_finals_each_once_and
     produce_events(spark, broker.bootstrap, "ev", 0, 120)
     first = expected_finals(119)
     q = _finals_query(spark, broker, _windowed(spark, broker, "ev"), "rtfinals", tmp_path / "rt",
-                      {"realTime": "5 seconds"})
+                      {"realTime": BATCH})
     try:
         out = _await(spark, broker, q, "rtfinals", len(first))
         _stop_at_a_batch_boundary(q)
@@ -169,10 +169,10 @@ def test_suppress_until_window_closes_emits_the_micro_batch_finals_each_once_and
     produce_events(spark, broker.bootstrap, "ev", 120, 60)
     both = expected_finals(179)
     q = _finals_query(spark, broker, _windowed(spark, broker, "ev"), "rtfinals", tmp_path / "rt",
-                      {"realTime": "5 seconds"})
+                      {"realTime": BATCH})
     try:
-        out = _await(spark, broker, q, "rtfinals", len(both))
-        time.sleep(6)  # a batch more: anything emitted twice would show
+        _await(spark, broker, q, "rtfinals", len(both))
+        _stop_at_a_batch_boundary(q)  # batches more: anything emitted twice would show
         out = _read(spark, broker, "rtfinals")
     finally:
         q.stop()
@@ -195,7 +195,7 @@ def test_suppress_until_time_limit_runs_per_row_on_stream_time(rt, tmp_path: Pat
     counts = _timed_counts(spark, broker, "evlimit")
     limited = sluice.suppress(counts, sluice.Suppressed.until_time_limit(5, sluice.BufferConfig.unbounded()),
                               time_col="ts")
-    q = _finals_query(spark, broker, limited, "limited", tmp_path / "limited", {"realTime": "5 seconds"})
+    q = _finals_query(spark, broker, limited, "limited", tmp_path / "limited", {"realTime": BATCH})
     try:
         # each (key, window) is buffered at its first record's time and released once stream time is
         # 5 s past it: with one record per second that is within its window or soon after
@@ -220,7 +220,7 @@ def _run_to(spark, broker, df: DataFrame, name: str, tmp_path: Path, until: Call
     try:
         if not (tmp_path / name).exists():  # a restart writes on to its topic
             kh.create_topic(spark, broker.bootstrap, name, 1)
-        q = _finals_query(spark, broker, df, name, tmp_path / name, {"realTime": "5 seconds"})
+        q = _finals_query(spark, broker, df, name, tmp_path / name, {"realTime": BATCH})
         try:
             out = _await(spark, broker, q, name, until=until)
             if commit:
