@@ -417,7 +417,8 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: lis
 
     data: dict[str, Data] = {}
     warm: dict[str, Data] = {}
-    if any(q != "count" for q in queries):
+    # Backlogs only for drains (--repeats 0: fixed-rate runs only, which make their own data).
+    if a.repeats > 0 and any(q != "count" for q in queries):
         data["nexmark"] = make_nexmark(a, work, bs, "nexmark", a.events, a.seed, a.event_rate)
         print(f"   nexmark backlog: {data['nexmark'].summary}")
         if data["nexmark"].summary["cut_ms"] < data["nexmark"].summary["first_ts"] + 30_000:
@@ -427,7 +428,7 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: lis
             # Spread over 2 x the cut's margin of event time, so that the warm-up has windows to close.
             rate = max(1, a.warmup_events * 1000 // (4 * (10_000 + a.lateness_ms) + 10_000))
             warm["nexmark"] = make_nexmark(a, work, bs, "warm-nexmark", a.warmup_events, a.seed + 1, rate)
-    if "count" in queries:
+    if a.repeats > 0 and "count" in queries:
         data["count"] = make_count(a, work, bs, "count-in", count_records, a.seed, 3 * 3600)
         print(f"   count backlog: {data['count'].summary}")
         if a.warmup_events:
