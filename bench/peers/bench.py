@@ -165,7 +165,8 @@ def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, to
         cmd = [sys.executable, str(HERE / "spark_side.py"), "--query", q, "--bootstrap", bs, "--input", topic,
                "--output", out, "--checkpoint", str(work / f"ckpt-{name}"), "--lateness-ms", str(late),
                "--heap", a.heap, "--trigger", a.trigger, "--max-offsets", str(a.max_offsets)]
-        cmd += ["--realtime", a.rt_checkpoint, "--cores", str(a.rt_cores)] if side == RT else ["--cores", "2"]
+        cmd += (["--realtime", a.rt_checkpoint, "--cores", str(a.rt_cores), "--shuffle-wait-ms", str(a.rt_shuffle_wait_ms)]
+                if side == RT else ["--cores", "2"])
     return Side(cmd, work / f"{name}.log")
 
 
@@ -339,6 +340,11 @@ def main() -> None:
     ap.add_argument("--rt-cores", type=int, default=4,
                     help=f"{RT}: local[N]; real-time mode runs every stage's tasks at once: 2 source partitions + "
                          "2 shuffle partitions = 4 slots (on 2 cores)")
+    ap.add_argument("--rt-shuffle-wait-ms", type=int, default=5,
+                    help=f"{RT}: spark.shuffle.streaming.networkBufferMaxWaitTimeMs (-1: Spark's default, 50 ms), how "
+                         "long the real-time shuffle holds a partly filled 32-KB buffer: at 50k/s a buffer fills in "
+                         "~30-40 ms, which the default would add to every row's path; Spark's doc: lower values reduce "
+                         "latency at the cost of smaller messages)")
     ap.add_argument("--timeout-s", type=int, default=1800, help="per run: output must be complete by then")
     ap.add_argument("--idle-s", type=int, default=120, help="per run: give up when the output, once started, has "
                     "not grown for this long without being complete (a side that dropped rows)")
@@ -398,6 +404,8 @@ def settings_of(a: argparse.Namespace, count_records: int) -> dict[str, Any]:
             f"{'default' if a.trigger == '0' else a.trigger}, maxOffsetsPerTrigger {a.max_offsets or 'not set'}",
         RT: f"the {SL} count pipeline with trigger(realTime='{a.rt_checkpoint}') (checkpoint interval), "
             f"local[{a.rt_cores}] (2 source + 2 shuffle partitions, all tasks at once), shuffle partitions 2, "
+            "spark.shuffle.streaming.networkBufferMaxWaitTimeMs "
+            f"{'50 (default)' if a.rt_shuffle_wait_ms < 0 else a.rt_shuffle_wait_ms}, "
             "Spark's RocksDB provider (the only one real-time mode allows), suppress not fused (each window "
             "closed on its partition's stream time, per row), Kafka sink; the count only",
         "drain time": "from the side's start() call (KafkaStreams.start, StreamExecutionEnvironment.executeAsync, "

@@ -140,6 +140,9 @@ def main() -> None:
     ap.add_argument("--realtime", default="", help="real-time trigger with this checkpoint interval "
                     "(e.g. '5 seconds'); empty: micro-batch")
     ap.add_argument("--cores", type=int, default=2, help="local[N]")
+    ap.add_argument("--shuffle-wait-ms", type=int, default=-1,
+                    help="real-time: spark.shuffle.streaming.networkBufferMaxWaitTimeMs, how long Spark's pipelined "
+                         "shuffle holds a partly filled buffer (-1: Spark's default, 50 ms)")
     args = ap.parse_args()
     rt = bool(args.realtime)
     if rt and args.query != "count":
@@ -155,6 +158,10 @@ def main() -> None:
         "spark.sql.streaming.numRecentProgressUpdates": "100000",
         "spark.jars": ",".join(kh.connector_jars()),
     }
+    if rt and args.shuffle_wait_ms >= 0:
+        # Real-time mode's shuffle sends a buffer when it holds 32 KB or has waited this long: at a few
+        # thousand rows per second per reader that wait, not the work, is the shuffle's latency.
+        conf["spark.shuffle.streaming.networkBufferMaxWaitTimeMs"] = str(args.shuffle_wait_ms)
     builder = SparkSession.builder.master(f"local[{args.cores}]").appName(f"sluice-peers-{args.query}")
     for k, v in conf.items():
         builder = builder.config(k, v)
