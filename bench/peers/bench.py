@@ -1,22 +1,26 @@
 """sluice on Spark against its strongest peers, Flink and Kafka Streams: Nexmark q5, q7, q8, q11 and
-bench/kafka_streams' windowed count, on the same local KRaft broker, each side in its own process
-with two cores' worth of parallelism, sides alternating. Run through bench/peers/run (which builds the
-JVM sides first); README.md says what is measured and how.
+the windowed count (1-minute tumbling count per key, final results), on the same local KRaft broker,
+each side in its own process with two cores' worth of parallelism, sides alternating; for the count
+also sluice in Spark's real-time mode and Kafka Streams at its lowest-latency settings, with a
+search for the highest rate each holds at a p99 latency bound. Run through bench/peers/run (which
+builds the JVM sides first); README.md says what is measured and how.
 
-    bench/peers/run [--queries count,q5,q7,q8,q11] [--sides flink,kafka-streams,sluice] [--events 10000000]
-                    [--repeats 2] [--rate 50000 --duration-s 120] ...
+    bench/peers/run [--queries count,q5,q7,q8,q11] [--sides flink,kafka-streams,ks-lowlat,sluice,sluice-rt]
+                    [--events 10000000] [--repeats 2] [--rate 50000 --duration-s 120] [--rate-search] ...
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
+import queue
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +35,61 @@ from pyspark.version import __version__ as PYSPARK_VERSION  # noqa: E402
 
 import sluice  # noqa: E402
 
-# The side-process wrapper of bench/kafka_streams (JSON events on stdout, "stop" on stdin).
-_spec = importlib.util.spec_from_file_location("ks_bench", ROOT / "bench" / "kafka_streams" / "bench.py")
-ks_bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ks_bench)  # type: ignore[union-attr]
-Side = ks_bench.Side
 
-FL, KS, SL = "flink", "kafka-streams", "sluice"
+class Side:
+    """One side's process: JSON events on stdout (config, started, running, stopped), stopped by
+    "stop" on stdin."""
+
+    def __init__(self, cmd: list[str], log: Path) -> None:
+        self.log = open(log, "w")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     text=True, cwd=ROOT)
+        self.events: "queue.Queue[dict[str, Any]]" = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.seen: dict[str, dict[str, Any]] = {}
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                try:
+                    self.events.put(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+        self.events.put({"event": "exit"})
+
+    def wait(self, event: str, timeout: float = 300) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while event not in self.seen:
+            e = self.events.get(timeout=max(0.1, deadline - time.monotonic()))
+            self.seen[e.get("event", "")] = e
+            if e.get("event") == "exit" and event != "exit":
+                raise RuntimeError(f"side exited before '{event}'; see {self.log.name}")
+        return self.seen[event]
+
+    def stop(self) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("stop\n")
+        self.proc.stdin.flush()
+        stopped = self.wait("stopped", timeout=180)
+        self.proc.stdin.close()
+        self.proc.wait(120)
+        self.log.close()
+        return stopped
+
+
+FL, KS, KSL, SL, RT = "flink", "kafka-streams", "ks-lowlat", "sluice", "sluice-rt"
+SIDES = [FL, KS, KSL, SL, RT]
+SPARK_SIDES = (SL, RT)
 QUERIES = ["count", "q5", "q7", "q8", "q11"]
+
+
+def supports(side: str, q: str) -> bool:
+    """Real-time mode runs the count only: sluice's real-time suppress takes tumbling windows (q5's
+    sliding windows are refused, q11's sessions are not planned by Spark in real-time mode), and q5
+    needs foreachBatch, which real-time mode refuses; q7 and q8 are not built for it yet."""
+    return side != RT or q == "count"
+
 TARGET = HERE / "target"
 CP_STREAMS = f"{TARGET / 'classes-streams'}:{TARGET / 'lib-streams' / '*'}"
 CP_FLINK = f"{TARGET / 'classes-flink'}:{TARGET / 'lib-flink' / '*'}"
@@ -56,12 +107,11 @@ LOG = ["-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"]
 
 
 def tool(mode: str, *args: Any, heap: str = "3g") -> dict[str, Any]:
-    """Runs one tool mode (Peers, or bench/kafka_streams' Bench) to completion; its last stdout line is JSON."""
-    main = "Bench" if mode in ("create-topic", "backlog", "rate") else "Peers"
-    out = subprocess.run(["java", f"-Xmx{heap}", *LOG, "-cp", CP_STREAMS, main, mode, *map(str, args)],
+    """Runs one tool mode of Peers to completion; its last stdout line is JSON."""
+    out = subprocess.run(["java", f"-Xmx{heap}", *LOG, "-cp", CP_STREAMS, "Peers", mode, *map(str, args)],
                          capture_output=True, text=True)
     if out.returncode not in (0, 2):
-        raise RuntimeError(f"{main} {mode} failed ({out.returncode}): {out.stderr[-3000:]}")
+        raise RuntimeError(f"Peers {mode} failed ({out.returncode}): {out.stderr[-3000:]}")
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     return json.loads(lines[-1]) if lines else {}
 
@@ -89,9 +139,8 @@ def make_count(a: argparse.Namespace, work: Path, bs: str, topic: str, records: 
     tool("create-topic", "--bootstrap", bs, "--topic", topic, "--partitions", 2)
     (work / topic).mkdir(exist_ok=True)
     g = tool("backlog", "--bootstrap", bs, "--topic", topic, "--records", records, "--keys", max(1, records // 10),
-             "--zipf", 1.0, "--span-s", span_s, "--disorder-ms", 2000, "--seed", seed,
-             "--expected", work / topic / "expected.bin")
-    tool("count-expected", "--in", work / topic / "expected.bin", "--out", work / topic / "expected-count.rows")
+             "--zipf", 1.0, "--span-s", span_s, "--disorder-ms", 2000, "--seed", seed, "--grace-ms", a.count_grace_ms,
+             "--expected", work / topic / "expected-count.rows")
     return Data(topic, records, {"count": work / topic / "expected-count.rows"}, g)
 
 
@@ -102,11 +151,12 @@ def lateness(a: argparse.Namespace, q: str) -> int:
 def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, topic: str, out: str, name: str,
                late: int | None = None) -> Side:
     late = lateness(a, q) if late is None else late
-    if side == KS:
+    if side in (KS, KSL):
+        commit, cache = (a.ks_commit_ms, a.ks_cache_bytes) if side == KS else (a.ks_lowlat_commit_ms, 0)
         cmd = ["java", f"-Xmx{a.heap}", *LOG, "-cp", CP_STREAMS, "PeersStreams", "--query", q, "--bootstrap", bs,
                "--input", topic, "--output", out, "--app-id", f"ks-{name}", "--threads", str(a.ks_threads),
                "--state-dir", str(work / f"ks-state-{name}"), "--lateness-ms", str(late),
-               "--commit-interval-ms", str(a.ks_commit_ms), "--cache-bytes", str(a.ks_cache_bytes)]
+               "--commit-interval-ms", str(commit), "--cache-bytes", str(cache)]
     elif side == FL:
         cmd = ["java", f"-Xmx{a.heap}", *FLINK_JVM, *LOG, "-cp", CP_FLINK, "PeersFlink", "--query", q,
                "--bootstrap", bs, "--input", topic, "--output", out, "--lateness-ms", str(late), "--parallelism", "2",
@@ -115,6 +165,8 @@ def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, to
         cmd = [sys.executable, str(HERE / "spark_side.py"), "--query", q, "--bootstrap", bs, "--input", topic,
                "--output", out, "--checkpoint", str(work / f"ckpt-{name}"), "--lateness-ms", str(late),
                "--heap", a.heap, "--trigger", a.trigger, "--max-offsets", str(a.max_offsets)]
+        cmd += (["--realtime", a.rt_checkpoint, "--cores", str(a.rt_cores), "--shuffle-wait-ms", str(a.rt_shuffle_wait_ms)]
+                if side == RT else ["--cores", "2"])
     return Side(cmd, work / f"{name}.log")
 
 
@@ -146,50 +198,63 @@ def drain(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, data: D
               "rows_file": str(work / f"{name}.rows"), "config": config}
     if stopped.get("failure"):
         result["failure"] = stopped["failure"]
-    if side == SL:
+    if side in SPARK_SIDES:
         result["micro_batches"] = len(stopped.get("batches") or [])
         result["batches"] = stopped.get("batches")
     return result
 
 
-def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, name: str) -> dict[str, Any]:
-    """`a.rate` events/s for `a.duration_s` into a fresh topic that `side` already consumes; latency of
-    every final result from the moment its window closed (window end + lateness, on the producer's clock)."""
+def rate_keys(a: argparse.Namespace, rate: int) -> int:
+    """The count's keys at a fixed rate: --rate-keys, or a tenth of one window's records (about ten
+    records per key and window, as in the backlog)."""
+    return a.rate_keys or max(1, rate * 60 // 10)
+
+
+def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, name: str, rate: int,
+               duration_s: int) -> dict[str, Any]:
+    """`rate` events/s for `duration_s` into a fresh topic that `side` already consumes; the latency of
+    every final result. The count: from the send (and the broker's acknowledgement) of the record that
+    closed its window on its key's input partition to the result's LogAppendTime. Nexmark: from the
+    moment its window closed (window end + lateness, on the producer's clock: event time = send time)."""
     topic, out = f"in-{name}", f"out-{name}"
     tool("create-topic", "--bootstrap", bs, "--topic", topic, "--partitions", 2)
     tool("create-topic", "--bootstrap", bs, "--topic", out, "--partitions", 2, "--log-append-time")
     d = work / name
     d.mkdir(exist_ok=True)
     late = a.count_grace_ms if q == "count" else a.rate_lateness_ms
+    expected = d / f"expected-{q}.rows"
     s = start_side(side, q, a, work, bs, topic, out, name, late)
     try:
         s.wait("running", timeout=300)
         if q == "count":
-            gen = tool("rate", "--bootstrap", bs, "--topic", topic, "--rate", a.rate, "--duration-s", a.duration_s,
-                       "--keys", max(1, a.rate * 60 // 10), "--zipf", 1.0, "--disorder-ms", 2000, "--seed", a.seed + 7,
-                       "--expected", d / "expected.bin", "--closes", d / "closes")
-            tool("count-expected", "--in", d / "expected.bin", "--out", d / "expected-count.rows")
-            gen["last_event_ms"] = tool("last-event-ms", "--bootstrap", bs, "--topic", topic)["last_event_ms"]
+            gen = tool("rate", "--bootstrap", bs, "--topic", topic, "--rate", rate, "--duration-s", duration_s,
+                       "--keys", rate_keys(a, rate), "--zipf", 1.0, "--disorder-ms", 2000, "--seed", a.seed + 7,
+                       "--grace-ms", late, "--expected", expected, "--closes", d / "closes")
+            timing = ["--closes", d / "closes"]
+            cut: list[Any] = []
         else:
-            gen = tool("nexmark-live", "--bootstrap", bs, "--topic", topic, "--rate", a.rate, "--duration-s", a.duration_s,
+            gen = tool("nexmark-live", "--bootstrap", bs, "--topic", topic, "--rate", rate, "--duration-s", duration_s,
                        "--seed", a.seed + 7, "--out-dir", d, "--lateness-ms", late)
-        expected = d / f"expected-{q}.rows"
+            timing = ["--last-event-ms", gen["last_event_ms"]]
+            cut = ["--cut-ms", gen["cut_ms"]]
         n = sum(1 for _ in open(expected))
-        cut = [] if q == "count" else ["--cut-ms", gen["cut_ms"]]
         w = tool("watch", "--bootstrap", bs, "--topic", out, "--count", n, "--timeout-s", a.timeout_s,
-                 "--idle-s", a.idle_s, "--query", q,
-                 "--lateness-ms", late, *cut)
+                 "--idle-s", a.idle_s, "--query", q, "--lateness-ms", late, *cut)
     finally:
         stopped = stop(s)
     c = tool("collect", "--bootstrap", bs, "--topic", out, "--query", q, "--expected", expected,
-             "--out", work / f"{name}.rows", "--lateness-ms", late, "--last-event-ms", gen["last_event_ms"], *cut)
-    r = {"produced": gen.get("events", gen.get("records")), "achieved_rate": gen.get("achieved_rate"),
-         "sends_over_100ms_late": gen.get("sends_over_100ms_late"), "results_timed": c.get("latency_rows"),
-         "results_closing_after_last_event": c.get("rows_closing_after_last_event"), "min_ms": c.get("latency_min_ms"),
-         "p50_ms": c.get("latency_p50_ms"), "p99_ms": c.get("latency_p99_ms"), "max_ms": c.get("latency_max_ms"),
+             "--out", work / f"{name}.rows", "--lateness-ms", late, *timing, *cut)
+    r = {"rate": rate, "duration_s": duration_s, "produced": gen.get("events", gen.get("records")),
+         "achieved_rate": float(gen.get("achieved_rate", 0)), "sends_over_100ms_late": gen.get("sends_over_100ms_late"),
+         "results_timed": c.get("latency_rows"), "results_untimed": c.get("rows_untimed"),
+         "min_ms": c.get("latency_min_ms"), "p50_ms": c.get("latency_p50_ms"), "p99_ms": c.get("latency_p99_ms"),
+         "max_ms": c.get("latency_max_ms"), "from_ack_p50_ms": c.get("from_ack_p50_ms"),
+         "from_ack_p99_ms": c.get("from_ack_p99_ms"), "rows": c["rows"], "expected_rows": n,
          "differing_from_expected": c["differing_from_expected"], "complete": not w.get("timeout"),
          "dropped": stopped.get("dropped_records"), "peak_rss_mb": round(stopped["vm_hwm_kb"] / 1024)}
-    if side == SL:
+    if stopped.get("failure"):
+        r["failure"] = stopped["failure"]
+    if side in SPARK_SIDES:
         b = stopped.get("batches") or []
         r["micro_batches"] = len(b)
         if b:
@@ -197,10 +262,37 @@ def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, na
     return r
 
 
+def rate_search(side: str, q: str, a: argparse.Namespace, work: Path, bs: str) -> dict[str, Any]:
+    """Rates from --rate-search-start up by --rate-search-step, --rate-search-duration-s each, until one
+    misses: p99 above --rate-search-p99-ms, rows differing or missing, or the producer itself more
+    than 5 % short of the rate (then the machine, not the side, is the limit: said so). The highest
+    rate that held is the figure."""
+    tries: list[dict[str, Any]] = []
+    held, why = 0, "reached --rate-search-max"
+    for rate in range(a.rate_search_start, a.rate_search_max + 1, a.rate_search_step):
+        r = fixed_rate(side, q, a, work, bs, f"search-{q}-{side}-{rate}", rate, a.rate_search_duration_s)
+        tries.append(r)
+        print(f"   rate search {q}/{side} {rate}/s: p50 {r['p50_ms']} p99 {r['p99_ms']} max {r['max_ms']} ms, "
+              f"timed {r['results_timed']}, achieved {r['achieved_rate']:.0f}/s, differing {r['differing_from_expected']}, "
+              f"complete {r['complete']}, dropped {r['dropped']}")
+        if r["achieved_rate"] < 0.95 * rate:
+            why = f"the producer reached only {r['achieved_rate']:.0f}/s at {rate}/s (machine limit, not the side's)"
+            break
+        if r["differing_from_expected"] or not r["complete"] or not r["results_timed"]:
+            why = f"{rate}/s: rows differing ({r['differing_from_expected']}) or incomplete or none timed"
+            break
+        if r["p99_ms"] > a.rate_search_p99_ms:
+            why = f"{rate}/s: p99 {r['p99_ms']} ms > {a.rate_search_p99_ms} ms"
+            break
+        held = rate
+    return {"held_rate": held, "stopped_because": why, "tries": tries}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--queries", default=",".join(QUERIES), help="comma-separated, of " + ",".join(QUERIES))
-    ap.add_argument("--sides", default=f"{FL},{KS},{SL}")
+    ap.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated, of {','.join(SIDES)} ({RT}: the "
+                    "count only; the other queries run without it)")
     ap.add_argument("--events", type=int, default=10_000_000, help="Nexmark backlog events (and count records)")
     ap.add_argument("--count-records", type=int, default=0, help="the count's backlog (default --events; keys: a tenth)")
     ap.add_argument("--event-rate", type=int, default=10_000,
@@ -208,26 +300,52 @@ def main() -> None:
     ap.add_argument("--lateness-ms", type=int, default=60_000,
                     help="Nexmark queries: allowed lateness (Kafka Streams grace, Flink's bounded out-of-orderness, "
                          "Spark's watermark delay)")
-    ap.add_argument("--count-grace-ms", type=int, default=10_000, help="the count's grace (bench/kafka_streams: 10 s)")
+    ap.add_argument("--count-grace-ms", type=int, default=10_000, help="the count's grace / watermark delay")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=2, help="drain runs per side (0: none, only the fixed-rate runs)")
     ap.add_argument("--warmup-events", type=int, default=50_000, help="a separate backlog each side drains first, "
                     "unmeasured, per query (0: none)")
     ap.add_argument("--heap", default="4g", help="max heap of every side")
     ap.add_argument("--rate", type=int, default=50_000, help="fixed-rate run: events/s (0: skip)")
     ap.add_argument("--duration-s", type=int, default=120)
+    ap.add_argument("--rate-keys", type=int, default=0,
+                    help="the count's keys at a fixed rate (default a tenth of one window's records: rate * 6)")
     ap.add_argument("--rate-lateness-ms", type=int, default=10_000,
                     help="Nexmark queries' allowed lateness in the fixed-rate runs (a live stream needs less than a "
                          "drain; rows are compared for windows closing 2 x (10 s + this) + 2 s before the end)")
+    ap.add_argument("--rate-search", action="store_true",
+                    help="the count: the highest rate each of --rate-search-sides holds with p99 <= --rate-search-p99-ms")
+    ap.add_argument("--rate-search-sides", default=f"{RT},{KSL}")
+    ap.add_argument("--rate-search-start", type=int, default=50_000)
+    ap.add_argument("--rate-search-step", type=int, default=50_000)
+    ap.add_argument("--rate-search-max", type=int, default=500_000)
+    ap.add_argument("--rate-search-duration-s", type=int, default=75,
+                    help="per rate tried (>= 70 s: a 1-minute window then closes on a real record)")
+    ap.add_argument("--rate-search-p99-ms", type=int, default=100)
+    ap.add_argument("--rt-p99-target-ms", type=int, default=50,
+                    help="target: the real-time side's p99 at --rate (issue #22: 50 ms at 50,000/s)")
     ap.add_argument("--ks-commit-ms", type=int, default=1000, help="Kafka Streams commit.interval.ms (see README)")
+    ap.add_argument("--ks-lowlat-commit-ms", type=int, default=10,
+                    help=f"{KSL}: commit.interval.ms (its record cache is 0)")
     ap.add_argument("--rebalance-delay-ms", type=int, default=0,
                     help="the broker's group.initial.rebalance.delay.ms (the project's test broker: 0; Kafka's default 3000)")
     ap.add_argument("--ks-threads", type=int, default=2, help="Kafka Streams num.stream.threads (see README: 1 "
                     "keeps its tasks in step on a small or loaded run)")
-    ap.add_argument("--ks-cache-bytes", type=int, default=10 * 1024 * 1024)
+    ap.add_argument("--ks-cache-bytes", type=int, default=10 * 1024 * 1024, help=f"{KS}: statestore.cache.max.bytes")
     ap.add_argument("--flink-checkpoint-ms", type=int, default=10_000, help="Flink checkpoint interval (0: off)")
     ap.add_argument("--trigger", default="0", help="sluice's processing-time trigger (0: Spark's default)")
     ap.add_argument("--max-offsets", type=int, default=0, help="sluice's maxOffsetsPerTrigger (0: not set)")
+    ap.add_argument("--rt-checkpoint", default="5 seconds",
+                    help=f"{RT}: trigger(realTime=...), the checkpoint interval (not a latency bound)")
+    ap.add_argument("--rt-cores", type=int, default=4,
+                    help=f"{RT}: local[N]; real-time mode runs every stage's tasks at once: 2 source partitions + "
+                         "2 shuffle partitions = 4 slots (on 2 cores)")
+    ap.add_argument("--rt-shuffle-wait-ms", type=int, default=5,
+                    help=f"{RT}: spark.shuffle.streaming.networkBufferMaxWaitTimeMs (-1: Spark's default, 50 ms), how "
+                         "long the real-time shuffle holds a partly filled 32-KB buffer: at 50k/s one fills in roughly "
+                         "30-40 ms (estimated: rows of ~70 bytes, ~12k rows/s per reader), a wait the default adds to "
+                         "a row's path; Spark's doc: lower values reduce "
+                         "latency at the cost of smaller messages)")
     ap.add_argument("--timeout-s", type=int, default=1800, help="per run: output must be complete by then")
     ap.add_argument("--idle-s", type=int, default=120, help="per run: give up when the output, once started, has "
                     "not grown for this long without being complete (a side that dropped rows)")
@@ -235,9 +353,15 @@ def main() -> None:
     a = ap.parse_args()
     queries = [q for q in a.queries.split(",") if q]
     sides = [s for s in a.sides.split(",") if s]
-    bad = [q for q in queries if q not in QUERIES] + [s for s in sides if s not in (FL, KS, SL)]
+    search = [s for s in a.rate_search_sides.split(",") if s] if a.rate_search else []
+    bad = [q for q in queries if q not in QUERIES] + [s for s in sides + search if s not in SIDES]
     if bad:
         ap.error(f"unknown: {bad}")
+    if search and "count" not in queries:
+        ap.error("--rate-search runs on the count: add it to --queries")
+    if a.rt_cores < 4:
+        print(f"   WARNING: --rt-cores {a.rt_cores} < 4 task slots (2 source + 2 shuffle partitions): real-time "
+              "batches cannot run all their tasks at once")
 
     work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="sluice-peers-"))
     if a.workdir:
@@ -247,25 +371,25 @@ def main() -> None:
     # default 3 s instead (Kafka Streams' threads then join the first rebalance together).
     broker = kh.Broker(work / "broker", {"group.initial.rebalance.delay.ms": str(a.rebalance_delay_ms)}).start()
     try:
-        run(a, queries, sides, work, broker.bootstrap)
+        run(a, queries, sides, search, work, broker.bootstrap)
     finally:
         broker.stop()
         if not a.workdir:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def run(a: argparse.Namespace, queries: list[str], sides: list[str], work: Path, bs: str) -> None:
-    count_records = a.count_records or a.events
-    settings = {
+def settings_of(a: argparse.Namespace, count_records: int) -> dict[str, Any]:
+    return {
         "machine": f"{os.cpu_count()} cores; load at start {os.getloadavg()[0]:.2f} (1 min)",
         "broker": "Kafka 3.9.1 KRaft, one node on loopback (tests/kafka_harness.py); topics of 2 partitions",
         "nexmark": f"{a.events} events (persons:auctions:bids 1:3:46, Nexmark's hot sellers/auctions/bidders), "
                    f"{a.event_rate} events per second of event time, in order, round-robin over 2 partitions, "
                    f"JSON values, seed {a.seed}; rows compared for the windows that close by last event time - "
                    f"2 x (10 s + lateness) - 2 s (no flush events)",
-        "count": f"bench/kafka_streams' backlog: {count_records} records, {max(1, count_records // 10)} keys Zipf(1.0), "
-                 "3 h of event time, disorder <= 2 s, keyed; 1-minute tumbling count per key, "
-                 f"grace {a.count_grace_ms} ms",
+        "count": f"{count_records} records, {max(1, count_records // 10)} keys Zipf(1.0), 3 h of event time, "
+                 "disorder <= 2 s, keyed, one flush record per partition 1 h later; 1-minute tumbling count per key, "
+                 f"grace {a.count_grace_ms} ms; fixed rate: keys {a.rate_keys or 'rate x 6'}, event time = send time "
+                 "- up to 2 s",
         "allowed lateness (Nexmark)": f"{a.lateness_ms} ms on every side (fixed-rate runs: {a.rate_lateness_ms} ms)",
         FL: f"Flink 2.3.0 DataStream API, local MiniCluster parallelism 2, state backend hashmap (Flink's default), "
             f"checkpoints every {a.flink_checkpoint_ms} ms (0 = off) to local disk, Kafka connector 5.0.0-2.2, "
@@ -273,19 +397,37 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], work: Path,
         KS: f"Kafka Streams 4.1.1, {a.ks_threads} stream thread(s), in-memory window/session stores, "
             "suppress(untilWindowCloses(unbounded())), at-least-once, changelogs on, "
             f"commit.interval.ms {a.ks_commit_ms}, statestore.cache.max.bytes {a.ks_cache_bytes}, -Xmx{a.heap}",
+        KSL: f"as {KS}, at its lowest-latency settings: commit.interval.ms {a.ks_lowlat_commit_ms}, "
+             "statestore.cache.max.bytes 0 (every update reaches suppress at once)",
         SL: f"Spark {PYSPARK_VERSION} local[2] micro-batch + sluice (Python API, {os.path.basename(sluice.jar_path())}), "
             f"spark.driver.memory={a.heap}, shuffle partitions 2, state store in_memory_window, "
-            "suppress(until_window_closes(unbounded())) (q11: Spark's append-mode session_window), trigger "
+            "suppress(until_window_closes(unbounded())) fused (q11: over an update-mode session_window), trigger "
             f"{'default' if a.trigger == '0' else a.trigger}, maxOffsetsPerTrigger {a.max_offsets or 'not set'}",
+        RT: f"the {SL} count pipeline with trigger(realTime='{a.rt_checkpoint}') (checkpoint interval), "
+            f"local[{a.rt_cores}] (2 source + 2 shuffle partitions, all tasks at once), shuffle partitions 2, "
+            "spark.shuffle.streaming.networkBufferMaxWaitTimeMs "
+            f"{'50 (default)' if a.rt_shuffle_wait_ms < 0 else a.rt_shuffle_wait_ms}, "
+            "Spark's RocksDB provider (the only one real-time mode allows), suppress not fused (each window "
+            "closed on its partition's stream time, per row), Kafka sink; the count only",
         "drain time": "from the side's start() call (KafkaStreams.start, StreamExecutionEnvironment.executeAsync, "
                       "DataStreamWriter.start; process start excluded) to the broker LogAppendTime of the last result",
+        "latency (count)": "result's broker LogAppendTime - the producer's wall clock at the send of the record that "
+                           "closed its window on its key's input partition (from_ack: at that send's acknowledgement); "
+                           "windows closed only by the final flush records are not timed",
+        "latency (Nexmark)": "result's broker LogAppendTime - window end - lateness (event time = send time)",
         "peak RSS": "VmHWM of the side's JVM (Spark: JVM + Python driver)",
     }
-    h = Harness("peers", "drain a Nexmark backlog: sluice on Spark vs Flink vs Kafka Streams", settings)
+
+
+def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: list[str], work: Path, bs: str) -> None:
+    count_records = a.count_records or a.events
+    h = Harness("peers", "sluice on Spark (micro-batch and real-time) vs Flink vs Kafka Streams: drain, fixed-rate "
+                "latency, rate search", settings_of(a, count_records))
 
     data: dict[str, Data] = {}
     warm: dict[str, Data] = {}
-    if any(q != "count" for q in queries):
+    # Backlogs only for drains (--repeats 0: fixed-rate runs only, which make their own data).
+    if a.repeats > 0 and any(q != "count" for q in queries):
         data["nexmark"] = make_nexmark(a, work, bs, "nexmark", a.events, a.seed, a.event_rate)
         print(f"   nexmark backlog: {data['nexmark'].summary}")
         if data["nexmark"].summary["cut_ms"] < data["nexmark"].summary["first_ts"] + 30_000:
@@ -295,7 +437,7 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], work: Path,
             # Spread over 2 x the cut's margin of event time, so that the warm-up has windows to close.
             rate = max(1, a.warmup_events * 1000 // (4 * (10_000 + a.lateness_ms) + 10_000))
             warm["nexmark"] = make_nexmark(a, work, bs, "warm-nexmark", a.warmup_events, a.seed + 1, rate)
-    if "count" in queries:
+    if a.repeats > 0 and "count" in queries:
         data["count"] = make_count(a, work, bs, "count-in", count_records, a.seed, 3 * 3600)
         print(f"   count backlog: {data['count'].summary}")
         if a.warmup_events:
@@ -306,8 +448,12 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], work: Path,
 
     comparisons: dict[str, Any] = {}
     latency: dict[str, list[dict[str, Any]]] = {}
+    searches: dict[str, dict[str, Any]] = {}
     for qi, q in enumerate(queries):
-        names = [f"{q}/{s}" for s in sides]
+        qsides = [s for s in sides if supports(s, q)]
+        if len(qsides) < len(sides):
+            print(f"   {q}: without {[s for s in sides if s not in qsides]} (see supports())")
+        names = [f"{q}/{s}" for s in qsides]
 
         def warmup(name: str, q: str = q) -> None:
             side = name.split("/")[1]
@@ -317,13 +463,14 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], work: Path,
         def one(name: str, i: int, q: str = q) -> dict[str, Any]:
             return drain(name.split("/")[1], q, a, work, bs, data[family(q)], f"{q}-{name.split('/')[1]}-{i}")
 
-        if a.repeats > 0:
+        if a.repeats > 0 and names:
             runs = h.alternating(names, a.repeats, one, warmup=warmup if warm else None)
             for name in names:
                 print(f"   {name} settings: {json.dumps(runs[name][0]['config'])}")
-            for r in runs.get(f"{q}/{SL}", []):
-                b = r.get("batches") or []
-                print(f"   {q}/sluice micro-batches (rows, ms): {[(x['rows'], x['ms']) for x in b][:20]}")
+            for s in SPARK_SIDES:
+                for r in runs.get(f"{q}/{s}", []):
+                    b = r.get("batches") or []
+                    print(f"   {q}/{s} batches (rows, ms): {[(x['rows'], x['ms']) for x in b][:20]}")
             # Every run against the generator's reference and against the first run of the first side.
             ref = runs[names[0]][0]["rows_file"]
             cross = {name: [tool("diff", ref, r["rows_file"]) for r in runs[name]] for name in names}
@@ -331,7 +478,8 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], work: Path,
                         + [d["differing"] for n in names for d in cross[n]])
             print(f"   {q}: expected rows {runs[names[0]][0]['expected_rows']}; differing from the reference: "
                   f"{ {n: [r['differing_from_expected'] for r in runs[n]] for n in names} }; from {names[0]} "
-                  f"repeat 1: { {n: [d['differing'] for d in cross[n]] for n in names} }")
+                  f"repeat 1: { {n: [d['differing'] for d in cross[n]] for n in names} }; late drops: "
+                  f"{ {n: [r['dropped'] for r in runs[n]] for n in names} }")
             for n in names:
                 for d in cross[n]:
                     if d["differing"]:
@@ -339,28 +487,60 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], work: Path,
             med = {n: statistics.median(r["events_per_s"] for r in runs[n]) for n in names}
             print(f"   {q}: median drain events/s " + ", ".join(f"{n} {v:.0f}" for n, v in med.items())
                   + "; peak RSS MB " + ", ".join(f"{n} {[r['peak_rss_mb'] for r in runs[n]]}" for n in names))
-            if SL in sides:
-                for other in (FL, KS):
-                    if other in sides and med[f"{q}/{other}"] > 0:
-                        # A run that lost rows (or stopped incomplete) did less work: say so beside the ratio.
-                        bad = {n: sum(1 for r in runs[n] if r["differing_from_expected"] or not r["complete"])
-                               for n in (f"{q}/{SL}", f"{q}/{other}")}
-                        note = "" if not any(bad.values()) else " [runs with differing rows or incomplete: " + \
-                            ", ".join(f"{n} {k} of {len(runs[n])}" for n, k in bad.items() if k) + "]"
-                        h.target(f"{q}: sluice / {other} drain throughput (median events/s){note}",
-                                 med[f"{q}/{SL}"] / med[f"{q}/{other}"], ">=", 1.0)
-            h.target(f"{q}: differing rows, worst run (vs reference and vs {names[0]})", float(worst), "<=", 0.0)
+
+            def ratio(x: str, y: str, bound: float) -> None:
+                if x in qsides and y in qsides and med[f"{q}/{y}"] > 0:
+                    # A run that lost rows (or stopped incomplete) did less work: say so beside the ratio.
+                    bad = {n: sum(1 for r in runs[n] if r["differing_from_expected"] or not r["complete"])
+                           for n in (f"{q}/{x}", f"{q}/{y}")}
+                    note = "" if not any(bad.values()) else " [runs with differing rows or incomplete: " + \
+                        ", ".join(f"{n} {k} of {len(runs[n])}" for n, k in bad.items() if k) + "]"
+                    h.target(f"{q}: {x} / {y} drain throughput (median events/s {med[f'{q}/{x}']:.0f} / "
+                             f"{med[f'{q}/{y}']:.0f}){note}", med[f"{q}/{x}"] / med[f"{q}/{y}"], ">=", bound)
+
+            for other in (FL, KS, KSL):
+                ratio(SL, other, 1.0)
+            ratio(RT, SL, 0.5)  # issue #22: real-time drains at least half as fast as micro-batch
+            h.target(f"{q}: differing rows, worst drain run (vs reference and vs {names[0]})", float(worst), "<=", 0.0)
             comparisons[q] = {n: [d["differing"] for d in cross[n]] for n in names}
             for n in names:
                 for r in runs[n]:
                     r.pop("config", None)
         if a.rate:
-            for side in (sides if qi % 2 == 0 else list(reversed(sides))):
-                name = f"lat-{q}-{side}"
-                r = fixed_rate(side, q, a, work, bs, name)
+            for side in (qsides if qi % 2 == 0 else list(reversed(qsides))):
+                r = fixed_rate(side, q, a, work, bs, f"lat-{q}-{side}", a.rate, a.duration_s)
                 latency.setdefault(f"{q}/{side}", []).append(r)
                 print(f"   latency {q}/{side}: " + ", ".join(f"{k}={v}" for k, v in r.items()))
-    h.write(data={k: v.summary for k, v in data.items()}, latency=latency, differing_vs_first=comparisons)
+            lat = {s: latency[f"{q}/{s}"][-1] for s in qsides}
+            print(f"   {q} at {a.rate}/s for {a.duration_s} s, latency ms (p50 / p99 / max; from ack p50 / p99), "
+                  "results timed: " + "; ".join(
+                      f"{s} {r['p50_ms']} / {r['p99_ms']} / {r['max_ms']}; {r['from_ack_p50_ms']} / "
+                      f"{r['from_ack_p99_ms']}, {r['results_timed']}" for s, r in lat.items()))
+            if RT in lat:
+                rt = lat[RT]
+                h.target(f"{q}: {RT} p99 latency ms at {a.rate}/s (issue #22: at 50,000/s)"
+                         + ("" if rt["complete"] and rt["results_timed"] else " [incomplete or nothing timed]"),
+                         float(rt["p99_ms"] if rt["p99_ms"] is not None else float("inf")), "<=",
+                         float(a.rt_p99_target_ms))
+            h.target(f"{q}: differing rows, worst fixed-rate run (each vs its own generator's rows)",
+                     float(max(r["differing_from_expected"] + (0 if r["complete"] else 1) for r in lat.values())),
+                     "<=", 0.0)
+        if q == "count" and search:
+            for side in [s for s in search if supports(s, q)]:
+                searches[side] = rate_search(side, q, a, work, bs)
+                print(f"   rate search {q}/{side}: highest rate with p99 <= {a.rate_search_p99_ms} ms: "
+                      f"{searches[side]['held_rate']}/s ({a.rate_search_duration_s} s per rate; stopped: "
+                      f"{searches[side]['stopped_because']})")
+    if latency.get(f"count/{RT}") or searches:
+        # Issue #22's figures side by side.
+        print("   == count, real-time vs the others:")
+        for s in [x for x in SIDES if f"count/{x}" in latency or x in searches]:
+            r = (latency.get(f"count/{s}") or [{}])[-1]
+            held = searches.get(s, {}).get("held_rate")
+            print(f"      {s:14} p50 {r.get('p50_ms')} p99 {r.get('p99_ms')} max {r.get('max_ms')} ms at {a.rate}/s"
+                  + (f"; holds {held}/s at p99 <= {a.rate_search_p99_ms} ms" if held is not None else ""))
+    h.write(data={k: v.summary for k, v in data.items()}, latency=latency, rate_search=searches,
+            differing_vs_first=comparisons)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,7 @@
 # not committed); does nothing when the poms and sources are unchanged since the last build.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-ks_src="$here/../kafka_streams/src/Bench.java"
-stamp="$here/target/.built-$(cat "$here"/pom-*.xml "$here"/src/*/*.java "$ks_src" | cksum | cut -d' ' -f1)"
+stamp="$here/target/.built-$(cat "$here"/pom-*.xml "$here"/src/*/*.java | cksum | cut -d' ' -f1)"
 [ -f "$stamp" ] && exit 0
 rm -rf "$here/target/classes-streams" "$here/target/classes-flink" "$here"/target/.built-*
 for side in streams flink; do
@@ -17,7 +16,7 @@ for side in streams flink; do
   fi
 done
 javac -nowarn -d "$here/target/classes-streams" -cp "$here/target/lib-streams/*" \
-  "$here"/src/common/*.java "$here"/src/tools/*.java "$here"/src/streams/*.java "$ks_src"
+  "$here"/src/common/*.java "$here"/src/tools/*.java "$here"/src/streams/*.java
 javac -nowarn -d "$here/target/classes-flink" -cp "$here/target/lib-flink/*" \
   "$here"/src/common/*.java "$here"/src/flink/*.java
 touch "$stamp"

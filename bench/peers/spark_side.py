@@ -1,17 +1,24 @@
-"""The sluice side of bench/peers: one query per process (this Python driver and its Spark JVM,
-local[2], micro-batch), written with sluice's Python API as a user would. Prints JSON lines (config,
-started, running, stopped) and stops when "stop" comes on stdin.
+"""The sluice sides of bench/peers: one query per process (this Python driver and its Spark JVM),
+written with sluice's Python API as a user would. Prints JSON lines (config, started, running,
+stopped) and stops when "stop" comes on stdin.
 
     spark_side.py --query Q --bootstrap B --input T --output O --checkpoint DIR --lateness-ms L [--heap 4g]
+                  [--realtime "5 seconds" --cores 4]
 
-Final results: count, q5, q7 and q8 are update-mode window aggregations under
-``suppress(..., Suppressed.until_window_closes(BufferConfig.unbounded()))`` (sluice fuses it into the
-aggregation: each window is emitted once, when the watermark passes its end). q11 (session windows)
-uses Spark's own append-mode ``session_window`` aggregation: sluice has no update-mode session
-windows yet (issue #23). q5's second step (the auctions with the most bids in each window) runs on
-each micro-batch's final counts in ``foreachBatch``: a window's counts are all released in the same
-micro-batch, the one after the watermark passes its end. State store: sluice's in-memory window
-store (``state_store="in_memory_window"``).
+Micro-batch (the `sluice` side, local[2]): every query is an update-mode window aggregation under
+``suppress(..., Suppressed.until_window_closes(BufferConfig.unbounded()))``, which sluice fuses into
+the aggregation (each window emitted once, when the watermark passes its end); q11's is a
+``session_window`` aggregation (sluice runs session windows in update mode, issue #23). q5's second
+step (the auctions with the most bids in each window) runs on each micro-batch's final counts in
+``foreachBatch``: a window's counts are all released in the same micro-batch. State store: sluice's
+in-memory window store (``state_store="in_memory_window"``).
+
+Real-time (the `sluice-rt` side, ``--realtime``, the count only): the same pipeline with
+``trigger(realTime=...)``, the duration being Spark's checkpoint interval. Spark allows only its own
+RocksDB provider there, so no state store is set; suppress is not fused (sluice closes each window
+on its partition's stream time, per row); the Kafka sink (real-time mode refuses foreachBatch).
+Real-time mode runs every stage's tasks at once, so the master needs a slot per source partition
+plus one per shuffle partition (``--cores``).
 """
 from __future__ import annotations
 
@@ -105,10 +112,12 @@ def build(spark: SparkSession, q: str, source, late: str):
                 .select(F.concat_ws(",", ms("window.start"), F.col("id").cast("string"), "name").alias("value")),
                 "update", None)
     if q == "q11":
+        # Update mode with final results: one row per session once the watermark passes its end; a
+        # session merged into another is never emitted (suppress drops its buffered row on the retraction).
         sessions = bids.groupBy(F.session_window("ts", "10 seconds"), F.col("bid.bidder").alias("bidder")).count()
-        return sessions.select(F.concat_ws(",", F.col("bidder").cast("string"), ms("session_window.start"),
-                                           ms("session_window.end"), F.col("count").cast("string")).alias("value")), \
-            "append", None
+        return final(sessions).select(F.concat_ws(",", F.col("bidder").cast("string"), ms("session_window.start"),
+                                                  ms("session_window.end"), F.col("count").cast("string"))
+                                      .alias("value")), "update", None
     raise ValueError(f"unknown query {q}")
 
 
@@ -128,7 +137,17 @@ def main() -> None:
     ap.add_argument("--heap", default="4g")
     ap.add_argument("--trigger", default="0", help="processing-time trigger; 0 = Spark's default")
     ap.add_argument("--max-offsets", type=int, default=0, help="maxOffsetsPerTrigger (0: not set)")
+    ap.add_argument("--realtime", default="", help="real-time trigger with this checkpoint interval "
+                    "(e.g. '5 seconds'); empty: micro-batch")
+    ap.add_argument("--cores", type=int, default=2, help="local[N]")
+    ap.add_argument("--shuffle-wait-ms", type=int, default=-1,
+                    help="real-time: spark.shuffle.streaming.networkBufferMaxWaitTimeMs, how long Spark's pipelined "
+                         "shuffle holds a partly filled buffer (-1: Spark's default, 50 ms)")
     args = ap.parse_args()
+    rt = bool(args.realtime)
+    if rt and args.query != "count":
+        raise SystemExit(f"--realtime: only the count (a tumbling window under suppress) runs in real-time mode here, "
+                         f"not {args.query}")
     source_bootstrap, output_topic = args.bootstrap, args.output
 
     conf = {
@@ -139,10 +158,15 @@ def main() -> None:
         "spark.sql.streaming.numRecentProgressUpdates": "100000",
         "spark.jars": ",".join(kh.connector_jars()),
     }
-    builder = SparkSession.builder.master("local[2]").appName(f"sluice-peers-{args.query}")
+    if rt and args.shuffle_wait_ms >= 0:
+        # Real-time mode's shuffle sends a buffer when it holds 32 KB or has waited this long: at a few
+        # thousand rows per second per reader that wait, not the work, is the shuffle's latency.
+        conf["spark.shuffle.streaming.networkBufferMaxWaitTimeMs"] = str(args.shuffle_wait_ms)
+    builder = SparkSession.builder.master(f"local[{args.cores}]").appName(f"sluice-peers-{args.query}")
     for k, v in conf.items():
         builder = builder.config(k, v)
-    spark = sluice.configure(builder, state_store="in_memory_window").getOrCreate()
+    # Real-time mode runs on Spark's RocksDB provider only (Spark refuses any other): no state store set.
+    spark = (sluice.configure(builder) if rt else sluice.configure(builder, state_store="in_memory_window")).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
 
@@ -156,16 +180,22 @@ def main() -> None:
         writer = writer.foreachBatch(per_batch)
     else:
         writer = writer.format("kafka").option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.output)
-    if args.trigger != "0":
+    if rt:
+        writer = writer.trigger(realTime=args.realtime)
+    elif args.trigger != "0":
         writer = writer.trigger(processingTime=args.trigger)
     settings = {**conf, "spark.jars": "Kafka connector (dev/fetch-kafka) + sluice.jar", "query": args.query,
+                "master": f"local[{args.cores}]",
                 "output mode": mode, "sink": "foreachBatch (Kafka batch write)" if per_batch else "Kafka",
-                "final results": "Spark append-mode session_window (no update-mode session windows in sluice: #23)"
-                if args.query == "q11" else "sluice.suppress(until_window_closes(unbounded())), fused="
-                + spark.conf.get("spark.sluice.suppress.fused", "true"),
-                "state store": spark.conf.get("spark.sql.streaming.stateStore.providerClass"),
+                "final results": "sluice.suppress(until_window_closes(unbounded())), "
+                + ("not fused (real-time: per row on each partition's stream time)" if rt else
+                   "fused=" + spark.conf.get("spark.sluice.suppress.fused", "true"))
+                + (" over an update-mode session_window count" if args.query == "q11" else ""),
+                "state store": "Spark's RocksDB (real-time mode's only provider)" if rt else
+                spark.conf.get("spark.sql.streaming.stateStore.providerClass"),
                 "watermark delay ms": args.lateness_ms,
-                "trigger": args.trigger if args.trigger != "0" else "default (as soon as possible)",
+                "trigger": f"realTime={args.realtime} (checkpoint interval)" if rt else
+                args.trigger if args.trigger != "0" else "default (as soon as possible)",
                 "maxOffsetsPerTrigger": args.max_offsets or "not set",
                 "spark.sluice.input.buffer.max.bytes": spark.conf.get("spark.sluice.input.buffer.max.bytes", "default")}
     print(json.dumps({"event": "config", "spark": settings}), flush=True)
@@ -183,7 +213,10 @@ def main() -> None:
     progress = query.recentProgress
     failure = query.exception()
     query.stop()
-    dropped = sum(op.get("numRowsDroppedByWatermark", 0) for p in progress for op in p.get("stateOperators", []))
+    # Late rows: Spark's aggregation drops them below the watermark; real-time suppress drops a row for
+    # a window its partition's stream time has already closed (lateRecordDropTotal).
+    dropped = sum(op.get("numRowsDroppedByWatermark", 0) + (op.get("customMetrics") or {}).get("lateRecordDropTotal", 0)
+                  for p in progress for op in p.get("stateOperators", []))
     batches = [{"batch": p["batchId"], "rows": p["numInputRows"], "ms": p["durationMs"].get("triggerExecution", 0),
                 "durations": p["durationMs"],
                 "state": [{k: op.get(k) for k in ("operatorName", "numRowsTotal", "numRowsUpdated", "numRowsRemoved",

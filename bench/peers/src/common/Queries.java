@@ -2,7 +2,7 @@
 // side writes as the value of one output record (key null) and the generator's reference writes too,
 // so that whole outputs compare as sorted lines.
 //
-//   count  key,windowStartMs,count                      1-minute tumbling count per key (bench/kafka_streams' job)
+//   count  key,windowStartMs,count                      1-minute tumbling count per key (the windowed count)
 //   q5     windowStartMs,auction,count                  hot items: per sliding window (10 s, every 2 s)
 //                                                       the auctions with the most bids (all ties)
 //   q7     windowStartMs,price,dateTimeMs,auction,bidder highest bid per 10-s tumbling window (ties: the
@@ -22,7 +22,7 @@ public final class Queries {
         return !q.equals("count");
     }
 
-    /** Is this result row one of the flush records' own (bench/kafka_streams' backlog ends with one
+    /** Is this result row one of the flush records' own (the windowed count's data ends with one
      * flush record per partition, key "~flush-<p>", whose windows never close; kept as a check)? */
     public static boolean isFlushRow(String q, String row) {
         String[] f = row.split(",", -1);

@@ -190,19 +190,19 @@ public final class PeersStreams {
     }
 
     public static void main(String[] argv) throws Exception {
-        Map<String, String> a = Bench.args(argv);
-        String q = Bench.req(a, "query");
+        Map<String, String> a = KafkaIo.args(argv);
+        String q = KafkaIo.req(a, "query");
         Properties p = new Properties();
-        p.put(StreamsConfig.APPLICATION_ID_CONFIG, Bench.req(a, "app-id"));
-        p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, Bench.req(a, "bootstrap"));
-        p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, Bench.req(a, "threads"));
-        p.put(StreamsConfig.STATE_DIR_CONFIG, Bench.req(a, "state-dir"));
+        p.put(StreamsConfig.APPLICATION_ID_CONFIG, KafkaIo.req(a, "app-id"));
+        p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, KafkaIo.req(a, "bootstrap"));
+        p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, KafkaIo.req(a, "threads"));
+        p.put(StreamsConfig.STATE_DIR_CONFIG, KafkaIo.req(a, "state-dir"));
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
-        // See bench/kafka_streams/README.md: the record cache forwards to suppress only on commit or
+        // See README.md (Kafka Streams' commit interval): the record cache forwards to suppress only on commit or
         // eviction, so the default 30 s commit interval holds the last results back up to 30 s.
         if (a.containsKey("commit-interval-ms")) p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, a.get("commit-interval-ms"));
         if (a.containsKey("cache-bytes")) p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, a.get("cache-bytes"));
-        Topology topology = topology(q, Bench.req(a, "input"), Bench.req(a, "output"), Long.parseLong(Bench.req(a, "lateness-ms")));
+        Topology topology = topology(q, KafkaIo.req(a, "input"), KafkaIo.req(a, "output"), Long.parseLong(KafkaIo.req(a, "lateness-ms")));
 
         KafkaStreams ks = new KafkaStreams(topology, p);
         CountDownLatch running = new CountDownLatch(1);
@@ -234,6 +234,6 @@ public final class PeersStreams {
                 dropped += ((Number) m.getValue().metricValue()).doubleValue();
         ks.close(Duration.ofSeconds(60));
         System.out.println("{\"event\": \"stopped\", \"dropped_records\": " + (long) dropped + ", \"vm_hwm_kb\": "
-                + Bench.vmHwmKb() + ", \"state\": \"" + ks.state() + "\"}");
+                + KafkaIo.vmHwmKb() + ", \"state\": \"" + ks.state() + "\"}");
     }
 }

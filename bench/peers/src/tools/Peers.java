@@ -1,5 +1,6 @@
 // The tools of bench/peers (one mode per invocation; the last stdout line is JSON):
 //
+//   create-topic   --bootstrap B --topic T --partitions P [--log-append-time]
 //   nexmark        --bootstrap B --topic T --events N --event-rate R --seed S --out-dir D
 //                  --lateness-ms L
 //                  a seeded Nexmark backlog (see Nexmark.java), event time n * 1000 / R ms after a fixed
@@ -7,17 +8,15 @@
 //                  that close by cut_ms (printed)
 //   nexmark-live   --bootstrap B --topic T --rate R --duration-s S --seed S --out-dir D --lateness-ms L
 //                  the same stream at R events/s of wall-clock time, event time = the send time
-//   count-expected --in BENCH_ROWS --out FILE    bench/kafka_streams' expected rows as canonical lines
+//   backlog, rate  the windowed count's keyed records (CountData.java)
 //   watch          --bootstrap B --topic O --count N --timeout-s T [--settle-ms 2000] [--idle-s S]
 //                  [--query Q --lateness-ms L --cut-ms C]
 //   collect        --bootstrap B --topic O --query Q --expected FILE --out FILE [--lateness-ms L --cut-ms C]
-//                  [--last-event-ms T]
+//                  [--last-event-ms T | --closes FILE]
 //   diff           FILE FILE
-//   last-event-ms  --bootstrap B --topic T      the latest timestamp before each partition's last record
-//                                               (bench/kafka_streams' live producer ends with one flush record)
 //
-// Every event goes to partition n % 2 (no key), with the event time as its record timestamp (and as
-// dateTime in the JSON value).
+// Every Nexmark event goes to partition n % 2 (no key), with the event time as its record timestamp
+// (and as dateTime in the JSON value).
 import java.io.*;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.*;
@@ -32,21 +31,22 @@ import org.apache.kafka.common.record.TimestampType;
 public final class Peers {
     public static void main(String[] argv) throws Exception {
         String mode = argv[0];
-        Map<String, String> a = mode.equals("diff") ? Map.of() : Bench.args(Arrays.copyOfRange(argv, 1, argv.length));
+        Map<String, String> a = mode.equals("diff") ? Map.of() : KafkaIo.args(Arrays.copyOfRange(argv, 1, argv.length));
         switch (mode) {
+            case "create-topic" -> KafkaIo.createTopic(a);
             case "nexmark" -> nexmark(a, false);
             case "nexmark-live" -> nexmark(a, true);
-            case "count-expected" -> countExpected(a);
+            case "backlog" -> CountData.backlog(a);
+            case "rate" -> CountData.rate(a);
             case "watch" -> System.exit(watch(a));
             case "collect" -> collect(a);
             case "diff" -> diff(Path.of(argv[1]), Path.of(argv[2]));
-            case "last-event-ms" -> lastEventMs(a);
             default -> throw new IllegalArgumentException("unknown mode " + mode);
         }
     }
 
     static String req(Map<String, String> a, String k) {
-        return Bench.req(a, k);
+        return KafkaIo.req(a, k);
     }
 
     // ------------------------------------------------------------------ the Nexmark producer
@@ -56,51 +56,29 @@ public final class Peers {
         long seed = Long.parseLong(req(a, "seed"));
         Path outDir = Path.of(req(a, "out-dir"));
         Files.createDirectories(outDir);
-        int parts = Bench.partitions(bootstrap, topic);
+        int parts = KafkaIo.partitions(bootstrap, topic);
         SplittableRandom rnd = new SplittableRandom(seed);
         Reference ref = new Reference();
         Nexmark.Event ev = new Nexmark.Event();
-        long[] perType = new long[3];
-        long bytes = 0, n = 0, lastTs = Long.MIN_VALUE, lateSends = 0;
-        long t0 = System.nanoTime();
-        try (KafkaProducer<String, String> prod = Bench.producer(bootstrap)) {
-            if (!live) {
-                long events = Long.parseLong(req(a, "events")), rate = Long.parseLong(req(a, "event-rate"));
-                for (; n < events; n++) {
-                    long ts = Nexmark.BASE_MS + n * 1000 / rate;
-                    String v = Nexmark.json(n, ts, rnd, ev);
-                    prod.send(new ProducerRecord<>(topic, (int) (n % parts), ts, null, v));
-                    ref.accept(ev, ts);
-                    perType[ev.event_type]++;
-                    bytes += v.length();
-                    lastTs = ts;
-                }
-            } else {
-                double rate = Double.parseDouble(req(a, "rate"));
-                long durationNs = Long.parseLong(req(a, "duration-s")) * 1_000_000_000L;
-                long startNs = System.nanoTime();
-                while (true) {
-                    long due = startNs + (long) (n * 1e9 / rate), now = System.nanoTime();
-                    if (due - startNs >= durationNs) break;
-                    if (due > now) {
-                        long wait = due - now;
-                        if (wait > 200_000) Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
-                        continue;
-                    }
-                    if (now - due > 100_000_000L) lateSends++;
-                    long ts = Math.max(System.currentTimeMillis(), lastTs); // event time = send time
-                    String v = Nexmark.json(n, ts, rnd, ev);
-                    prod.send(new ProducerRecord<>(topic, (int) (n % parts), ts, null, v));
-                    ref.accept(ev, ts);
-                    perType[ev.event_type]++;
-                    bytes += v.length();
-                    lastTs = ts;
-                    n++;
-                }
-            }
+        long[] perType = new long[3], bytes = {0}, lastTs = {Long.MIN_VALUE};
+        long rate = Long.parseLong(req(a, live ? "rate" : "event-rate"));
+        Pace pace;
+        try (KafkaProducer<String, String> prod = KafkaIo.producer(bootstrap)) {
+            Pace.Send send = n -> {
+                // A backlog's event time is fixed by n; a live stream's is the send time (never behind
+                // the previous event's: the reference takes events in event-time order).
+                long ts = live ? Math.max(System.currentTimeMillis(), lastTs[0]) : Nexmark.BASE_MS + n * 1000 / rate;
+                String v = Nexmark.json(n, ts, rnd, ev);
+                prod.send(new ProducerRecord<>(topic, (int) (n % parts), ts, null, v));
+                ref.accept(ev, ts);
+                perType[ev.event_type]++;
+                bytes[0] += v.length();
+                lastTs[0] = ts;
+            };
+            pace = live ? Pace.live(rate, Long.parseLong(req(a, "duration-s")) * 1000, send)
+                    : Pace.backlog(Long.parseLong(req(a, "events")), send);
             prod.flush();
         }
-        double secs = (System.nanoTime() - t0) / 1e9;
         ref.finish();
         // No flush events: every side closes a window when its clock passes the window's end plus the
         // lateness, and those clocks stop short of the last event differently (Kafka Streams per task,
@@ -108,12 +86,11 @@ public final class Peers {
         // its watermark in the next micro-batch). Rows are compared for the windows that close by
         // cut_ms, which every side reaches with the backlog's own events; later windows are not.
         long lateMs = Long.parseLong(req(a, "lateness-ms"));
-        long cut = lastTs - 2 * (Queries.Q5_SIZE_MS + lateMs) - 2000;
-        StringBuilder s = new StringBuilder("{\"events\": " + n + ", \"persons\": " + perType[0] + ", \"auctions\": "
-                + perType[1] + ", \"bids\": " + perType[2] + ", \"bytes\": " + bytes + ", \"first_ts\": "
-                + (live ? -1 : Nexmark.BASE_MS) + ", \"last_event_ms\": " + lastTs + ", \"produce_s\": "
-                + String.format("%.2f", secs) + ", \"achieved_rate\": " + String.format("%.0f", n / secs)
-                + ", \"sends_over_100ms_late\": " + lateSends + ", \"session_gap_ties\": " + ref.sessionGapTies
+        long cut = lastTs[0] - 2 * (Queries.Q5_SIZE_MS + lateMs) - 2000;
+        StringBuilder s = new StringBuilder("{\"events\": " + pace.sent + ", \"persons\": " + perType[0] + ", \"auctions\": "
+                + perType[1] + ", \"bids\": " + perType[2] + ", \"bytes\": " + bytes[0] + ", \"first_ts\": "
+                + (live ? -1 : Nexmark.BASE_MS) + ", \"last_event_ms\": " + lastTs[0] + ", " + pace.summary()
+                + ", \"session_gap_ties\": " + ref.sessionGapTies
                 + ", \"cut_ms\": " + cut + ", \"expected_rows\": {");
         String sep = "";
         for (Map.Entry<String, List<String>> q : new TreeMap<>(ref.rows()).entrySet()) {
@@ -125,40 +102,6 @@ public final class Peers {
             sep = ", ";
         }
         System.out.println(s.append("}}"));
-    }
-
-    // ------------------------------------------------------------------ the count query's expected rows
-
-    static void countExpected(Map<String, String> a) throws IOException {
-        Bench.Rows r = Bench.readRows(Path.of(req(a, "in")));
-        long countMask = (1L << Bench.COUNT_BITS) - 1, minuteMask = (1L << Bench.MINUTE_BITS) - 1;
-        List<String> out = new ArrayList<>(r.rows().length);
-        for (long x : r.rows()) {
-            long key = x >>> (Bench.MINUTE_BITS + Bench.COUNT_BITS);
-            long minute = (x >>> Bench.COUNT_BITS) & minuteMask;
-            out.add(Bench.key((int) key) + "," + (minute + r.originMinute()) * Bench.WINDOW_MS + "," + (x & countMask));
-        }
-        Collections.sort(out);
-        Files.write(Path.of(req(a, "out")), out);
-        System.out.println("{\"rows\": " + out.size() + "}");
-    }
-
-    static void lastEventMs(Map<String, String> a) throws Exception {
-        long last = Long.MIN_VALUE;
-        try (KafkaConsumer<String, String> c = Bench.consumer(req(a, "bootstrap"))) {
-            List<TopicPartition> tps = Bench.topicPartitions(c, req(a, "topic"));
-            Map<TopicPartition, Long> end = c.endOffsets(tps);
-            for (TopicPartition tp : tps) {
-                if (end.get(tp) < 2) continue;
-                c.assign(List.of(tp));
-                c.seek(tp, end.get(tp) - 2);
-                ConsumerRecords<String, String> rs = ConsumerRecords.empty();
-                for (int i = 0; i < 30 && rs.isEmpty(); i++) rs = c.poll(Duration.ofSeconds(1));
-                for (ConsumerRecord<String, String> r : rs)
-                    if (r.offset() == end.get(tp) - 2) last = Math.max(last, r.timestamp());
-            }
-        }
-        System.out.println("{\"last_event_ms\": " + last + "}");
     }
 
     // ------------------------------------------------------------------ output side
@@ -174,8 +117,8 @@ public final class Peers {
         String q = a.get("query");
         long cut = Long.parseLong(a.getOrDefault("cut-ms", String.valueOf(Long.MAX_VALUE)));
         long lateness = Long.parseLong(a.getOrDefault("lateness-ms", "0"));
-        try (KafkaConsumer<String, String> c = Bench.consumer(req(a, "bootstrap"))) {
-            List<TopicPartition> tps = Bench.topicPartitions(c, req(a, "topic"));
+        try (KafkaConsumer<String, String> c = KafkaIo.consumer(req(a, "bootstrap"))) {
+            List<TopicPartition> tps = KafkaIo.topicPartitions(c, req(a, "topic"));
             if (a.containsKey("cut-ms")) {
                 c.assign(tps);
                 c.seekToBeginning(tps);
@@ -211,20 +154,27 @@ public final class Peers {
     }
 
     /** Reads a whole output topic: its rows (sorted, to --out; the count's flush rows and, with --cut-ms,
-     * rows of windows closing after the cut apart), the first and last broker append times of those rows, the differing rows against --expected, and with
-     * --last-event-ms the latency of every row whose window closed by a real event: its append time
-     * minus the close time (window end + lateness; event time is the producer's clock at send). */
+     * rows of windows closing after the cut apart), the first and last broker append times of those
+     * rows, the differing rows against --expected, and the latency of each final result:
+     * - with --last-event-ms (a live Nexmark stream, event time = send time): its append time minus
+     *   the instant its window closed on the producer's clock (window end + lateness), for every row
+     *   whose window closed by a real event;
+     * - with --closes (the windowed count's live stream, CountData rate): its append time minus the
+     *   send of the record that closed its window on its key's input partition, and minus that send's
+     *   broker acknowledgement (which takes the producer's own delays out); rows of windows only the
+     *   flush records closed are not timed. */
     static void collect(Map<String, String> a) throws Exception {
         String q = req(a, "query");
         long lateness = Long.parseLong(a.getOrDefault("lateness-ms", "0"));
         long lastEvent = Long.parseLong(a.getOrDefault("last-event-ms", "-1"));
         long cut = Long.parseLong(a.getOrDefault("cut-ms", String.valueOf(Long.MAX_VALUE)));
+        Map<String, long[]> closes = a.containsKey("closes") ? readCloses(Path.of(a.get("closes"))) : null;
         List<String> rows = new ArrayList<>();
         long afterCut = 0, flushRows = 0, firstAppend = Long.MAX_VALUE, lastAppend = Long.MIN_VALUE, untimed = 0;
-        long[] lat = new long[1 << 12];
+        long[] lat = new long[1 << 12], latAck = new long[1 << 12];
         int nl = 0;
-        try (KafkaConsumer<String, String> c = Bench.consumer(req(a, "bootstrap"))) {
-            List<TopicPartition> tps = Bench.topicPartitions(c, req(a, "topic"));
+        try (KafkaConsumer<String, String> c = KafkaIo.consumer(req(a, "bootstrap"))) {
+            List<TopicPartition> tps = KafkaIo.topicPartitions(c, req(a, "topic"));
             c.assign(tps);
             c.seekToBeginning(tps);
             Map<TopicPartition, Long> end = c.endOffsets(tps);
@@ -238,12 +188,18 @@ public final class Peers {
                     rows.add(row);
                     firstAppend = Math.min(firstAppend, r.timestamp());
                     lastAppend = Math.max(lastAppend, r.timestamp());
-                    if (lastEvent >= 0) {
+                    long[] closed = null; // {sent, acked} of the closing record
+                    if (closes != null) {
+                        String[] f = row.split(",", 3);
+                        closed = closes.get(KafkaIo.partitionOf(f[0], 2) + " " + f[1]);
+                    } else if (lastEvent >= 0) {
                         long close = Queries.closeTime(q, row, lateness);
-                        if (close > lastEvent) { untimed++; continue; }
-                        if (nl == lat.length) lat = Arrays.copyOf(lat, nl * 2);
-                        lat[nl++] = r.timestamp() - close;
-                    }
+                        closed = close > lastEvent ? null : new long[]{close, close};
+                    } else continue;
+                    if (closed == null) { untimed++; continue; }
+                    if (nl == lat.length) { lat = Arrays.copyOf(lat, nl * 2); latAck = Arrays.copyOf(latAck, nl * 2); }
+                    latAck[nl] = r.timestamp() - closed[1];
+                    lat[nl++] = r.timestamp() - closed[0];
                 }
             }
         }
@@ -255,16 +211,31 @@ public final class Peers {
                 + ", \"first_append_ms\": " + firstAppend + ", \"last_append_ms\": " + lastAppend
                 + ", \"expected_rows\": " + expected.size() + ", \"differing_from_expected\": "
                 + differing(rows, expected, null));
-        if (lastEvent >= 0) {
-            long[] l = Arrays.copyOf(lat, nl);
+        if (closes != null || lastEvent >= 0) {
+            long[] l = Arrays.copyOf(lat, nl), la = Arrays.copyOf(latAck, nl);
             Arrays.sort(l);
-            s.append(", \"latency_rows\": ").append(nl).append(", \"rows_closing_after_last_event\": ").append(untimed);
-            if (nl > 0)
-                s.append(", \"latency_min_ms\": ").append(l[0]).append(", \"latency_p50_ms\": ").append(Bench.pct(l, 0.5))
-                        .append(", \"latency_p99_ms\": ").append(Bench.pct(l, 0.99)).append(", \"latency_max_ms\": ")
+            Arrays.sort(la);
+            s.append(", \"latency_rows\": ").append(nl).append(", \"rows_untimed\": ").append(untimed);
+            if (nl > 0) {
+                s.append(", \"latency_min_ms\": ").append(l[0]).append(", \"latency_p50_ms\": ").append(KafkaIo.pct(l, 0.5))
+                        .append(", \"latency_p99_ms\": ").append(KafkaIo.pct(l, 0.99)).append(", \"latency_max_ms\": ")
                         .append(l[nl - 1]);
+                if (closes != null)
+                    s.append(", \"from_ack_p50_ms\": ").append(KafkaIo.pct(la, 0.5))
+                            .append(", \"from_ack_p99_ms\": ").append(KafkaIo.pct(la, 0.99));
+            }
         }
         System.out.println(s.append("}"));
+    }
+
+    /** CountData rate's closes file: "partition windowStart" to {sent, acked}. */
+    static Map<String, long[]> readCloses(Path f) throws IOException {
+        Map<String, long[]> m = new HashMap<>();
+        for (String l : Files.readAllLines(f)) {
+            String[] x = l.split(" ");
+            m.put(x[0] + " " + x[1], new long[]{Long.parseLong(x[2]), Long.parseLong(x[3])});
+        }
+        return m;
     }
 
     /** Rows in one sorted multiset and not in the other, both ways; the first few of each kind to `show`. */
