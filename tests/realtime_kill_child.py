@@ -38,27 +38,28 @@ def session() -> SparkSession:
 BASE = 1_700_000_000  # event times are whole seconds from here: deterministic windows
 
 
-def produce_events(spark: SparkSession, bootstrap: str, topic: str, first: int, count: int) -> None:
-    """Records first..first+count-1 in order into partition 0: key k<i % 3>, event time BASE + i s."""
+def produce_events(spark: SparkSession, bootstrap: str, topic: str, first: int, count: int,
+                   partition: int = 0, prefix: str = "k") -> None:
+    """Records first..first+count-1 in order into `partition`: key <prefix><i % 3>, event time BASE + i s."""
     (spark.range(first, first + count, numPartitions=1)
-     .selectExpr("cast(0 as int) as partition", "cast(concat('k', pmod(id, 3)) as binary) as key",
+     .selectExpr(f"cast({partition} as int) as partition", f"cast(concat('{prefix}', pmod(id, 3)) as binary) as key",
                  f"cast(to_json(named_struct('ts', {BASE} + id)) as binary) as value")
      .write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save())
 
 
-def all_counts(last: int) -> dict[tuple[str, int], int]:
+def all_counts(last: int, prefix: str = "k") -> dict[tuple[str, int], int]:
     """The count of every (key, window end) over records 0..last."""
     counts: dict[tuple[str, int], int] = {}
     for i in range(last + 1):
         end = BASE + (i // 10 + 1) * 10
-        counts[(f"k{i % 3}", end)] = counts.get((f"k{i % 3}", end), 0) + 1
+        counts[(f"{prefix}{i % 3}", end)] = counts.get((f"{prefix}{i % 3}", end), 0) + 1
     return counts
 
 
-def expected_finals(last: int) -> set[tuple[str, int, int]]:
+def expected_finals(last: int, prefix: str = "k") -> set[tuple[str, int, int]]:
     """The final results of records 0..last: every (key, window) whose end is at or below the
     watermark (max event time - 2 s), with its count."""
-    return {(k, end, n) for (k, end), n in all_counts(last).items() if end <= BASE + last - 2}
+    return {(k, end, n) for (k, end), n in all_counts(last, prefix).items() if end <= BASE + last - 2}
 
 
 def file_rows(out: Path) -> list[tuple[str, int, int]]:

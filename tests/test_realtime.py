@@ -187,6 +187,20 @@ def _timed_counts(spark: SparkSession, broker: kh.Broker, topic: str) -> DataFra
             .agg(F.count("*").alias("count"), F.max("ts").alias("ts")))
 
 
+def test_a_backlog_drained_by_two_upstream_tasks_gives_the_micro_batch_finals(rt, tmp_path: Path) -> None:
+    """Two input partitions, one task each, feeding one suppress partition: draining a backlog one
+    task runs ahead of the other, and a window closes only once both have passed it."""
+    spark, broker = rt
+    kh.create_topic(spark, broker.bootstrap, "ev2", 2)
+    produce_events(spark, broker.bootstrap, "ev2", 0, 300, partition=0, prefix="a")
+    produce_events(spark, broker.bootstrap, "ev2", 0, 300, partition=1, prefix="b")
+    want = expected_finals(299, "a") | expected_finals(299, "b")
+    out = _run_to(spark, broker, _windowed(spark, broker, "ev2"), "finals2", tmp_path,
+                  until=lambda rows: set(rows) >= want)
+    assert len(out) == len(set(out)) and set(out) == want
+    assert set(out) == set(_micro_batch_finals(spark, broker, "ev2", tmp_path, "mbfinals2in", len(want)))
+
+
 def test_suppress_until_time_limit_runs_per_row_on_stream_time(rt, tmp_path: Path) -> None:
     spark, broker = rt
     kh.create_topic(spark, broker.bootstrap, "evlimit", 1)

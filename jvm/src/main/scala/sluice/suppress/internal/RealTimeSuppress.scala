@@ -1,7 +1,7 @@
 package sluice.suppress.internal
 
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, NamedExpression}
-import org.apache.spark.sql.catalyst.expressions.aggregate.Max
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, CreateNamedStruct, Literal, NamedExpression, SparkPartitionID}
+import org.apache.spark.sql.catalyst.expressions.aggregate.Last
 import org.apache.spark.sql.catalyst.plans.logical._
 
 import sluice.spark.RealTimeMode
@@ -12,20 +12,27 @@ import sluice.suppress._
  *
  * A real-time batch lasts the checkpoint interval and Spark's watermark moves only between
  * batches, so a final result closed by the watermark would wait for the interval. Instead each
- * suppress partition keeps its own stream time, as a Kafka Streams task does: the largest event
- * time among the rows it has received. For that each row must carry its record's event time, so
- * the aggregation below suppress gets a hidden `max(<event-time column>)` (Kafka Streams' output
- * timestamp of a windowed aggregation: the max of its records' timestamps), which a projection
- * above suppress drops again.
+ * suppress partition keeps its own stream time: the least, over the upstream tasks feeding it
+ * through the shuffle, of the largest event time each has sent (Flink's watermark, the minimum
+ * over input channels; with one upstream task it is Kafka Streams' stream time per task). Taking
+ * the least is what keeps a task that runs ahead (a backlog drained at different speeds) from
+ * closing windows another task still has rows for, and it makes every close decision a function
+ * of each upstream task's own row order, not of how the shuffle interleaves them: a rerun decides
+ * the same. For that each row must say which upstream task sent it and that row's event time, so
+ * the aggregation below suppress gets a hidden `last(named_struct(upstream, event time))` over a
+ * hidden `spark_partition_id()` of its input (the aggregation's output row for an input row then
+ * carries that row's own), which a projection above suppress drops again.
  *
- * The hidden column is added only to real-time runs, in the physical planning of each batch: a
+ * The hidden columns are added only to real-time runs, in the physical planning of each batch: a
  * micro-batch query's plan and state stay exactly as before. The price is that an
  * until_window_closes checkpoint cannot switch between the two triggers (the aggregation's state
  * schema differs; Spark refuses the restart with its state-schema error).
  */
 private[sluice] object RealTimeSuppress {
-  /** The hidden column's name. */
+  /** The hidden column's name: (upstream task, event time) of the row that updated the aggregate. */
   val StreamTimeColumn = "__sluice_ts"
+  /** The hidden input column: the upstream task (its partition) each input row comes from. */
+  private val UpstreamColumn = "__sluice_upstream"
 
   private def refuse(why: String, instead: String): Nothing =
     throw new SuppressUsageException(RealTimeMode.unsupported("suppress", why, instead))
@@ -56,9 +63,12 @@ private[sluice] object RealTimeSuppress {
     val eventTime = agg.collectFirst { case w: EventTimeWatermark =>
       w.output.find(_.exprId == w.eventTime.exprId).getOrElse(w.eventTime)
     }.getOrElse(refuse("its aggregation has no watermark below it", "Call withWatermark before the aggregation."))
-    val hidden = Alias(Max(eventTime).toAggregateExpression(), StreamTimeColumn)()
+    val input = keepColumn(agg.child, eventTime)
+    val upstream = Alias(SparkPartitionID(), UpstreamColumn)()
+    val origin = CreateNamedStruct(Seq(Literal("upstream"), upstream.toAttribute, Literal("time"), eventTime))
+    val hidden = Alias(Last(origin, ignoreNulls = false).toAggregateExpression(), StreamTimeColumn)()
     val newAgg = agg.copy(aggregateExpressions = agg.aggregateExpressions :+ (hidden: NamedExpression),
-      child = keepColumn(agg.child, eventTime))
+      child = Project(input.output :+ upstream, input))
     (rebuild(newAgg, hidden.toAttribute), hidden.toAttribute)
   }
 
@@ -79,13 +89,17 @@ private[sluice] object RealTimeSuppress {
 
 /**
  * The close decision of one suppress partition under the real-time trigger: a window closes when
- * its end is at or below `max(streamTime - grace, floor)`, where stream time is the largest event
- * time the partition has seen (restored with its store) and the floor is the batch's eviction
- * watermark from the offset log, so that windows of a partition without input still close when a
- * batch starts (the same on a replay). Kafka Streams' `<=` semantics, as the micro-batch operator.
+ * its end is at or below `max(streamTime - grace, floor)`, where stream time is the least, over the
+ * partition's `upstreams` tasks, of the largest event time each has sent (see [[RealTimeSuppress]];
+ * none until every task has sent a row), restored with the store as one value for all of them, and
+ * the floor is the batch's eviction watermark from the offset log, so that windows of a partition
+ * without input (or with a silent upstream task) still close when a batch starts, the same on a
+ * replay. Kafka Streams' `<=` semantics, as the micro-batch operator.
  */
-private[sluice] final class StreamTimeCloser(stored: Option[Long], graceMs: Long, floorMs: Long) {
-  private var stream: Long = stored.getOrElse(Long.MinValue)
+private[sluice] final class StreamTimeCloser(stored: Option[Long], graceMs: Long, floorMs: Long, upstreams: Int = 1) {
+  require(upstreams >= 1, s"a suppress partition has at least one upstream task, not $upstreams")
+  private val clocks = Array.fill(upstreams)(stored.getOrElse(Long.MinValue))
+  private var stream: Long = clocks.min
 
   def streamTime: Option[Long] = if (stream == Long.MinValue) None else Some(stream)
 
@@ -94,6 +108,18 @@ private[sluice] final class StreamTimeCloser(stored: Option[Long], graceMs: Long
   /** Whether the window ending at `windowEndMs` is closed (its final result due, or already out). */
   def isClosed(windowEndMs: Long): Boolean = windowEndMs <= closeTime
 
-  /** Advances stream time by a row's event time (never back). */
-  def observe(eventTimeMs: Long): Unit = stream = math.max(stream, eventTimeMs)
+  /** Advances upstream task `upstream`'s clock by a row's event time (never back). */
+  def observe(upstream: Int, eventTimeMs: Long): Unit = {
+    if (upstream < 0 || upstream >= upstreams) {
+      throw new IllegalStateException(s"a row from upstream task $upstream, but $upstreams feed this partition")
+    }
+    if (eventTimeMs > clocks(upstream)) {
+      val wasLeast = clocks(upstream) == stream
+      clocks(upstream) = eventTimeMs
+      if (wasLeast) stream = clocks.min
+    }
+  }
+
+  /** One upstream task's row (a partition fed by one task, or no shuffle). */
+  def observe(eventTimeMs: Long): Unit = observe(0, eventTimeMs)
 }

@@ -93,7 +93,7 @@ private[sluice] case class SuppressExec(
     val loadedIds = ctx.stateInfo.stateStoreCkptIds
     val runId = ctx.stateInfo.queryRunId
 
-    mapPartitionsWithStore { (store, iter) =>
+    mapPartitionsWithStoreAndUpstreams { upstreams => (store, iter) =>
       val partition = TaskContext.getPartitionId()
       val keyProj = UnsafeProjection.create(keyExprs, output)
       val timeProj = timeExpr.map(e => UnsafeProjection.create(Seq(e), output))
@@ -132,20 +132,25 @@ private[sluice] case class SuppressExec(
         case _: UntilWindowCloses if perRow =>
           val ord = windowOrdinal.get
           val tsOrd = streamTimeOrdinal.get
-          val closer = new StreamTimeCloser(buffer.storedStreamTime, grace, evictWm)
+          val closer = new StreamTimeCloser(buffer.storedStreamTime, grace, evictWm, upstreams)
           val isDue = (t: Long) => closer.isClosed(t)
           beforeCommit = () => closer.streamTime.foreach(buffer.storeStreamTime)
           // Before the first row: windows the batch watermark (or the stored stream time) closed.
           buffer.releaseDue(isDue) ++ iter.flatMap { row =>
             val end = row.getStruct(ord, 2).getLong(1) / 1000
+            // (upstream task, event time) of the input row this aggregate row answers: a late row
+            // moves its task's clock too
+            val origin = row.getStruct(tsOrd, 2)
+            def observe(): Unit = if (!origin.isNullAt(1)) closer.observe(origin.getInt(0), origin.getLong(1) / 1000)
             if (closer.isClosed(end)) {
               lateDropped += 1 // its window was closed (and emitted) by this partition's stream time
+              observe()
               Iterator.empty
             } else {
               lateness(closer.closeTime + grace - end)
               // The buffer's stores copy what they keep (the aggregation's output row is reused).
               buffer.put(keyOf(row), row, end)
-              if (!row.isNullAt(tsOrd)) closer.observe(row.getLong(tsOrd) / 1000)
+              observe()
               afterRow(isDue)
             }
           }

@@ -65,4 +65,57 @@ class StreamTimeCloserSuite extends AnyFunSuite {
     assert(emitted.map(_._1).distinct.size == emitted.size, "a window emitted twice")
     assert(emitted.toMap == expected)
   }
+
+  test("with several upstream tasks stream time is the least of their clocks: one running ahead closes nothing") {
+    val c = new StreamTimeCloser(None, graceMs = 0, floorMs = Long.MinValue, upstreams = 2)
+    c.observe(0, 100)
+    assert(c.streamTime.isEmpty && !c.isClosed(50)) // task 1 has sent nothing yet
+    c.observe(1, 30)
+    assert(c.streamTime.contains(30) && c.isClosed(30) && !c.isClosed(31))
+    c.observe(1, 120)
+    assert(c.streamTime.contains(100))
+    val restarted = new StreamTimeCloser(c.streamTime, graceMs = 0, floorMs = Long.MinValue, upstreams = 2)
+    assert(restarted.isClosed(100) && !restarted.isClosed(101))
+    assertThrows[IllegalStateException](c.observe(2, 200))
+  }
+
+  /**
+   * Two upstream tasks, each sending its own keys' records in event-time order with some disorder,
+   * delivered to one suppress partition in many random interleavings (a pipelined shuffle's, which
+   * a rerun may change): the final results are the same for every interleaving.
+   */
+  test("final results do not depend on how the upstream tasks' rows interleave") {
+    val size = 10L
+    val grace = 3L
+    def task(u: Int): Seq[(Int, String, Long)] =
+      (0L until 150L).map(t => (u, s"u$u-k${t % 4}", t + (if (t % 5 == 0) -4 else 0)))
+    def run(rows: Seq[(Int, String, Long)]): Set[((String, Long), Long)] = {
+      val closer = new StreamTimeCloser(None, grace, Long.MinValue, upstreams = 2)
+      val agg = mutable.Map.empty[(String, Long), Long]
+      val buffer = mutable.Map.empty[(String, Long), Long]
+      val emitted = mutable.ArrayBuffer.empty[((String, Long), Long)]
+      for ((u, k, t) <- rows) {
+        val end = (t / size + 1) * size
+        agg((k, end)) = agg.getOrElse((k, end), 0L) + 1
+        if (!closer.isClosed(end)) buffer((k, end)) = agg((k, end))
+        closer.observe(u, t)
+        buffer.keys.filter(w => closer.isClosed(w._2)).toSeq.foreach(w => emitted += w -> buffer.remove(w).get)
+      }
+      assert(emitted.map(_._1).distinct.size == emitted.size, "a window emitted twice")
+      emitted.toSet
+    }
+    val rnd = new scala.util.Random(7)
+    def interleave(a: Seq[(Int, String, Long)], b: Seq[(Int, String, Long)]): Seq[(Int, String, Long)] = {
+      val out = mutable.ArrayBuffer.empty[(Int, String, Long)]
+      var (i, j) = (0, 0)
+      val bias = rnd.nextDouble() // one task often far ahead of the other
+      while (i < a.size || j < b.size) {
+        if (j >= b.size || (i < a.size && rnd.nextDouble() < bias)) { out += a(i); i += 1 } else { out += b(j); j += 1 }
+      }
+      out.toSeq
+    }
+    val first = run(task(0) ++ task(1)) // task 0 drained entirely before task 1
+    assert(first.nonEmpty)
+    (1 to 50).foreach(_ => assert(run(interleave(task(0), task(1))) == first))
+  }
 }

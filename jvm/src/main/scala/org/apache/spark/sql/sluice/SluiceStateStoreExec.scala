@@ -95,11 +95,26 @@ trait SluiceStateStoreExec extends UnaryExecNode with StateStoreWriter {
    * `setStoreMetrics`) before its iterator ends; an uncommitted store is aborted at task end.
    */
   protected def mapPartitionsWithStore(
+      f: (StateStore, Iterator[InternalRow]) => Iterator[InternalRow]): RDD[InternalRow] =
+    withStore(child.execute(), f)
+
+  /**
+   * As [[mapPartitionsWithStore]], with `f` given the number of tasks that feed each partition
+   * through the nearest shuffle below this operator (its map tasks, numbered by their partition; 1
+   * without a shuffle).
+   */
+  protected def mapPartitionsWithStoreAndUpstreams(
+      f: Int => (StateStore, Iterator[InternalRow]) => Iterator[InternalRow]): RDD[InternalRow] = {
+    val input = child.execute()
+    withStore(input, f(StatefulOperatorSupport.upstreamTasks(input)))
+  }
+
+  private def withStore(input: RDD[InternalRow],
       f: (StateStore, Iterator[InternalRow]) => Iterator[InternalRow]): RDD[InternalRow] = {
     // An upstream ReadStateStoreRDD (the aggregation's restore) leaves its read store in the
     // thread-local tracker until task end; our StateStoreRDD would then try to upgrade that
     // foreign store. Clear it once the upstream stores are open (the aggregation keeps its own).
-    val cleared = child.execute().mapPartitions { iter =>
+    val cleared = input.mapPartitions { iter =>
       StateStoreThreadLocalTracker.clearStore()
       iter
     }

@@ -114,6 +114,18 @@ object StatefulOperatorSupport {
       case other => org.apache.spark.sql.catalyst.expressions.Alias(other, e.name)(exprId = e.exprId)
     }
 
+  /**
+   * The number of map tasks of the nearest shuffle in `rdd`'s lineage (the tasks feeding each of its
+   * partitions; real-time mode's pipelined shuffle is one too), or 1 when it reads no shuffle.
+   */
+  def upstreamTasks(rdd: org.apache.spark.rdd.RDD[_]): Int = {
+    def find(r: org.apache.spark.rdd.RDD[_]): Option[Int] = r.dependencies.iterator.map {
+      case s: org.apache.spark.ShuffleDependency[_, _, _] => Some(s.rdd.getNumPartitions)
+      case d => find(d.rdd)
+    }.collectFirst { case Some(n) => n }
+    find(rdd).getOrElse(1)
+  }
+
   /** `iter`, then `f` once it is exhausted (Spark's CompletionIterator is `private[spark]`). */
   def onCompletion[A](iter: Iterator[A])(f: => Unit): Iterator[A] = CompletionIterator[A, Iterator[A]](iter, f)
 
