@@ -392,6 +392,10 @@ def test_input_bound_takes_the_input_in_several_batches_and_ends_at_the_same_ses
     the bound, and the result is the unbounded one (Spark's append mode fed a file per batch)."""
     for batch in in_order_within_the_watermark(seed=11, files=24):
         run.write(*batch)
+    for i, f in enumerate(sorted(run.src.glob("*.json"))):
+        # the file source takes a backlog in modification-time order (milliseconds): files written
+        # within one millisecond could be taken out of order, and an event then be late
+        os.utime(f, (1_700_000_000 + i, 1_700_000_000 + i))
     sizes = [f.stat().st_size for f in sorted(run.src.glob("*.json"))]
     bound = 3 * max(sizes)  # about three files a batch
     # the bound is read when the query's sources are resolved: set while the DataFrame is built
