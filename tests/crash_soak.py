@@ -16,8 +16,17 @@ named the batch leaves that file to be read in one batch with the following one,
 watermark. So which events are late is read back from the checkpoint, not assumed; the generator
 still keeps only events that a watermark one file earlier or later would classify the same way.
 
+Session windows (kind `sessions`, every other run of dev/soak): per delegate an update-mode
+`groupBy(session_window, user).count()` (tests/session_kill_child.py's query) whose rows a table
+keyed by (user, session) upserts, deleting on a retraction (null count), must end exactly at the
+closed sessions; and the same under suppress until_window_closes, each closed session exactly
+once. Their input has no late event at all (every event within the watermark delay of the largest
+before it), so the sessions, and which of them the last watermark closes, are the same wherever
+the batch boundaries fall (a kill may merge two files into one batch): the expectation is computed
+from the input alone, and checked against the watermarks the checkpoint records.
+
 Used by tests/test_crash_soak.py (short) and dev/soak (long):
-    python tests/crash_soak.py --kills 50 [--kills-per-run 5] [--seed 1] [--root DIR]
+    python tests/crash_soak.py --kills 50 [--kills-per-run 5] [--seed 1] [--root DIR] [--kinds windows,sessions]
 prints `N kills, lost L, duplicated D, replay mismatches R` and exits non-zero if any is non-zero.
 """
 from __future__ import annotations
@@ -43,6 +52,15 @@ WINDOW_S = 10  # as in soak_child.py
 DELAY_S = 5
 USERS = ["u0", "u1", "u2", "u3", "u4"]
 CHILD = Path(__file__).parent / "soak_child.py"
+KINDS = ["windows", "sessions"]
+SESSION_GAP_S = 5  # as in session_kill_child.py
+SESSION_DELAY_S = 10
+
+
+def pipelines(kind: str, delegates: list[str]) -> list[str]:
+    """The child's pipelines, each with its own checkpoint and output folder of this name: one per
+    delegate for windows, two (every change, final results) for sessions."""
+    return delegates if kind == "windows" else [f"{d}.{mode}" for d in delegates for mode in ("updates", "finals")]
 
 
 def make_files(seed: int, n: int) -> list[list[tuple[int, str]]]:
@@ -67,6 +85,64 @@ def make_files(seed: int, n: int) -> list[list[tuple[int, str]]]:
     far = maxes[-1] + 20 * WINDOW_S
     files.append([(far, u) for u in USERS])
     return files
+
+
+def make_session_files(seed: int, n: int) -> list[list[tuple[int, str]]]:
+    """`n` data files for the session pipelines: time moving ~4 s a file, out of order by up to
+    SESSION_DELAY_S - 1 s but never late (each event after the largest before it minus the watermark
+    delay, so after every watermark Spark can have), then one file far ahead closing every session."""
+    rnd = random.Random(seed)
+    files: list[list[tuple[int, str]]] = []
+    newest = 20
+    for i in range(n):
+        events = []
+        for _ in range(rnd.randint(4, 8)):
+            t = max(newest - SESSION_DELAY_S + 1, 20 + 4 * i + rnd.randint(-SESSION_DELAY_S, 3))
+            newest = max(newest, t)
+            events.append((t, rnd.choice(USERS)))
+        files.append(events)
+    files.append([(newest + 20 * SESSION_GAP_S, u) for u in USERS])
+    return files
+
+
+def sessions_of(events: list[tuple[int, str]]) -> dict[tuple[str, int, int], int]:
+    """(user, start, end) -> count of the sessions `events` make, as Spark merges them: an event at
+    or before a session's end (last event + gap) joins it."""
+    out: dict[tuple[str, int, int], int] = {}
+    for user in sorted({u for _, u in events}):
+        current: list[int] = []  # [start, end, count]
+        for t in sorted(t for t, u in events if u == user):
+            if current and t <= current[1]:
+                current[1], current[2] = max(current[1], t + SESSION_GAP_S), current[2] + 1
+            else:
+                if current:
+                    out[(user, current[0], current[1])] = current[2]
+                current = [t, t + SESSION_GAP_S, 1]
+        out[(user, current[0], current[1])] = current[2]
+    return out
+
+
+def expected_sessions(files: list[list[tuple[int, str]]]) -> dict[tuple[str, str, str], int]:
+    """(start, end, user) -> count of every session the last file's watermark closes (end at or
+    below it). No event is late, so this is all of the input's sessions: no batch boundary matters."""
+    events = [e for f in files for e in f]
+    final_wm = max(t for t, _ in events) - SESSION_DELAY_S
+    return {(start_string(start), start_string(end), user): n
+            for (user, start, end), n in sessions_of(events).items() if end <= final_wm}
+
+
+def bridging_events(files: list[list[tuple[int, str]]]) -> int:
+    """How many events, in arrival order, join two sessions that existed before them (each such
+    event makes the update-mode query retract both)."""
+    seen: list[tuple[int, str]] = []
+    bridging = 0
+    for events in files:
+        for e in events:
+            before = sessions_of(seen)
+            seen.append(e)
+            if len(sessions_of(seen)) < len(before):
+                bridging += 1
+    return bridging
 
 
 def expected(files: list[list[tuple[int, str]]]) -> dict[tuple[str, str], int]:
@@ -157,6 +233,7 @@ class Stats:
     replay_mismatches: int = 0
     replayed_batches: int = 0
     merged_batches: int = 0  # micro-batches that read more than one input file
+    unseen_retractions: int = 0  # retractions of sessions whose rows never left the emission cache
     details: list[str] = field(default_factory=list)
 
     def add(self, other: "Stats") -> None:
@@ -166,38 +243,55 @@ class Stats:
         self.replay_mismatches += other.replay_mismatches
         self.replayed_batches += other.replayed_batches
         self.merged_batches += other.merged_batches
+        self.unseen_retractions += other.unseen_retractions
         self.details += other.details
+
+    def add_replays(self, out: Path, label: str) -> "Stats":
+        """Counts the batch ids the sink saw more than once and those whose attempts differ."""
+        attempts: dict[str, list[str]] = {}
+        for path in sorted((out / "attempts").glob("batch-*-attempt-*.json")):
+            attempts.setdefault(path.name.split("-attempt-")[0], []).append(path.read_text())
+        for batch, texts in attempts.items():
+            if len(texts) > 1:
+                self.replayed_batches += 1
+                if any(t != texts[0] for t in texts[1:]):
+                    self.replay_mismatches += 1
+                    self.details.append(f"{label}: {batch} replayed differently: {texts}")
+        return self
 
     def line(self) -> str:
         return (f"{self.kills} kills, lost {self.lost}, duplicated {self.duplicated}, "
                 f"replay mismatches {self.replay_mismatches}")
 
 
-def _start(src: Path, ckpt: Path, out: Path, delegates: list[str], mode: str, log: Path) -> subprocess.Popen:
+def _start(src: Path, ckpt: Path, out: Path, delegates: list[str], kind: str, mode: str, log: Path) -> subprocess.Popen:
     with open(log, "ab") as f:
         return subprocess.Popen([sys.executable, str(CHILD), str(src), str(ckpt), str(out), ",".join(delegates),
-                                 mode], stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+                                 mode, kind], stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _attempts(out: Path) -> int:
     return sum(1 for _ in out.glob("*/attempts/*.json"))
 
 
-def run_one(root: Path, delegates: list[str], kills: int, seed: int, timeout: float = 900.0) -> Stats:
-    """One child process running a pipeline per delegate on fresh checkpoints: `kills` SIGKILLs
-    at random moments, then a run that drains the input."""
+def run_one(root: Path, delegates: list[str], kills: int, seed: int, timeout: float = 900.0,
+            kind: str = "windows") -> Stats:
+    """One child process running the `kind` pipelines of every delegate on fresh checkpoints:
+    `kills` SIGKILLs at random moments, then a run that drains the input."""
     rnd = random.Random(seed)
-    files = make_files(seed, n=3 * kills + 6)
+    # sessions: fewer, fuller files (twice the queries per child, so about the same time per run)
+    files = make_files(seed, n=3 * kills + 6) if kind == "windows" else make_session_files(seed, n=2 * kills + 3)
     src, ckpt, out, log = root / "in", root / "ckpt", root / "out", root / "child.log"
     write_input(src, files)
     out.mkdir()
+    names = pipelines(kind, delegates)
     stats = Stats()
     for _ in range(kills):
-        child = _start(src, ckpt, out, delegates, "run", log)
+        child = _start(src, ckpt, out, delegates, kind, "run", log)
         try:
             # progress-driven, then a random delay, so kills land in every phase of a batch:
             # planning, tasks and state commits, the sink, the commit log
-            target = _attempts(out) + rnd.randint(1, 2 * len(delegates))
+            target = _attempts(out) + rnd.randint(1, 2 * len(names))
             deadline = time.monotonic() + timeout
             while _attempts(out) < target:
                 if child.poll() is not None:
@@ -210,7 +304,7 @@ def run_one(root: Path, delegates: list[str], kills: int, seed: int, timeout: fl
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
         stats.kills += 1
-    child = _start(src, ckpt, out, delegates, "drain", log)
+    child = _start(src, ckpt, out, delegates, kind, "drain", log)
     try:
         if child.wait(timeout=timeout) != 0:
             raise RuntimeError(f"soak drain run exited with {child.returncode}; see {log}")
@@ -218,62 +312,94 @@ def run_one(root: Path, delegates: list[str], kills: int, seed: int, timeout: fl
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
-    for d in delegates:
-        want = expected_from_checkpoint(files, ckpt / d)
-        merged = sum(n for size, n in files_per_batch(ckpt / d).items() if size > 1)
-        if merged == 0 and want != expected(files):  # the two ways to the expectation must agree
-            raise AssertionError(f"{d} seed {seed}: expectation from the checkpoint differs from the input's")
+    for p in names:
+        merged = sum(n for size, n in files_per_batch(ckpt / p).items() if size > 1)
         stats.merged_batches += merged
-        stats.add(check(out / d, want, f"{d} seed {seed}"))
+        label = f"{p} seed {seed}"
+        if kind == "windows":
+            want = expected_from_checkpoint(files, ckpt / p)
+            if merged == 0 and want != expected(files):  # the two ways to the expectation must agree
+                raise AssertionError(f"{label}: expectation from the checkpoint differs from the input's")
+            stats.add(check(out / p, want, label))
+            continue
+        late_wm = late_watermarks(ckpt / p)
+        if any(t <= late_wm[f"{i:04d}.json"] for i, events in enumerate(files) for t, _ in events):
+            raise AssertionError(f"{label}: an input event was late, so the expectation depends on the batches")
+        want = expected_sessions(files)
+        if p.endswith(".updates"):
+            closed_by = start_string(max(t for f in files for t, _ in f) - SESSION_DELAY_S)
+            stats.add(check_table(out / p, want, closed_by, label))
+        else:
+            stats.add(check(out / p, want, label))
     return stats
 
 
-def check(out: Path, want: dict[tuple[str, str], int], label: str) -> Stats:
+def batch_rows(out: Path) -> list[list]:
+    """Every row the sink kept (the last attempt of each batch id), in batch order."""
+    return [row for path in sorted(out.glob("batch-*.json")) for row in json.loads(path.read_text())]
+
+
+def check(out: Path, want: dict[tuple, int], label: str) -> Stats:
+    """Final results: rows [*key, count], each key of `want` exactly once with its count, nothing else."""
     stats = Stats()
-    got: Counter[tuple[str, str, int]] = Counter()
-    for path in sorted(out.glob("batch-*.json")):
-        for start, user, n in json.loads(path.read_text()):
-            got[(start, user, n)] += 1
-    by_key: Counter[tuple[str, str]] = Counter()
-    for (start, user, n), times in got.items():
-        by_key[(start, user)] += times
-        if want.get((start, user)) != n:
+    got: Counter[tuple] = Counter()
+    for *key, n in batch_rows(out):
+        got[(*key, n)] += 1
+    for (*key, n), times in got.items():
+        if want.get(tuple(key)) != n:
             stats.duplicated += times  # a result that should not have arrived (wrong count or window)
-            stats.details.append(f"{label}: unexpected {(start, user, n)} x{times}")
+            stats.details.append(f"{label}: unexpected {(*key, n)} x{times}")
     for key, n in want.items():
-        if got[(key[0], key[1], n)] == 0:
+        if got[(*key, n)] == 0:
             stats.lost += 1
             stats.details.append(f"{label}: lost {key} = {n}")
-        elif got[(key[0], key[1], n)] > 1:
-            stats.duplicated += got[(key[0], key[1], n)] - 1
-            stats.details.append(f"{label}: {key} = {n} arrived {got[(key[0], key[1], n)]} times")
-    attempts: dict[str, list[str]] = {}
-    for path in sorted((out / "attempts").glob("batch-*-attempt-*.json")):
-        batch = path.name.split("-attempt-")[0]
-        attempts.setdefault(batch, []).append(path.read_text())
-    for batch, texts in attempts.items():
-        if len(texts) > 1:
-            stats.replayed_batches += 1
-            if any(t != texts[0] for t in texts[1:]):
-                stats.replay_mismatches += 1
-                stats.details.append(f"{label}: {batch} replayed differently: {texts}")
-    return stats
+        elif got[(*key, n)] > 1:
+            stats.duplicated += got[(*key, n)] - 1
+            stats.details.append(f"{label}: {key} = {n} arrived {got[(*key, n)]} times")
+    return stats.add_replays(out, label)
+
+
+def check_table(out: Path, want: dict[tuple, int], closed_by: str, label: str) -> Stats:
+    """Every change: rows [*key, count] applied in batch order to a table (a row upserts its key, a
+    null count deletes it) must leave exactly `want` among the keys whose end (the key's second
+    field) is at or below `closed_by`. A deletion of a key the table does not hold is a no-op for
+    the table, counted apart: the emission cache forwards the retraction of a session whose updates
+    it absorbed before forwarding any (see README, "Session windows in update mode")."""
+    stats = Stats()
+    table: dict[tuple, int] = {}
+    for *key, n in batch_rows(out):
+        if n is not None:
+            table[tuple(key)] = n
+        elif table.pop(tuple(key), None) is None:
+            stats.unseen_retractions += 1
+    closed = {k: n for k, n in table.items() if k[1] <= closed_by}
+    for key in sorted(set(closed) | set(want)):
+        if closed.get(key) != want.get(key):
+            if key in want:
+                stats.lost += 1
+                stats.details.append(f"{label}: {key} = {want[key]}, the table has {closed.get(key)}")
+            else:
+                stats.duplicated += 1
+                stats.details.append(f"{label}: the table keeps {key} = {closed[key]}, no such session")
+    return stats.add_replays(out, label)
 
 
 def soak(root: Path, kills: int, kills_per_run: int, seed: int, delegates: list[str] = DELEGATES,
-         verbose: bool = False) -> Stats:
-    """`kills` kills in runs of `kills_per_run`, each run a child with one pipeline per delegate on
-    fresh checkpoints."""
+         verbose: bool = False, kinds: list[str] = KINDS) -> Stats:
+    """`kills` kills in runs of `kills_per_run`, each run a child with the pipelines of one kind (in
+    turn) per delegate on fresh checkpoints."""
     total = Stats()
     run = 0
     while total.kills < kills:
         n = min(kills_per_run, kills - total.kills)
         t = time.monotonic()
-        s = run_one(root / f"run-{run:03d}", delegates, n, seed * 1000 + run)
+        kind = kinds[run % len(kinds)]
+        s = run_one(root / f"run-{run:03d}", delegates, n, seed * 1000 + run, kind=kind)
         total.add(s)
         if verbose:
-            print(f"run {run} (seed {seed * 1000 + run}): {s.line()}, replayed batches {s.replayed_batches}, "
-                  f"batches of several files {s.merged_batches}, {time.monotonic() - t:.0f} s", flush=True)
+            print(f"run {run} ({kind}, seed {seed * 1000 + run}): {s.line()}, replayed batches {s.replayed_batches}, "
+                  f"batches of several files {s.merged_batches}, retractions of unseen sessions {s.unseen_retractions}, "
+                  f"{time.monotonic() - t:.0f} s", flush=True)
         run += 1
     return total
 
@@ -284,11 +410,12 @@ def main() -> int:
     p.add_argument("--kills-per-run", type=int, default=5)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--root", help="working folder (kept); a temporary one (removed) by default")
+    p.add_argument("--kinds", default=",".join(KINDS), help="pipelines the runs take in turn (comma-separated)")
     args = p.parse_args()
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="sluice-soak-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
-        stats = soak(root, args.kills, args.kills_per_run, args.seed, verbose=True)
+        stats = soak(root, args.kills, args.kills_per_run, args.seed, verbose=True, kinds=args.kinds.split(","))
     finally:
         if not args.root:
             shutil.rmtree(root, ignore_errors=True)

@@ -85,7 +85,9 @@ class Broker:
             "log4j.appender.file.layout.ConversionPattern=%d %p %c - %m%n\n")
         java = ["java", "-Xmx512m", f"-Dlog4j.configuration=file:{log4j}",
                 "-cp", str(KAFKA_HOME / "broker" / "*")]
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # a leading "-" reads as an option to StorageTool (as Kafka's Uuid avoids)
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         subprocess.run(java + ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
                        check=True, capture_output=True)
         out = open(self.workdir / "broker.out", "wb")

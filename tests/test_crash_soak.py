@@ -1,12 +1,14 @@
 """Crash soak, short version (the long one is dev/soak): a driver running a suppress pipeline per
 provider, with the record cache and a commit interval on, SIGKILLed twice at random seeded moments
 and restarted on its checkpoints; no final result lost or duplicated, and every replayed batch id
-wrote what its first attempt wrote. See tests/crash_soak.py."""
+wrote what its first attempt wrote. The same for session windows (every change, and final results
+under suppress), on input without late events. See tests/crash_soak.py."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from crash_soak import DELEGATES, expected, make_files, run_one
+from crash_soak import (DELEGATES, SESSION_DELAY_S, bridging_events, expected, expected_sessions, make_files,
+                        make_session_files, run_one)
 
 
 def test_expectation_covers_late_and_out_of_order_events() -> None:
@@ -20,5 +22,25 @@ def test_expectation_covers_late_and_out_of_order_events() -> None:
 
 def test_kills_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     stats = run_one(tmp_path, DELEGATES, kills=2, seed=1)
+    assert stats.kills == 2
+    assert (stats.lost, stats.duplicated, stats.replay_mismatches) == (0, 0, 0), "\n".join(stats.details)
+
+
+def test_session_input_has_no_late_event_and_bridges_sessions() -> None:
+    files = make_session_files(seed=1, n=7)  # the input of the kill test below
+    newest = None
+    for events in files:
+        for t, _ in events:
+            # after every watermark Spark can have had (largest event time before it minus the delay)
+            assert newest is None or t > newest - SESSION_DELAY_S
+            newest = t if newest is None else max(newest, t)
+    assert any(a[0] > b[0] for f in files for a, b in zip(f, f[1:]))  # out of order
+    assert bridging_events(files) > 0  # the update-mode pipelines retract merged sessions
+    want = expected_sessions(files)
+    assert len(want) >= 10 and max(want.values()) > 1
+
+
+def test_session_kills_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+    stats = run_one(tmp_path, DELEGATES, kills=2, seed=1, kind="sessions")
     assert stats.kills == 2
     assert (stats.lost, stats.duplicated, stats.replay_mismatches) == (0, 0, 0), "\n".join(stats.details)

@@ -443,3 +443,43 @@ def test_spark_itself_refuses_other_providers_than_its_rocksdb_in_real_time_mode
             _start(spark, broker, _counts(spark, broker), "provider" + provider.rsplit(".", 1)[1], tmp_path)
     finally:
         spark.conf.unset(PROVIDER)
+
+
+def _sessions(spark: SparkSession, broker: kh.Broker) -> DataFrame:
+    src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+           .option("subscribe", "in").option("startingOffsets", "earliest").load())
+    return src.withWatermark("timestamp", "1 second").groupBy(F.session_window("timestamp", "5 seconds"), "key").count()
+
+
+@pytest.mark.parametrize("final", ["none", "fused", "unfused"])
+def test_session_windows_in_update_mode_are_refused_naming_why_and_what_to_use(rt, tmp_path: Path,
+                                                                               final: str) -> None:
+    """sluice's session windows in update mode (alone, and under suppress until_window_closes, fused
+    into the aggregation or not): refused in one line when the first batch is planned, before
+    Spark's allowlist would name the sort, merge and restore operators sluice plans them with."""
+    spark, broker = rt
+    df = _sessions(spark, broker)
+    if final != "none":
+        df = sluice.suppress(df, sluice.Suppressed.until_window_closes(sluice.BufferConfig.unbounded()))
+    spark.conf.set("spark.sluice.suppress.fused", str(final == "fused").lower())  # read when the query starts
+    try:
+        message = _refusal(spark, broker, df, f"sessions_{final}", tmp_path)
+    finally:
+        spark.conf.unset("spark.sluice.suppress.fused")
+    line = next(m for m in message.splitlines() if "session_window" in m)
+    assert "A session window aggregation (session_window) in update mode" in line
+    assert "does not run under Spark's real-time trigger" in line
+    assert "Spark plans no session windows in real-time mode" in line and "sorted by key and session start" in line
+    assert "Start the query with a processing-time trigger" in line
+    assert "NOT_IN_ALLOWLIST" not in message and "suppress does not run" not in message
+
+
+def test_spark_itself_refuses_an_append_mode_session_window_in_real_time_mode(rt, tmp_path: Path) -> None:
+    """Spark's own session windows (append mode, no sluice operator): Spark refuses append mode under
+    the real-time trigger at start(), with its own error."""
+    spark, broker = rt
+    df = _sessions(spark, broker).selectExpr("to_json(struct(key, count)) as value")
+    with pytest.raises(Exception, match="STREAMING_REAL_TIME_MODE.OUTPUT_MODE_NOT_SUPPORTED"):
+        (df.writeStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+         .option("topic", "sessions_append").outputMode("append").option("checkpointLocation", str(tmp_path / "a"))
+         .trigger(realTime="5 seconds").start())

@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 
 from conftest import drain_to_files, kill_after_batches
 from sluice import BufferConfig, Suppressed, suppress
+from sluice.input import BYTES_METRIC
 from test_suppress import PROVIDERS, Run, at
 
 GAP = "5 seconds"
@@ -363,6 +364,62 @@ def test_on_the_record_cache_with_the_emission_cache(spark: SparkSession, run: R
     # flushing its rows to the delegate first: it holds what is written, its scans go through.
     assert max(op["customMetrics"]["cacheSizeBytes"] for op in session_ops) > 0
     assert sum(op["customMetrics"]["cacheFlushes"] for op in session_ops) > 0
+
+
+def in_order_within_the_watermark(seed: int, files: int) -> list[list[tuple]]:
+    """`files` files of events, each at most 9 s before the largest event time so far (the watermark
+    delay is 10 s), then one far ahead that closes every session. No event is ever late, whatever
+    watermark the batch before had, so the sessions (and which of them the last watermark closes)
+    do not depend on where batch boundaries fall: a query taking several files per batch must end
+    where one taking a file per batch does."""
+    rng = random.Random(seed)
+    out, newest = [], 0
+    for _ in range(files):
+        batch = []
+        for _ in range(3):
+            t = max(0, newest + rng.randint(-9, 4))
+            newest = max(newest, t)
+            batch.append((t, rng.choice("xyz"), rng.randint(1, 9)))
+        out.append(batch)
+    return out + [[(newest + 100, "x", 1)]]
+
+
+@pytest.mark.parametrize("finals", [False, True], ids=["updates", "until_window_closes"])
+def test_input_bound_takes_the_input_in_several_batches_and_ends_at_the_same_sessions(
+        spark: SparkSession, run: Run, tmp_path: Path, finals: bool) -> None:
+    """spark.sluice.input.buffer.max.bytes on the file source below a session aggregation: the
+    backlog (every file written before the start) is taken in batches of a few files each, within
+    the bound, and the result is the unbounded one (Spark's append mode fed a file per batch)."""
+    for batch in in_order_within_the_watermark(seed=11, files=24):
+        run.write(*batch)
+    for i, f in enumerate(sorted(run.src.glob("*.json"))):
+        # the file source takes a backlog in modification-time order (milliseconds): files written
+        # within one millisecond could be taken out of order, and an event then be late
+        os.utime(f, (1_700_000_000 + i, 1_700_000_000 + i))
+    sizes = [f.stat().st_size for f in sorted(run.src.glob("*.json"))]
+    bound = 3 * max(sizes)  # about three files a batch
+    # the bound is read when the query's sources are resolved: set while the DataFrame is built
+    spark.conf.set("spark.sluice.input.buffer.max.bytes", str(bound))
+    try:
+        # no maxFilesPerTrigger: the byte bound alone splits the backlog
+        events = spark.readStream.schema("ts timestamp, user string, v long").json(str(run.src))
+        counts = sessions(events)
+        run.start(suppress(counts, Suppressed.until_window_closes(BufferConfig.unbounded())) if finals else counts)
+    finally:
+        spark.conf.unset("spark.sluice.input.buffer.max.bytes")
+    run.query.processAllAvailable()
+    admitted = [int(p["sources"][0]["metrics"][BYTES_METRIC]) for p in run.query.recentProgress
+                if p["numInputRows"] > 0]
+    assert len(admitted) >= sum(sizes) // bound and sum(admitted) == sum(sizes), admitted
+    assert all(b <= bound for b in admitted), (bound, admitted)
+    reference = append_mode_finals(spark, run.src, tmp_path / "reference")
+    rows = run.rows()
+    if finals:
+        assert Counter(key(r) for r in rows) == Counter(reference.keys())  # each session once
+        assert {key(r): (r["n"], r["total"]) for r in rows} == reference
+    else:
+        assert any(is_retraction(r) for r in rows), "no event bridged two sessions: choose another seed"
+        assert table_of(run) == reference
 
 
 def test_sql_session_windows_in_update_mode_and_sluice_suppress(spark: SparkSession, run: Run,

@@ -8,6 +8,10 @@ import org.apache.spark.sql.SparkSessionExtensions
  */
 class SluiceExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(ext: SparkSessionExtensions): Unit = {
+    // session windows in update mode (KIP-328's session scenario); its strategy before suppress's, so
+    // that suppress over sessions under the real-time trigger is refused as the sessions are
+    ext.injectHintResolutionRule(sluice.sessions.internal.SessionUpdateRule(_))
+    ext.injectPlannerStrategy(sluice.sessions.internal.SessionUpdateStrategy(_))
     // suppress (KIP-328/539)
     ext.injectPlannerStrategy(sluice.suppress.internal.SuppressStrategy(_))
     ext.injectCheckRule(sluice.suppress.internal.SuppressChecks.checkRule)
@@ -15,9 +19,6 @@ class SluiceExtensions extends (SparkSessionExtensions => Unit) {
     // emission cache (KIP-63)
     ext.injectOptimizerRule(sluice.cache.internal.EmitCacheRule(_))
     ext.injectPlannerStrategy(sluice.cache.internal.EmitCacheStrategy(_))
-    // session windows in update mode (KIP-328's session scenario)
-    ext.injectHintResolutionRule(sluice.sessions.internal.SessionUpdateRule(_))
-    ext.injectPlannerStrategy(sluice.sessions.internal.SessionUpdateStrategy(_))
     // real-time mode (Spark 4.3): Spark's operator allowlist with sluice's operators taken out
     ext.injectColumnar(RealTimeAllowlist.rule(_))
     // input bound (KIP-770)

@@ -9,7 +9,8 @@ import org.apache.spark.sql.sluice.StatefulOperatorSupport
 import org.apache.spark.sql.streaming.OutputMode
 
 import sluice.spark.PlanTypes.{AggUtils, SessionWindowStateStoreRestoreExec, SessionWindowStateStoreSaveExec, SparkPlan, SparkStrategy}
-import sluice.spark.{SessionConf, Sessions}
+import sluice.spark.{RealTimeMode, RealTimePlans, SessionConf, Sessions}
+import sluice.suppress.internal.SuppressNode
 
 /**
  * Plans a [[SessionUpdateNode]] as Spark plans a session-window aggregation (partial aggregation,
@@ -20,6 +21,11 @@ import sluice.spark.{SessionConf, Sessions}
  */
 private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
+    case n: SessionUpdateNode if realTime => SessionUpdateStrategy.refuseRealTime()
+    // suppress over session windows: refused as the sessions below it, not as a suppress whose input
+    // is no windowed aggregation (this strategy is installed before suppress's to see it first)
+    case s: SuppressNode if s.child.exists(_.isInstanceOf[SessionUpdateNode]) && realTime =>
+      SessionUpdateStrategy.refuseRealTime()
     case n: SessionUpdateNode =>
       // Functions Spark's optimizer would have replaced in an `Aggregate` (count_if, bool_and, ...).
       val aggregates = n.aggregates.over(n.inputs).map(_.transformUp {
@@ -31,6 +37,10 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
       }
     case _ => Nil
   }
+
+  /** Whether the batch being planned runs under Spark's real-time trigger (Spark 4.3). */
+  private def realTime: Boolean =
+    StatefulOperatorSupport.currentStream(session).flatMap(s => Option(s.lastExecution)).exists(RealTimePlans.isRealTime)
 
   private def planned(
       n: SessionUpdateNode,
@@ -58,4 +68,18 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
           ctx, s.child)
     })
   }
+}
+
+private[sluice] object SessionUpdateStrategy {
+  /**
+   * Session windows under the real-time trigger, refused when the batch is planned: Spark has no
+   * real-time session planning (its allowlist names the sort, the merge and the restore), and the
+   * merge works on the batch's rows sorted by key and session start, a sort that ends only when the
+   * batch's input does. Sessions would leave only at the checkpoint interval: micro-batches do better.
+   */
+  def refuseRealTime(): Nothing = throw new UnsupportedOperationException(RealTimeMode.refusal(
+    "A session window aggregation (session_window) in update mode, with or without suppress,",
+    "Spark plans no session windows in real-time mode, and merging each key's sessions needs the batch's rows " +
+      "sorted by key and session start, so all of the batch's input",
+    RealTimeMode.UseMicroBatches))
 }
