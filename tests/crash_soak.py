@@ -45,6 +45,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Callable
 
 DELEGATES = ["hdfs", "rocksdb", "in_memory_window"]
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -404,18 +405,19 @@ def soak(root: Path, kills: int, kills_per_run: int, seed: int, delegates: list[
     return total
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--kills", type=int, default=50)
-    p.add_argument("--kills-per-run", type=int, default=5)
+def soak_main(doc: str, prefix: str, add_arguments: Callable[[argparse.ArgumentParser], None],
+              run: Callable[[Path, argparse.Namespace], Stats]) -> int:
+    """The command line of a soak: `--seed`, `--root` and the soak's own arguments; prints what went
+    wrong and the summary line; non-zero if anything was lost, duplicated or replayed differently."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--root", help="working folder (kept); a temporary one (removed) by default")
-    p.add_argument("--kinds", default=",".join(KINDS), help="pipelines the runs take in turn (comma-separated)")
+    add_arguments(p)
     args = p.parse_args()
-    root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="sluice-soak-"))
+    root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix=prefix))
     root.mkdir(parents=True, exist_ok=True)
     try:
-        stats = soak(root, args.kills, args.kills_per_run, args.seed, verbose=True, kinds=args.kinds.split(","))
+        stats = run(root, args)
     finally:
         if not args.root:
             shutil.rmtree(root, ignore_errors=True)
@@ -423,6 +425,15 @@ def main() -> int:
         print(d)
     print(stats.line())
     return 1 if stats.lost or stats.duplicated or stats.replay_mismatches else 0
+
+
+def main() -> int:
+    def arguments(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--kills", type=int, default=50)
+        p.add_argument("--kills-per-run", type=int, default=5)
+        p.add_argument("--kinds", default=",".join(KINDS), help="pipelines the runs take in turn (comma-separated)")
+    return soak_main(__doc__, "sluice-soak-", arguments, lambda root, a: soak(
+        root, a.kills, a.kills_per_run, a.seed, verbose=True, kinds=a.kinds.split(",")))
 
 
 if __name__ == "__main__":

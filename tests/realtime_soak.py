@@ -18,14 +18,11 @@ prints `N kills, lost L, duplicated D, replay mismatches R` and exits non-zero i
 """
 from __future__ import annotations
 
-import argparse
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -33,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import kafka_harness as kh  # noqa: E402
-from crash_soak import Stats  # noqa: E402
+from crash_soak import Stats, soak_main  # noqa: E402
 from realtime_kill_child import expected_finals, file_rows, produce_events, session  # noqa: E402
 
 CHILD = Path(__file__).parent / "realtime_kill_child.py"
@@ -130,22 +127,8 @@ def soak(root: Path, kills: int, seed: int, verbose: bool = False, timeout: floa
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--kills", type=int, default=20)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--root", help="working folder (kept); a temporary one (removed) by default")
-    args = p.parse_args()
-    root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="sluice-rt-soak-"))
-    root.mkdir(parents=True, exist_ok=True)
-    try:
-        stats = soak(root, args.kills, args.seed, verbose=True)
-    finally:
-        if not args.root:
-            shutil.rmtree(root, ignore_errors=True)
-    for d in stats.details:
-        print(d)
-    print(stats.line() + f", replayed batches {stats.replayed_batches}")
-    return 1 if stats.lost or stats.duplicated or stats.replay_mismatches else 0
+    return soak_main(__doc__, "sluice-rt-soak-", lambda p: p.add_argument("--kills", type=int, default=20),
+                     lambda root, a: soak(root, a.kills, a.seed, verbose=True))
 
 
 if __name__ == "__main__":

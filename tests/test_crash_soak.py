@@ -2,11 +2,16 @@
 provider, with the record cache and a commit interval on, SIGKILLed twice at random seeded moments
 and restarted on its checkpoints; no final result lost or duplicated, and every replayed batch id
 wrote what its first attempt wrote. The same for session windows (every change, and final results
-under suppress), on input without late events. See tests/crash_soak.py."""
+under suppress), on input without late events. See tests/crash_soak.py. On Spark 4.3, a real-time
+suppress pipeline killed twice while events arrive (tests/realtime_soak.py)."""
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+import kafka_harness as kh
+import realtime_soak
 from crash_soak import (DELEGATES, SESSION_DELAY_S, bridging_events, expected, expected_sessions, make_files,
                         make_session_files, run_one)
 
@@ -42,5 +47,12 @@ def test_session_input_has_no_late_event_and_bridges_sessions() -> None:
 
 def test_session_kills_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     stats = run_one(tmp_path, DELEGATES, kills=2, seed=1, kind="sessions")
+    assert stats.kills == 2
+    assert (stats.lost, stats.duplicated, stats.replay_mismatches) == (0, 0, 0), "\n".join(stats.details)
+
+
+@pytest.mark.skipif(kh.spark_minor() < "4.3", reason="stateful real-time mode arrived in Spark 4.3")
+def test_real_time_kills_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+    stats = realtime_soak.soak(tmp_path, kills=2, seed=1)
     assert stats.kills == 2
     assert (stats.lost, stats.duplicated, stats.replay_mismatches) == (0, 0, 0), "\n".join(stats.details)
