@@ -106,7 +106,7 @@ def make_session_files(seed: int, n: int) -> list[list[tuple[int, str]]]:
     return files
 
 
-def sessions_of(events: list[tuple[int, str]]) -> dict[tuple[str, int, int], int]:
+def sessions_of(events: list[tuple[int, str]], gap: int = SESSION_GAP_S) -> dict[tuple[str, int, int], int]:
     """(user, start, end) -> count of the sessions `events` make, as Spark merges them: an event at
     or before a session's end (last event + gap) joins it."""
     out: dict[tuple[str, int, int], int] = {}
@@ -114,11 +114,11 @@ def sessions_of(events: list[tuple[int, str]]) -> dict[tuple[str, int, int], int
         current: list[int] = []  # [start, end, count]
         for t in sorted(t for t, u in events if u == user):
             if current and t <= current[1]:
-                current[1], current[2] = max(current[1], t + SESSION_GAP_S), current[2] + 1
+                current[1], current[2] = max(current[1], t + gap), current[2] + 1
             else:
                 if current:
                     out[(user, current[0], current[1])] = current[2]
-                current = [t, t + SESSION_GAP_S, 1]
+                current = [t, t + gap, 1]
         out[(user, current[0], current[1])] = current[2]
     return out
 
@@ -132,16 +132,16 @@ def expected_sessions(files: list[list[tuple[int, str]]]) -> dict[tuple[str, str
             for (user, start, end), n in sessions_of(events).items() if end <= final_wm}
 
 
-def bridging_events(files: list[list[tuple[int, str]]]) -> int:
+def bridging_events(files: list[list[tuple[int, str]]], gap: int = SESSION_GAP_S) -> int:
     """How many events, in arrival order, join two sessions that existed before them (each such
     event makes the update-mode query retract both)."""
     seen: list[tuple[int, str]] = []
     bridging = 0
     for events in files:
         for e in events:
-            before = sessions_of(seen)
+            before = sessions_of(seen, gap)
             seen.append(e)
-            if len(sessions_of(seen)) < len(before):
+            if len(sessions_of(seen, gap)) < len(before):
                 bridging += 1
     return bridging
 

@@ -1,6 +1,7 @@
-"""Features compose (issue 11): one deterministic input through every combination of
+"""Features compose (issues 11 and 23): one deterministic input through every combination of
 state store provider {HDFS-backed, RocksDB, in-memory window store} x record cache {off, on} x
-query {update-mode windowed count, suppress until_window_closes, suppress until_time_limit} x
+query {update-mode windowed count, suppress until_window_closes, suppress until_time_limit,
+update-mode session windows, suppress until_window_closes over session windows} x
 commit interval {0, 30 s} x input bound {off, small}, each result compared with what Python
 computes from the input.
 
@@ -19,6 +20,11 @@ Expected:
 - until_window_closes: each closed (window, user) exactly once, with its count; nothing else;
 - until_time_limit and the plain count: the last row emitted per (window, user) carries its count,
   no row ever exceeds it, and no (window, user) is missing.
+- session windows: the session queries read an input of their own with no late event (every event
+  after the largest before it minus the watermark delay), so the sessions do not depend on where
+  batch boundaries fall; update mode's rows (a retraction: null count), applied to a table keyed
+  by (session, user), end at every session of the input, which the last step closes; under
+  suppress each of those sessions arrives exactly once, and nothing else.
 No combination is dropped: each dimension changes a different operator or store under the others.
 """
 from __future__ import annotations
@@ -39,6 +45,7 @@ from pyspark.sql import functions as F
 
 from sluice import BufferConfig, Suppressed, suppress
 from conftest import sluice_session
+from crash_soak import bridging_events, sessions_of
 
 PROVIDERS = {
     "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
@@ -67,6 +74,14 @@ def spark() -> Iterator[SparkSession]:
 
 # ---------------------------------------------------------------------------------------------
 # input and expectations (all in seconds after T0)
+
+def iso(t: int) -> str:
+    return (T0 + timedelta(seconds=t)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def start_string(t: int) -> str:
+    return (T0 + timedelta(seconds=t)).strftime("%Y-%m-%d %H:%M:%S")
+
 
 def window_of(t: int) -> int:
     return t - t % WINDOW_S
@@ -129,21 +144,42 @@ COUNTS, LATE, FINAL_WM = expected(ALL_STEPS)
 DATA_KEYS = set(expected(STEPS)[0])
 
 
+def make_session_steps(seed: int = 1, steps: int = 3) -> list[list[list[tuple[int, str]]]]:
+    """Data steps for the session queries, two files each: out of order by less than the watermark
+    delay, so no event is ever late, whichever batch it lands in."""
+    rnd = random.Random(seed)
+    newest = 0
+    out = []
+    for s in range(steps):
+        files = []
+        for _ in range(2):
+            f = []
+            for _ in range(rnd.randint(3, 5)):
+                t = max(0, newest - (DELAY_S - 1), 2 + 5 * s + rnd.randint(-DELAY_S, 3))
+                newest = max(newest, t)
+                f.append((t, rnd.choice(USERS)))
+            files.append(f)
+        out.append(files)
+    return out
+
+
+SESSION_GAP_S = 3
+SESSION_STEPS = make_session_steps()
+SESSION_ALL_STEPS = SESSION_STEPS + [closing_step(SESSION_STEPS)]
+SESSIONS = {(start_string(a), start_string(b), u): n for (u, a, b), n in
+            sessions_of([e for step in SESSION_STEPS for f in step for e in f], SESSION_GAP_S).items()}
+
+
 def test_the_input_exercises_what_the_matrix_needs() -> None:
     assert LATE >= 2  # late events are dropped, not counted
     closed = [k for k in COUNTS if k[0] + WINDOW_S <= FINAL_WM]
     assert set(closed) == DATA_KEYS and len(closed) >= 8  # the last step closes every data window
+    # sessions: several per user, some of several events, an event bridging two earlier sessions
+    assert len(SESSIONS) >= 6 and max(SESSIONS.values()) >= 3
+    assert bridging_events([f for step in SESSION_STEPS for f in step], SESSION_GAP_S) > 0
     assert any(n > 1 for n in COUNTS.values())  # keys are updated more than once
     # events out of order inside a step and across files
     assert any(a[0] > b[0] for step in STEPS for f in step for a, b in zip(f, f[1:]))
-
-
-def iso(t: int) -> str:
-    return (T0 + timedelta(seconds=t)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def start_string(t: int) -> str:
-    return (T0 + timedelta(seconds=t)).strftime("%Y-%m-%d %H:%M:%S")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,8 +189,14 @@ def windowed_counts(events: DataFrame) -> DataFrame:
     return events.groupBy(F.window("ts", f"{WINDOW_S} seconds"), "user").count()
 
 
+def session_counts(events: DataFrame) -> DataFrame:
+    return events.groupBy(F.session_window("ts", f"{SESSION_GAP_S} seconds"), "user").count()
+
+
 QUERIES = {
     "update": windowed_counts,
+    "session_updates": session_counts,
+    "session_finals": lambda e: suppress(session_counts(e), Suppressed.until_window_closes(BufferConfig.unbounded())),
     "window_closes": lambda e: suppress(windowed_counts(e), Suppressed.until_window_closes(BufferConfig.unbounded())),
     "time_limit": lambda e: suppress(
         e.groupBy(F.window("ts", f"{WINDOW_S} seconds"), "user").agg(F.count("*").alias("count"),
@@ -185,12 +227,13 @@ class Run:
         self.spark.conf.set(INTERVAL_KEY, interval)
         reader = self.spark.readStream.schema("ts timestamp, user string")
         if self.combo.bound:
-            reader = reader.option("sluice.maxBytesPerTrigger", str(smallest_file_bytes() - 1))
+            reader = reader.option("sluice.maxBytesPerTrigger", str(smallest_file_bytes(self.combo.steps) - 1))
         events = reader.json(str(self.src / "*")).withWatermark("ts", f"{DELAY_S} seconds")
 
         def sink(batch: DataFrame, _: int) -> None:
-            rows = batch.selectExpr("CAST(window.start AS STRING)", "user", "count").collect()
-            self.emitted.extend((r[0], r[1], r[2]) for r in rows)
+            cols = (["CAST(session_window.start AS STRING)", "CAST(session_window.end AS STRING)"]
+                    if self.combo.sessions else ["CAST(window.start AS STRING)"])
+            self.emitted.extend(tuple(r) for r in batch.selectExpr(*cols, "user", "count").collect())
 
         self.q = (QUERIES[self.combo.query](events).writeStream.outputMode("update").foreachBatch(sink)
                   .option("checkpointLocation", str(self.root / "ckpt")).start())
@@ -222,19 +265,19 @@ class Run:
     def run(self) -> "Run":
         interval = self.combo.interval
         self.start(interval)
-        for step in STEPS:
+        for step in self.combo.steps[:-1]:
             self.feed(step)
         self.stop()
         self.held_at_stop = [m.get("emitCacheBytes", 0) for m in self.op_metrics("emitCache")][-1:]
         self.start("1ms" if interval != "0" else "0")  # held rows are due now
-        self.feed(ALL_STEPS[-1])
+        self.feed(self.combo.steps[-1])
         self.stop()
         return self
 
 
-def smallest_file_bytes() -> int:
+def smallest_file_bytes(steps: list[list[list[tuple[int, str]]]]) -> int:
     return min(len("".join(json.dumps({"ts": iso(t), "user": u}) + "\n" for t, u in f).encode())
-               for step in ALL_STEPS for f in step)
+               for step in steps for f in step)
 
 
 
@@ -246,6 +289,15 @@ class Combo:
     query: str
     interval: str
     bound: bool
+
+    @property
+    def sessions(self) -> bool:
+        return self.query.startswith("session_")
+
+    @property
+    def steps(self) -> list[list[list[tuple[int, str]]]]:
+        """The input, step by step; the last step closes every data window or session."""
+        return SESSION_ALL_STEPS if self.sessions else ALL_STEPS
 
     @property
     def id(self) -> str:
@@ -288,15 +340,20 @@ def check(run: Any, combo: Combo) -> None:
     """What every combination must emit (see the module doc), or the exception its run raised."""
     if isinstance(run, Exception):
         raise run
-    if combo.interval != "0" and combo.query == "update":
+    if combo.interval != "0" and combo.query in ("update", "session_updates"):
         # the 30 s interval outlasts the first run: the emission cache held rows when it stopped
         assert run.held_at_stop and run.held_at_stop[0] > 0
     # the bound splits every step into one batch per file; without it a step is one batch
-    files = sum(len(s) for s in ALL_STEPS)
-    assert run.data_batches() == (files if combo.bound else len(ALL_STEPS))
+    files = sum(len(s) for s in combo.steps)
+    assert run.data_batches() == (files if combo.bound else len(combo.steps))
     if combo.record_cache:
-        assert sum(m.get("cacheMisses", 0) for p in run.progress for op in p.get("stateOperators", [])
+        # session state is read by prefix scans, which the cache serves by flushing to its delegate
+        used = "cacheFlushes" if combo.sessions else "cacheMisses"
+        assert sum(m.get(used, 0) for p in run.progress for op in p.get("stateOperators", [])
                    for m in [op["customMetrics"]]) > 0, "the record cache was not in use"
+    if combo.sessions:
+        check_sessions(run.emitted, combo)
+        return
 
     truth = {(start_string(w), u): n for (w, u), n in COUNTS.items()}
     got = run.emitted
@@ -312,3 +369,19 @@ def check(run: Any, combo: Combo) -> None:
         truth = {(start_string(w), u): n for (w, u), n in COUNTS.items() if (w, u) in DATA_KEYS}
         last = {k: v for k, v in last.items() if k in truth}
     assert last == truth
+
+
+def check_sessions(got: list[tuple], combo: Combo) -> None:
+    if combo.query == "session_finals":
+        assert sorted(got) == sorted((*k, n) for k, n in SESSIONS.items())
+        return
+    table: dict[tuple, int] = {}
+    for start, end, user, n in got:
+        if n is None:  # a retraction (the emission cache may forward one of a session it never sent)
+            table.pop((start, end, user), None)
+        else:
+            table[(start, end, user)] = n
+    closing = {u for f in SESSION_ALL_STEPS[-1] for _, u in f}
+    last_start = start_string(min(t for f in SESSION_ALL_STEPS[-1] for t, _ in f))
+    # the closing step's own sessions stay open
+    assert {k: n for k, n in table.items() if not (k[2] in closing and k[0] >= last_start)} == SESSIONS
