@@ -119,7 +119,4 @@ private[sluice] final class StreamTimeCloser(stored: Option[Long], graceMs: Long
       if (wasLeast) stream = clocks.min
     }
   }
-
-  /** One upstream task's row (a partition fed by one task, or no shuffle). */
-  def observe(eventTimeMs: Long): Unit = observe(0, eventTimeMs)
 }

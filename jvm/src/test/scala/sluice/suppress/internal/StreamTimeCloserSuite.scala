@@ -9,11 +9,11 @@ class StreamTimeCloserSuite extends AnyFunSuite {
   test("a window closes when stream time minus grace reaches its end (<=, as Kafka Streams)") {
     val c = new StreamTimeCloser(None, graceMs = 2, floorMs = Long.MinValue)
     assert(c.streamTime.isEmpty && !c.isClosed(0))
-    c.observe(11)
+    c.observe(0, 11)
     assert(!c.isClosed(10)) // 11 - 2 = 9 < 10
-    c.observe(12)
+    c.observe(0, 12)
     assert(c.isClosed(10) && !c.isClosed(11))
-    c.observe(5) // stream time never goes back
+    c.observe(0, 5) // stream time never goes back
     assert(c.streamTime.contains(12) && c.isClosed(10))
   }
 
@@ -26,7 +26,7 @@ class StreamTimeCloserSuite extends AnyFunSuite {
 
   test("a stored stream time survives a restart: closed windows stay closed") {
     val before = new StreamTimeCloser(None, graceMs = 1, floorMs = 0)
-    before.observe(30)
+    before.observe(0, 30)
     val after = new StreamTimeCloser(before.streamTime, graceMs = 1, floorMs = 0)
     assert(after.isClosed(29) && !after.isClosed(30))
   }
@@ -52,7 +52,7 @@ class StreamTimeCloserSuite extends AnyFunSuite {
       if (closer.isClosed(end)) late += 1
       else {
         buffer((k, end)) = n + 1
-        closer.observe(agg((k, end))._2)
+        closer.observe(0, agg((k, end))._2)
         buffer.keys.filter(w => closer.isClosed(w._2)).toSeq.sortBy(w => (w._2, w._1)).foreach { w =>
           emitted += w -> buffer.remove(w).get
         }
