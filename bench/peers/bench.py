@@ -210,6 +210,45 @@ def rate_keys(a: argparse.Namespace, rate: int) -> int:
     return a.rate_keys or max(1, rate * 60 // 10)
 
 
+def cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) clock ticks of the whole machine so far (/proc/stat's first line)."""
+    t = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(t) - t[3] - t[4], sum(t)  # idle and iowait are not busy
+
+
+def where_the_time_goes(windows: Path, batch_starts: list[int]) -> dict[str, Any]:
+    """The count's latency per timed (input partition, window) split in two: the wait from the closing
+    record's send to the window's first result (reading, shuffle, aggregation, the close decision, the
+    sink), and the window's burst, from its first result to its last (every result of a window is due
+    at the same instant, so the burst is how long the sink takes to write them all). With batch starts
+    (Spark's sides), the windows whose first result came after a batch started following their closing
+    record's send: in real-time mode, the windows that closed while one long-running batch ended and
+    the next began."""
+    w = [[int(x) for x in line.split()] for line in windows.read_text().splitlines() if line.strip()]
+    if not w:
+        return {}
+
+    def pct(xs: list[int], p: float) -> int:
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(p * len(xs)))]
+    first = [x[4] - x[2] for x in w]
+    burst = [x[5] - x[4] for x in w]
+    r: dict[str, Any] = {"windows": len(w), "results_per_window_median": statistics.median(x[6] for x in w),
+                         "first_result_p50_ms": pct(first, 0.5), "first_result_p99_ms": pct(first, 0.99),
+                         "first_result_max_ms": max(first), "burst_p50_ms": pct(burst, 0.5),
+                         "burst_p99_ms": pct(burst, 0.99), "burst_max_ms": max(burst)}
+    if batch_starts:
+        crossed = [x[4] - x[2] for x in w if any(x[2] < b <= x[4] for b in batch_starts)]
+        rest = [x[4] - x[2] for x in w if not any(x[2] < b <= x[4] for b in batch_starts)]
+        r["windows_first_result_after_a_batch_start"] = len(crossed)
+        if crossed:
+            r["first_result_p50_ms_those"] = pct(crossed, 0.5)
+        if rest:
+            r["first_result_p50_ms_others"] = pct(rest, 0.5)
+            r["first_result_max_ms_others"] = max(rest)
+    return r
+
+
 def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, name: str, rate: int,
                duration_s: int) -> dict[str, Any]:
     """`rate` events/s for `duration_s` into a fresh topic that `side` already consumes; the latency of
@@ -226,6 +265,7 @@ def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, na
     s = start_side(side, q, a, work, bs, topic, out, name, late)
     try:
         s.wait("running", timeout=300)
+        cpu0 = cpu_jiffies()
         if q == "count":
             gen = tool("rate", "--bootstrap", bs, "--topic", topic, "--rate", rate, "--duration-s", duration_s,
                        "--keys", rate_keys(a, rate), "--zipf", 1.0, "--disorder-ms", 2000, "--seed", a.seed + 7,
@@ -237,13 +277,15 @@ def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, na
                        "--seed", a.seed + 7, "--out-dir", d, "--lateness-ms", late)
             timing = ["--last-event-ms", gen["last_event_ms"]]
             cut = ["--cut-ms", gen["cut_ms"]]
+        cpu1 = cpu_jiffies()
         n = sum(1 for _ in open(expected))
         w = tool("watch", "--bootstrap", bs, "--topic", out, "--count", n, "--timeout-s", a.timeout_s,
                  "--idle-s", a.idle_s, "--query", q, "--lateness-ms", late, *cut)
     finally:
         stopped = stop(s)
+    windows = ["--windows-out", d / "windows"] if q == "count" else []
     c = tool("collect", "--bootstrap", bs, "--topic", out, "--query", q, "--expected", expected,
-             "--out", work / f"{name}.rows", "--lateness-ms", late, *timing, *cut)
+             "--out", work / f"{name}.rows", "--lateness-ms", late, *timing, *cut, *windows)
     r = {"rate": rate, "duration_s": duration_s, "produced": gen.get("events", gen.get("records")),
          "achieved_rate": float(gen.get("achieved_rate", 0)), "sends_over_100ms_late": gen.get("sends_over_100ms_late"),
          "results_timed": c.get("latency_rows"), "results_untimed": c.get("rows_untimed"),
@@ -251,7 +293,9 @@ def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, na
          "max_ms": c.get("latency_max_ms"), "from_ack_p50_ms": c.get("from_ack_p50_ms"),
          "from_ack_p99_ms": c.get("from_ack_p99_ms"), "rows": c["rows"], "expected_rows": n,
          "differing_from_expected": c["differing_from_expected"], "complete": not w.get("timeout"),
-         "dropped": stopped.get("dropped_records"), "peak_rss_mb": round(stopped["vm_hwm_kb"] / 1024)}
+         "dropped": stopped.get("dropped_records"), "peak_rss_mb": round(stopped["vm_hwm_kb"] / 1024),
+         # the whole machine while the producer ran: near 100 the engine, broker and producer share too few cores
+         "machine_cpu_busy_pct": round(100 * (cpu1[0] - cpu0[0]) / max(1, cpu1[1] - cpu0[1]), 1)}
     if stopped.get("failure"):
         r["failure"] = stopped["failure"]
     if side in SPARK_SIDES:
@@ -259,6 +303,9 @@ def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, na
         r["micro_batches"] = len(b)
         if b:
             r["median_batch_ms"] = statistics.median(x["ms"] for x in b)
+    if q == "count":
+        starts = [x["start_ms"] for x in stopped.get("batches") or [] if x.get("start_ms")]
+        r["where_the_time_goes"] = where_the_time_goes(d / "windows", starts)
     return r
 
 

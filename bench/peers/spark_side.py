@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,6 +126,11 @@ source_bootstrap = ""
 output_topic = ""
 
 
+def iso_ms(ts: str) -> int:
+    """A progress event's timestamp (its batch's start, ISO 8601 in UTC) in epoch milliseconds."""
+    return int(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000)
+
+
 def main() -> None:
     global source_bootstrap, output_topic
     ap = argparse.ArgumentParser()
@@ -218,6 +224,7 @@ def main() -> None:
     dropped = sum(op.get("numRowsDroppedByWatermark", 0) + (op.get("customMetrics") or {}).get("lateRecordDropTotal", 0)
                   for p in progress for op in p.get("stateOperators", []))
     batches = [{"batch": p["batchId"], "rows": p["numInputRows"], "ms": p["durationMs"].get("triggerExecution", 0),
+                "start_ms": iso_ms(p["timestamp"]),
                 "durations": p["durationMs"],
                 "state": [{k: op.get(k) for k in ("operatorName", "numRowsTotal", "numRowsUpdated", "numRowsRemoved",
                                                    "allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs",

@@ -12,7 +12,7 @@
 //   watch          --bootstrap B --topic O --count N --timeout-s T [--settle-ms 2000] [--idle-s S]
 //                  [--query Q --lateness-ms L --cut-ms C]
 //   collect        --bootstrap B --topic O --query Q --expected FILE --out FILE [--lateness-ms L --cut-ms C]
-//                  [--last-event-ms T | --closes FILE]
+//                  [--last-event-ms T | --closes FILE [--windows-out FILE]]
 //   diff           FILE FILE
 //
 // Every Nexmark event goes to partition n % 2 (no key), with the event time as its record timestamp
@@ -162,7 +162,9 @@ public final class Peers {
      * - with --closes (the windowed count's live stream, CountData rate): its append time minus the
      *   send of the record that closed its window on its key's input partition, and minus that send's
      *   broker acknowledgement (which takes the producer's own delays out); rows of windows only the
-     *   flush records closed are not timed. */
+     *   flush records closed are not timed. With --windows-out, per timed (input partition, window):
+     *   "partition windowStart sent acked firstAppend lastAppend rows", the split of its results'
+     *   latency into the wait for its first result and the time its burst of results took. */
     static void collect(Map<String, String> a) throws Exception {
         String q = req(a, "query");
         long lateness = Long.parseLong(a.getOrDefault("lateness-ms", "0"));
@@ -173,6 +175,7 @@ public final class Peers {
         long afterCut = 0, flushRows = 0, firstAppend = Long.MAX_VALUE, lastAppend = Long.MIN_VALUE, untimed = 0;
         long[] lat = new long[1 << 12], latAck = new long[1 << 12];
         int nl = 0;
+        Map<String, long[]> windows = new TreeMap<>(); // "partition windowStart" -> {sent, acked, first, last, rows}
         try (KafkaConsumer<String, String> c = KafkaIo.consumer(req(a, "bootstrap"))) {
             List<TopicPartition> tps = KafkaIo.topicPartitions(c, req(a, "topic"));
             c.assign(tps);
@@ -191,7 +194,15 @@ public final class Peers {
                     long[] closed = null; // {sent, acked} of the closing record
                     if (closes != null) {
                         String[] f = row.split(",", 3);
-                        closed = closes.get(KafkaIo.partitionOf(f[0], 2) + " " + f[1]);
+                        String w = KafkaIo.partitionOf(f[0], 2) + " " + f[1];
+                        closed = closes.get(w);
+                        if (closed != null) {
+                            long[] x = windows.computeIfAbsent(w, k -> new long[]{closes.get(k)[0], closes.get(k)[1],
+                                    Long.MAX_VALUE, Long.MIN_VALUE, 0});
+                            x[2] = Math.min(x[2], r.timestamp());
+                            x[3] = Math.max(x[3], r.timestamp());
+                            x[4]++;
+                        }
                     } else if (lastEvent >= 0) {
                         long close = Queries.closeTime(q, row, lateness);
                         closed = close > lastEvent ? null : new long[]{close, close};
@@ -205,6 +216,11 @@ public final class Peers {
         }
         Collections.sort(rows);
         Files.write(Path.of(req(a, "out")), rows);
+        if (a.containsKey("windows-out")) {
+            List<String> w = new ArrayList<>();
+            windows.forEach((k, x) -> w.add(k + " " + x[0] + " " + x[1] + " " + x[2] + " " + x[3] + " " + x[4]));
+            Files.write(Path.of(a.get("windows-out")), w);
+        }
         List<String> expected = Files.readAllLines(Path.of(req(a, "expected")));
         StringBuilder s = new StringBuilder("{\"rows\": " + rows.size() + ", \"flush_rows\": " + flushRows
                 + ", \"rows_after_cut\": " + afterCut
