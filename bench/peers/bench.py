@@ -148,23 +148,33 @@ def lateness(a: argparse.Namespace, q: str) -> int:
     return a.count_grace_ms if q == "count" else a.lateness_ms
 
 
+def jfr(a: argparse.Namespace, name: str) -> list[str]:
+    """With --jfr DIR: the side's JVM records a Java Flight Recording (sampling profile) to DIR/<name>.jfr,
+    summarised by bench/jfr_top.py. Profiled runs are for where the time goes, not for the figures."""
+    if not a.jfr:
+        return []
+    Path(a.jfr).mkdir(parents=True, exist_ok=True)
+    return [f"-XX:StartFlightRecording=settings=profile,filename={Path(a.jfr).resolve() / name.replace('/', '-')}.jfr"]
+
+
 def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, topic: str, out: str, name: str,
                late: int | None = None) -> Side:
     late = lateness(a, q) if late is None else late
     if side in (KS, KSL):
         commit, cache = (a.ks_commit_ms, a.ks_cache_bytes) if side == KS else (a.ks_lowlat_commit_ms, 0)
-        cmd = ["java", f"-Xmx{a.heap}", *LOG, "-cp", CP_STREAMS, "PeersStreams", "--query", q, "--bootstrap", bs,
+        cmd = ["java", f"-Xmx{a.heap}", *jfr(a, name), *LOG, "-cp", CP_STREAMS, "PeersStreams", "--query", q, "--bootstrap", bs,
                "--input", topic, "--output", out, "--app-id", f"ks-{name}", "--threads", str(a.ks_threads),
                "--state-dir", str(work / f"ks-state-{name}"), "--lateness-ms", str(late),
                "--commit-interval-ms", str(commit), "--cache-bytes", str(cache)]
     elif side == FL:
-        cmd = ["java", f"-Xmx{a.heap}", *FLINK_JVM, *LOG, "-cp", CP_FLINK, "PeersFlink", "--query", q,
+        cmd = ["java", f"-Xmx{a.heap}", *jfr(a, name), *FLINK_JVM, *LOG, "-cp", CP_FLINK, "PeersFlink", "--query", q,
                "--bootstrap", bs, "--input", topic, "--output", out, "--lateness-ms", str(late), "--parallelism", "2",
                "--checkpoint-ms", str(a.flink_checkpoint_ms), "--checkpoint-dir", str(work / f"flink-ckpt-{name}")]
     else:
         cmd = [sys.executable, str(HERE / "spark_side.py"), "--query", q, "--bootstrap", bs, "--input", topic,
                "--output", out, "--checkpoint", str(work / f"ckpt-{name}"), "--lateness-ms", str(late),
                "--heap", a.heap, "--trigger", a.trigger, "--max-offsets", str(a.max_offsets)]
+        cmd += [f"--java-option={o}" for o in jfr(a, name)]
         cmd += (["--realtime", a.rt_checkpoint, "--cores", str(a.rt_cores), "--shuffle-wait-ms", str(a.rt_shuffle_wait_ms)]
                 if side == RT else ["--cores", "2"])
     return Side(cmd, work / f"{name}.log")
@@ -353,6 +363,8 @@ def main() -> None:
     ap.add_argument("--warmup-events", type=int, default=50_000, help="a separate backlog each side drains first, "
                     "unmeasured, per query (0: none)")
     ap.add_argument("--heap", default="4g", help="max heap of every side")
+    ap.add_argument("--jfr", default="", help="a folder: every side's JVM records a Java Flight Recording there "
+                    "(summarise with bench/jfr_top.py; for profiles, not figures)")
     ap.add_argument("--rate", type=int, default=50_000, help="fixed-rate run: events/s (0: skip)")
     ap.add_argument("--duration-s", type=int, default=120)
     ap.add_argument("--rate-keys", type=int, default=0,
