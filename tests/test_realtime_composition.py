@@ -218,10 +218,10 @@ def test_each_combination_gives_the_expected_results_across_a_restart(rt, tmp_pa
     out.mkdir()
     spark.conf.set(INTERVAL_KEY, INTERVALS[interval])  # read when a query starts
     try:
-        # stopped once the first batch has ended: a stop inside a query's first real-time batch can
-        # interrupt Spark's write of its offset log entry, and Spark refuses to restart on the
-        # temporary file that leaves (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY, "offsets should be
-        # empty on batch 0"), with or without a sluice operator in the query
+        # stopped once the first batch has ended: a real-time batch writes its offset log entry when
+        # it ends, a stop during that write leaves Spark's temporary file in offsets/, and with no
+        # batch committed Spark refuses to restart on it (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY,
+        # "offsets should be empty on batch 0"; seen here with the plain count too)
         first = _run(spark, QUERIES[query](spark, broker.bootstrap, topic), tmp_path / "ckpt", out,
                      lambda rows: _meets(rows, FIRST_EXPECTED[query]), settle=True)
         if query == "window_closes":
