@@ -1,5 +1,6 @@
 """Child process of test_realtime's kill test: a real-time query with suppress's final results,
-written through `EpochFiles`, runs until it is killed.
+written through `EpochFiles`, runs until it is killed. Also the session, input, queries and sink the
+real-time tests (test_realtime, test_realtime_composition) share.
 
 argv: bootstrap servers, input topic, checkpoint, output folder.
 """
@@ -12,6 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from pyspark import cloudpickle  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
@@ -81,6 +83,13 @@ def windowed_counts(spark: SparkSession, bootstrap: str, topic: str) -> DataFram
     return events(spark, bootstrap, topic).withWatermark("ts", "2 seconds").groupBy(F.window("ts", WINDOW), "key").count()
 
 
+def timed_counts(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
+    """Counts per key and 10-s window of `topic`'s events with their latest event time (until_time_limit's
+    time_col), watermark 2 s."""
+    return (events(spark, bootstrap, topic).withWatermark("ts", "2 seconds").groupBy(F.window("ts", WINDOW), "key")
+            .agg(F.count("*").alias("count"), F.max("ts").alias("ts")))
+
+
 def windowed_finals(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
     return sluice.suppress(windowed_counts(spark, bootstrap, topic),
                            sluice.Suppressed.until_window_closes(sluice.BufferConfig.unbounded()))
@@ -113,9 +122,16 @@ class EpochFiles:
         self.file.close()
 
 
+def start_to_files(df: DataFrame, checkpoint: str, out: str):
+    """Starts `df` (rows of key, window, count) under the real-time trigger, written through `EpochFiles` into `out`."""
+    if __name__ != "__main__":
+        # imported (by a test module): Spark's Python workers cannot import this file, so the writer
+        # travels by value, as it does from the child's __main__
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return (df.writeStream.foreach(EpochFiles(out)).outputMode("update").option("checkpointLocation", checkpoint)
+            .trigger(realTime=BATCH).start())
+
+
 if __name__ == "__main__":
     bootstrap, topic, ckpt, out = sys.argv[1:5]
-    spark = session()
-    q = (windowed_finals(spark, bootstrap, topic).writeStream.foreach(EpochFiles(out)).outputMode("update")
-         .option("checkpointLocation", ckpt).trigger(realTime=BATCH).start())
-    q.awaitTermination()
+    start_to_files(windowed_finals(session(), bootstrap, topic), ckpt, out).awaitTermination()

@@ -19,7 +19,7 @@ import kafka_harness as kh
 import realtime_kill_child
 import sluice
 from conftest import kill_when, stop_session
-from realtime_kill_child import (BASE, BATCH, WINDOW, all_counts, events, expected_finals, file_rows, produce_events,
+from realtime_kill_child import (BASE, BATCH, all_counts, expected_finals, file_rows, produce_events, timed_counts,
                                  windowed_counts, windowed_finals)
 
 pytestmark = pytest.mark.skipif(kh.spark_minor() < "4.3", reason="stateful real-time mode arrived in Spark 4.3")
@@ -181,12 +181,6 @@ def test_suppress_until_window_closes_emits_the_micro_batch_finals_each_once_and
     assert set(out) == set(_micro_batch_finals(spark, broker, "ev", tmp_path, "mbfinals2", len(both)))
 
 
-def _timed_counts(spark: SparkSession, broker: kh.Broker, topic: str) -> DataFrame:
-    """Counts per key and window of `topic`'s events with their latest event time (until_time_limit's time_col)."""
-    return (events(spark, broker.bootstrap, topic).withWatermark("ts", "2 seconds").groupBy(F.window("ts", WINDOW), "key")
-            .agg(F.count("*").alias("count"), F.max("ts").alias("ts")))
-
-
 def test_a_backlog_drained_by_two_upstream_tasks_gives_the_micro_batch_finals(rt, tmp_path: Path) -> None:
     """Two input partitions, one task each, feeding one suppress partition: draining a backlog one
     task runs ahead of the other, and a window closes only once both have passed it."""
@@ -206,7 +200,7 @@ def test_suppress_until_time_limit_runs_per_row_on_stream_time(rt, tmp_path: Pat
     kh.create_topic(spark, broker.bootstrap, "evlimit", 1)
     kh.create_topic(spark, broker.bootstrap, "limited", 1)
     produce_events(spark, broker.bootstrap, "evlimit", 0, 60)
-    counts = _timed_counts(spark, broker, "evlimit")
+    counts = timed_counts(spark, broker.bootstrap, "evlimit")
     limited = sluice.suppress(counts, sluice.Suppressed.until_time_limit(5, sluice.BufferConfig.unbounded()),
                               time_col="ts")
     q = _finals_query(spark, broker, limited, "limited", tmp_path / "limited", {"realTime": BATCH})
@@ -273,7 +267,7 @@ def _evicted(last: int, bound: int) -> list[tuple[str, int, int]]:
 def test_a_bounded_buffer_applies_its_bound_per_row(rt, tmp_path: Path) -> None:
     spark, broker = rt
     topic = _events_topic(spark, broker, "evbound", 60)
-    counts = _timed_counts(spark, broker, topic)
+    counts = timed_counts(spark, broker.bootstrap, topic)
     # a limit no row reaches within the input's 59 s: rows leave only when the 2-row bound pushes them out
     bounded = sluice.suppress(counts, sluice.Suppressed.until_time_limit(
         100, sluice.BufferConfig.max_records(2).emit_early_when_full()), time_col="ts")
