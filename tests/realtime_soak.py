@@ -99,7 +99,10 @@ def soak(root: Path, kills: int, seed: int, verbose: bool = False, timeout: floa
                     # killed at a random moment after it has written some of this run's finals: inside a
                     # batch, between batches, or while a batch commits
                     target = rnd.randint(1, len(new))
-                    while len(set(file_rows(out)) & new) < target:
+                    # ...but not before the query's first batch has committed: a real-time query killed
+                    # then leaves Spark's temporary offset-log file, on which Spark refuses to restart
+                    # (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY; README, "Guarantee")
+                    while len(set(file_rows(out)) & new) < target or not (ckpt / "commits" / "0").exists():
                         if child.poll() is not None or time.monotonic() > deadline:
                             raise RuntimeError(f"real-time soak child stopped or stalled; see {log}")
                         time.sleep(0.05)

@@ -369,12 +369,24 @@ def test_the_readme_example_runs_on_kafka(rt, tmp_path: Path) -> None:
 def test_a_killed_real_time_query_restarted_on_its_checkpoint_loses_no_final_and_repeats_none(
         rt, tmp_path: Path) -> None:
     spark, broker = rt
-    topic = _events_topic(spark, broker, "evkill", 120)
+    topic = _events_topic(spark, broker, "evkill", 60)
     out = tmp_path / "out"
     out.mkdir()
     args = [broker.bootstrap, topic, str(tmp_path / "ckpt"), str(out)]
+    produced = []
+
+    def finals_in_a_later_batch() -> bool:
+        # Not in the query's first batch: a real-time query killed before its first batch committed
+        # leaves Spark's temporary offset-log file, and Spark refuses to restart on that checkpoint
+        # (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY; README, "Guarantee"). So the rest of the input
+        # arrives once batch 0 has committed, and the kill comes inside a later batch that has
+        # written final results.
+        if not produced and (tmp_path / "ckpt" / "commits" / "0").exists():
+            produce_events(spark, broker.bootstrap, topic, 60, 60)
+            produced.append(True)
+        return any(int(f.name[:5]) >= 1 and f.stat().st_size > 0 for f in out.glob("*.jsonl"))
     # SIGKILLed (driver JVM and all) inside a real-time batch that has written final results
-    kill_when("realtime_kill_child.py", args, lambda: len(file_rows(out)) > 0)
+    kill_when("realtime_kill_child.py", args, finals_in_a_later_batch)
     produce_events(spark, broker.bootstrap, topic, 120, 60)
     both = expected_finals(179)
 
