@@ -261,8 +261,9 @@ def where_the_time_goes(windows: Path, closes: Path, batch_starts: list[int]) ->
         r["first_result_after_every_partition_closed_p50_ms"] = pct(after_all, 0.5)
         r["first_result_after_every_partition_closed_max_ms"] = max(after_all)
     if batch_starts:
-        crossed = [x[4] - x[2] for x in w if any(x[2] < b <= x[4] for b in batch_starts)]
-        rest = [x[4] - x[2] for x in w if not any(x[2] < b <= x[4] for b in batch_starts)]
+        crossed, rest = [], []
+        for x in w:
+            (crossed if any(x[2] < b <= x[4] for b in batch_starts) else rest).append(x[4] - x[2])
         r["windows_first_result_after_a_batch_start"] = len(crossed)
         if crossed:
             r["first_result_p50_ms_those"] = pct(crossed, 0.5)

@@ -8,16 +8,14 @@ Keys are spread over input and shuffle partitions at random (the real spread is 
 """
 import random, statistics, sys
 rate, nkeys, disorder, trials = int(sys.argv[1]), int(sys.argv[2]), 2000, 200
-w = [1 / (k + 1) for k in range(nkeys)]
-tot = sum(w)
+w = [1 / (k + 1) for k in range(nkeys)]  # Zipf(1.0)
 rnd = random.Random(7)
-delays, first_partition = [], []
-for t in range(trials):
-    part = [rnd.randrange(2) for _ in range(nkeys)]      # input partition (Kafka's murmur2 of the key)
+delays = []
+for _ in range(trials):
+    part = [rnd.randrange(2) for _ in range(nkeys)]      # input partition of the key
     shuf = [rnd.randrange(2) for _ in range(nkeys)]      # shuffle partition of (window, key)
     X = 10_000
-    first = {}  # (kind, id) -> first arrival (ms) of a record with ts >= X
-    now = X - disorder
+    first = {}  # ("p", partition) or ("c", partition, shuffle partition) -> first send (ms) of a record with ts >= X
     keys = rnd.choices(range(nkeys), weights=w, k=int(rate * 8))
     for i, k in enumerate(keys):
         send = X - disorder + i * 1000 / rate

@@ -197,7 +197,8 @@ public final class Peers {
                         String w = KafkaIo.partitionOf(f[0], 2) + " " + f[1];
                         closed = closes.get(w);
                         if (closed != null) {
-                            long[] x = windows.computeIfAbsent(w, k -> new long[]{closes.get(k)[0], closes.get(k)[1],
+                            long[] sentAcked = closed;
+                            long[] x = windows.computeIfAbsent(w, k -> new long[]{sentAcked[0], sentAcked[1],
                                     Long.MAX_VALUE, Long.MIN_VALUE, 0});
                             x[2] = Math.min(x[2], r.timestamp());
                             x[3] = Math.max(x[3], r.timestamp());
