@@ -122,6 +122,13 @@ class EpochFiles:
         self.file.close()
 
 
+def first_batch_committed(checkpoint: Path) -> bool:
+    """Whether the query on `checkpoint` has committed its first batch. Kill tests wait for it: a real-time
+    query killed before then leaves Spark's temporary offset-log file, on which Spark refuses to
+    restart (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY; README, "Guarantee")."""
+    return (checkpoint / "commits" / "0").exists()
+
+
 def start_to_files(df: DataFrame, checkpoint: str, out: str):
     """Starts `df` (rows of key, window, count) under the real-time trigger, written through `EpochFiles` into `out`."""
     if __name__ != "__main__":

@@ -31,7 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import kafka_harness as kh  # noqa: E402
 from crash_soak import Stats, soak_main  # noqa: E402
-from realtime_kill_child import expected_finals, file_rows, produce_events, session  # noqa: E402
+from realtime_kill_child import (expected_finals, file_rows, first_batch_committed, produce_events,  # noqa: E402
+                                 session)
 
 CHILD = Path(__file__).parent / "realtime_kill_child.py"
 TOPIC = "events"
@@ -99,10 +100,8 @@ def soak(root: Path, kills: int, seed: int, verbose: bool = False, timeout: floa
                     # killed at a random moment after it has written some of this run's finals: inside a
                     # batch, between batches, or while a batch commits
                     target = rnd.randint(1, len(new))
-                    # ...but not before the query's first batch has committed: a real-time query killed
-                    # then leaves Spark's temporary offset-log file, on which Spark refuses to restart
-                    # (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY; README, "Guarantee")
-                    while len(set(file_rows(out)) & new) < target or not (ckpt / "commits" / "0").exists():
+                    # ...but not before the query's first batch has committed (first_batch_committed says why)
+                    while len(set(file_rows(out)) & new) < target or not first_batch_committed(ckpt):
                         if child.poll() is not None or time.monotonic() > deadline:
                             raise RuntimeError(f"real-time soak child stopped or stalled; see {log}")
                         time.sleep(0.05)

@@ -19,8 +19,8 @@ import kafka_harness as kh
 import realtime_kill_child
 import sluice
 from conftest import kill_when, stop_session
-from realtime_kill_child import (BASE, BATCH, all_counts, expected_finals, file_rows, produce_events, timed_counts,
-                                 windowed_counts, windowed_finals)
+from realtime_kill_child import (BASE, BATCH, all_counts, expected_finals, file_rows, first_batch_committed,
+                                 produce_events, timed_counts, windowed_counts, windowed_finals)
 
 pytestmark = pytest.mark.skipif(kh.spark_minor() < "4.3", reason="stateful real-time mode arrived in Spark 4.3")
 
@@ -376,12 +376,9 @@ def test_a_killed_real_time_query_restarted_on_its_checkpoint_loses_no_final_and
     produced = []
 
     def finals_in_a_later_batch() -> bool:
-        # Not in the query's first batch: a real-time query killed before its first batch committed
-        # leaves Spark's temporary offset-log file, and Spark refuses to restart on that checkpoint
-        # (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY; README, "Guarantee"). So the rest of the input
-        # arrives once batch 0 has committed, and the kill comes inside a later batch that has
-        # written final results.
-        if not produced and (tmp_path / "ckpt" / "commits" / "0").exists():
+        # Not in the query's first batch (first_batch_committed says why): the rest of the input arrives
+        # once batch 0 has committed, and the kill comes inside a later batch that has written finals.
+        if not produced and first_batch_committed(tmp_path / "ckpt"):
             produce_events(spark, broker.bootstrap, topic, 60, 60)
             produced.append(True)
         return any(int(f.name[:5]) >= 1 and f.stat().st_size > 0 for f in out.glob("*.jsonl"))
