@@ -173,7 +173,8 @@ def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, to
     else:
         cmd = [sys.executable, str(HERE / "spark_side.py"), "--query", q, "--bootstrap", bs, "--input", topic,
                "--output", out, "--checkpoint", str(work / f"ckpt-{name}"), "--lateness-ms", str(late),
-               "--heap", a.heap, "--trigger", a.trigger, "--max-offsets", str(a.max_offsets)]
+               "--heap", a.heap, "--trigger", a.trigger, "--max-offsets", str(a.max_offsets),
+               "--json-decoder", a.json_decoder]
         cmd += [f"--java-option={o}" for o in jfr(a, name)]
         cmd += (["--realtime", a.rt_checkpoint, "--cores", str(a.rt_cores), "--shuffle-wait-ms", str(a.rt_shuffle_wait_ms)]
                 if side == RT else ["--cores", "2"])
@@ -408,6 +409,9 @@ def main() -> None:
     ap.add_argument("--flink-checkpoint-ms", type=int, default=10_000, help="Flink checkpoint interval (0: off)")
     ap.add_argument("--trigger", default="0", help="sluice's processing-time trigger (0: Spark's default)")
     ap.add_argument("--max-offsets", type=int, default=0, help="sluice's maxOffsetsPerTrigger (0: not set)")
+    ap.add_argument("--json-decoder", default="sluice", choices=["sluice", "spark"],
+                    help="sluice's json_decoder (spark.sluice.json.decoder): who parses from_json's input on the Nexmark "
+                         "queries, sluice from the record's bytes or Spark's own parser")
     ap.add_argument("--rt-checkpoint", default="5 seconds",
                     help=f"{RT}: trigger(realTime=...), the checkpoint interval (not a latency bound)")
     ap.add_argument("--rt-cores", type=int, default=4,
@@ -475,7 +479,9 @@ def settings_of(a: argparse.Namespace, count_records: int) -> dict[str, Any]:
         SL: f"Spark {PYSPARK_VERSION} local[2] micro-batch + sluice (Python API, {os.path.basename(sluice.jar_path())}), "
             f"spark.driver.memory={a.heap}, shuffle partitions 2, state store in_memory_window, "
             "suppress(until_window_closes(unbounded())) fused (q11: over an update-mode session_window), trigger "
-            f"{'default' if a.trigger == '0' else a.trigger}, maxOffsetsPerTrigger {a.max_offsets or 'not set'}",
+            f"{'default' if a.trigger == '0' else a.trigger}, maxOffsetsPerTrigger {a.max_offsets or 'not set'}, "
+            f"json_decoder {a.json_decoder} (spark.sluice.json.decoder: from_json parsed by "
+            f"{'sluice from the record bytes' if a.json_decoder == 'sluice' else 'Spark'})",
         RT: f"the {SL} count pipeline with trigger(realTime='{a.rt_checkpoint}') (checkpoint interval), "
             f"local[{a.rt_cores}] (2 source + 2 shuffle partitions, all tasks at once), shuffle partitions 2, "
             "spark.shuffle.streaming.networkBufferMaxWaitTimeMs "

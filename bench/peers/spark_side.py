@@ -149,6 +149,8 @@ def main() -> None:
     ap.add_argument("--java-option", action="append", default=[], help="a JVM option of the driver (a profiler)")
     ap.add_argument("--trigger", default="0", help="processing-time trigger; 0 = Spark's default")
     ap.add_argument("--max-offsets", type=int, default=0, help="maxOffsetsPerTrigger (0: not set)")
+    ap.add_argument("--json-decoder", default="sluice", choices=["sluice", "spark"],
+                    help="sluice's json_decoder option: who parses from_json's input")
     ap.add_argument("--realtime", default="", help="real-time trigger with this checkpoint interval "
                     "(e.g. '5 seconds'); empty: micro-batch")
     ap.add_argument("--cores", type=int, default=2, help="local[N]")
@@ -180,7 +182,9 @@ def main() -> None:
     for k, v in conf.items():
         builder = builder.config(k, v)
     # Real-time mode runs on Spark's RocksDB provider only (Spark refuses any other): no state store set.
-    spark = (sluice.configure(builder) if rt else sluice.configure(builder, state_store="in_memory_window")).getOrCreate()
+    options = {"json_decoder": args.json_decoder} if rt else {"json_decoder": args.json_decoder,
+                                                             "state_store": "in_memory_window"}
+    spark = sluice.configure(builder, **options).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
 

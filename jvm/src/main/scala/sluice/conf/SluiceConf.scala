@@ -189,10 +189,15 @@ object SluiceConf {
   val WindowStoreSnapshotInterval: ConfEntry[Int] = positiveInt("windowstore.snapshot.interval")
   val windowStoreEntries: Seq[ConfEntry[_]] = Seq(WindowStoreName, WindowStoreRetention, WindowStoreSnapshotInterval)
 
+  // --- JSON decoding (sluice.json) ---
+  /** Who parses `from_json`'s input where sluice can: `spark` or `sluice` (read when a query is planned). */
+  val JsonDecoder: ConfEntry[String] = choice("json.decoder")
+  val JsonDecoderSluice: String = "sluice"
+
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
     Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, CommitIntervalMs) ++
-    Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries
+    Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries :+ JsonDecoder
   require(entries.map(_.key).toSet == spec.get("keys").elements().asScala.map(Prefix + _.get("name").asText()).toSet,
     "every key of sluice/conf.json has an entry here, and no other")
 

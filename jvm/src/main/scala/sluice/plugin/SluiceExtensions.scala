@@ -4,7 +4,8 @@ import org.apache.spark.sql.SparkSessionExtensions
 
 /**
  * `spark.sql.extensions=sluice.plugin.SluiceExtensions`: installs sluice's planner strategies
- * (suppress, emission cache) and source rules (input bound) into every session.
+ * (suppress, emission cache), source rules (input bound) and sluice's from_json decoding into every
+ * session.
  */
 class SluiceExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(ext: SparkSessionExtensions): Unit = {
@@ -23,5 +24,7 @@ class SluiceExtensions extends (SparkSessionExtensions => Unit) {
     ext.injectColumnar(RealTimeAllowlist.rule(_))
     // input bound (KIP-770)
     ext.injectResolutionRule(session => new sluice.input.InputBoundRule(session))
+    // from_json decoded from the record's bytes (spark.sluice.json.decoder=sluice)
+    ext.injectOptimizerRule(sluice.json.internal.JsonDecodeRule(_))
   }
 }

@@ -1,0 +1,28 @@
+package sluice.json.internal
+
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.expressions.JsonToStructs
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.catalyst.rules.Rule
+
+import sluice.conf.SluiceConf
+
+/**
+ * With `spark.sluice.json.decoder=sluice`, every `from_json` that [[DirectJsonToStructs.supports]]
+ * is decoded by sluice. An optimizer rule, so that it also meets the copies of a `from_json` that
+ * Spark's own rules push into filters.
+ */
+private[sluice] final case class JsonDecodeRule(session: SparkSession) extends Rule[LogicalPlan] {
+  /** Spark's setting naming the corrupt-record column, and its default. */
+  private val CorruptRecordKey = "spark.sql.columnNameOfCorruptRecord"
+  private val CorruptRecordDefault = "_corrupt_record"
+
+  override def apply(plan: LogicalPlan): LogicalPlan =
+    if (SluiceConf(session.conf.getAll).get(SluiceConf.JsonDecoder) != SluiceConf.JsonDecoderSluice) plan
+    else {
+      val corrupt = session.conf.get(CorruptRecordKey, CorruptRecordDefault)
+      plan.transformAllExpressions {
+        case j: JsonToStructs if DirectJsonToStructs.supports(j, corrupt) => DirectJsonToStructs(j.child, j)
+      }
+    }
+}
