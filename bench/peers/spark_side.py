@@ -68,15 +68,21 @@ def ms(c):
     return F.unix_millis(c).cast("string")
 
 
-def build(spark: SparkSession, q: str, source, late: str):
+# The wall clock of the row passing through (a static Java call per row: Spark evaluates it where it
+# stands, not once per batch as current_timestamp()).
+WALL_CLOCK_MS = "reflect('java.lang.System', 'currentTimeMillis')"
+
+
+def build(spark: SparkSession, q: str, source, late: str, stamp_emit: bool = False):
     """The query's output: a DataFrame with one string column `value` (the canonical row), and the
     output mode; or for q5 a foreachBatch function."""
     raw = source.load()
     if q == "count":
         ev = raw.select(F.col("key").cast("string").alias("k"), F.col("timestamp").alias("ts"))
         counts = ev.withWatermark("ts", late).groupBy(F.window("ts", "1 minute"), "k").count()
-        return final(counts).select(F.concat_ws(",", "k", ms("window.start"), F.col("count").cast("string"))
-                                    .alias("value")), "update", None
+        value = F.concat_ws(",", "k", ms("window.start"), F.col("count").cast("string")).alias("value")
+        stamp = [F.expr(WALL_CLOCK_MS).alias("key")] if stamp_emit else []
+        return final(counts).select(value, *stamp), "update", None
     # Nexmark: every record parsed once, the watermark on the whole stream, then the event type the query
     # reads. Event time is the record's timestamp (the event's dateTime, as the generator writes both), as
     # on the other sides. The parse goes through a generator (inline of a one-element array) because
@@ -151,6 +157,10 @@ def main() -> None:
     ap.add_argument("--max-offsets", type=int, default=0, help="maxOffsetsPerTrigger (0: not set)")
     ap.add_argument("--json-decoder", default="sluice", choices=["sluice", "spark"],
                     help="sluice's json_decoder option: who parses from_json's input")
+    ap.add_argument("--sink-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka sink "
+                    "(e.g. kafka.linger.ms=0)")
+    ap.add_argument("--stamp-emit", action="store_true", help="the count: key each result by the wall clock at "
+                    "which the projection above suppress passed it on")
     ap.add_argument("--realtime", default="", help="real-time trigger with this checkpoint interval "
                     "(e.g. '5 seconds'); empty: micro-batch")
     ap.add_argument("--cores", type=int, default=2, help="local[N]")
@@ -192,12 +202,14 @@ def main() -> None:
               .option("subscribe", args.input).option("startingOffsets", "earliest"))
     if args.max_offsets:
         source = source.option("maxOffsetsPerTrigger", str(args.max_offsets))
-    out, mode, per_batch = build(spark, args.query, source, f"{args.lateness_ms} milliseconds")
+    out, mode, per_batch = build(spark, args.query, source, f"{args.lateness_ms} milliseconds", args.stamp_emit)
     writer = out.writeStream.outputMode(mode).option("checkpointLocation", args.checkpoint)
     if per_batch is not None:
         writer = writer.foreachBatch(per_batch)
     else:
         writer = writer.format("kafka").option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.output)
+        for kv in args.sink_option:
+            writer = writer.option(*kv.split("=", 1))
     if rt:
         writer = writer.trigger(realTime=args.realtime)
     elif args.trigger != "0":

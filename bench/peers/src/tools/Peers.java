@@ -163,7 +163,8 @@ public final class Peers {
      *   send of the record that closed its window on its key's input partition, and minus that send's
      *   broker acknowledgement (which takes the producer's own delays out); rows of windows only the
      *   flush records closed are not timed. With --windows-out, per timed (input partition, window):
-     *   "partition windowStart sent acked firstAppend lastAppend rows", the split of its results'
+     *   "partition windowStart sent acked firstAppend lastAppend rows firstEmit" (firstEmit: the
+     *   least record key, a Spark side's emit stamp, or -1), the split of its results'
      *   latency into the wait for its first result and the time its burst of results took. */
     static void collect(Map<String, String> a) throws Exception {
         String q = req(a, "query");
@@ -199,10 +200,13 @@ public final class Peers {
                         if (closed != null) {
                             long[] sentAcked = closed;
                             long[] x = windows.computeIfAbsent(w, k -> new long[]{sentAcked[0], sentAcked[1],
-                                    Long.MAX_VALUE, Long.MIN_VALUE, 0});
+                                    Long.MAX_VALUE, Long.MIN_VALUE, 0, Long.MAX_VALUE});
                             x[2] = Math.min(x[2], r.timestamp());
                             x[3] = Math.max(x[3], r.timestamp());
                             x[4]++;
+                            // a Spark side run with --stamp-emit keys each result by the wall clock at which
+                            // the operator above suppress passed it on
+                            if (r.key() != null) x[5] = Math.min(x[5], Long.parseLong(r.key()));
                         }
                     } else if (lastEvent >= 0) {
                         long close = Queries.closeTime(q, row, lateness);
@@ -219,7 +223,8 @@ public final class Peers {
         Files.write(Path.of(req(a, "out")), rows);
         if (a.containsKey("windows-out")) {
             List<String> w = new ArrayList<>();
-            windows.forEach((k, x) -> w.add(k + " " + x[0] + " " + x[1] + " " + x[2] + " " + x[3] + " " + x[4]));
+            windows.forEach((k, x) -> w.add(k + " " + x[0] + " " + x[1] + " " + x[2] + " " + x[3] + " " + x[4]
+                    + " " + (x[5] == Long.MAX_VALUE ? -1 : x[5])));
             Files.write(Path.of(a.get("windows-out")), w);
         }
         List<String> expected = Files.readAllLines(Path.of(req(a, "expected")));
