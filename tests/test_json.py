@@ -1,7 +1,8 @@
 """sluice's from_json decoding (``json_decoder="sluice"``, ``spark.sluice.json.decoder``): a streaming
 query parsing JSON with ``from_json`` gives the same results with it as with Spark's parser,
-across a restart on its checkpoint, on both of Spark's providers, with malformed records and
-ill-formed UTF-8 among the input."""
+across a restart on its checkpoint, with malformed records and ill-formed UTF-8 among the input.
+The decoder keeps no state: the query's state store is Spark's default provider's (a provider
+parameter would run the same decoding twice)."""
 from __future__ import annotations
 
 import json
@@ -89,7 +90,7 @@ def run(spark: SparkSession, tmp: Path, decoder: str, batches: list[list[bytes]]
     return results(out), plan
 
 
-def test_streaming_results_equal_spark_parser_across_a_restart(spark: SparkSession, provider: str, tmp_path: Path,
+def test_streaming_results_equal_spark_parser_across_a_restart(spark: SparkSession, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     batches = [lines(seed=3, batch=b, count=400) for b in range(6)] + [[b'{"k":"flush","ts":900000,"n":0}']]
     expected, spark_plan = run(spark, tmp_path / "spark", "spark", batches, None, capsys)
