@@ -11,7 +11,8 @@ the aggregation (each window emitted once, when the watermark passes its end); q
 ``session_window`` aggregation (sluice runs session windows in update mode, issue #23). q5's second
 step (the auctions with the most bids in each window) runs on each micro-batch's final counts in
 ``foreachBatch``: a window's counts are all released in the same micro-batch. State store: sluice's
-in-memory window store (``state_store="in_memory_window"``).
+in-memory window store (``state_store="in_memory_window"``). JSON: ``from_json`` decoded by sluice
+from the record's bytes (``json_decoder="sluice"``; ``--json-decoder spark`` for Spark's parser).
 
 Real-time (the `sluice-rt` side, ``--realtime``, the count only): the same pipeline with
 ``trigger(realTime=...)``, the duration being Spark's checkpoint interval. Spark allows only its own
