@@ -160,6 +160,8 @@ def main() -> None:
                     help="sluice's json_decoder option: who parses from_json's input")
     ap.add_argument("--sink-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka sink "
                     "(e.g. kafka.linger.ms=0)")
+    ap.add_argument("--extra-jar", action="append", default=[], help="a jar added to spark.jars beside the Kafka "
+                    "connector's (--stamp-emit: bench/peers' SendStamp interceptor)")
     ap.add_argument("--stamp-emit", action="store_true", help="the count: key each result by the wall clock at "
                     "which the projection above suppress passed it on")
     ap.add_argument("--realtime", default="", help="real-time trigger with this checkpoint interval "
@@ -181,7 +183,7 @@ def main() -> None:
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.numRecentProgressUpdates": "100000",
-        "spark.jars": ",".join(kh.connector_jars()),
+        "spark.jars": ",".join(kh.connector_jars() + args.extra_jar),
     }
     if args.java_option:
         conf["spark.driver.extraJavaOptions"] = " ".join(args.java_option)
@@ -209,6 +211,8 @@ def main() -> None:
         writer = writer.foreachBatch(per_batch)
     else:
         writer = writer.format("kafka").option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.output)
+        if args.stamp_emit:  # and the producer's send (bench/peers/src/tools/SendStamp.java)
+            writer = writer.option("kafka.interceptor.classes", "SendStamp")
         for kv in args.sink_option:
             writer = writer.option(*kv.split("=", 1))
     if rt:
