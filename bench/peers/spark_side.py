@@ -195,8 +195,9 @@ def main() -> None:
     for k, v in conf.items():
         builder = builder.config(k, v)
     # Real-time mode runs on Spark's RocksDB provider only (Spark refuses any other): no state store set.
-    options = {"json_decoder": args.json_decoder} if rt else {"json_decoder": args.json_decoder,
-                                                             "state_store": "in_memory_window"}
+    options = {"json_decoder": args.json_decoder}
+    if not rt:
+        options["state_store"] = "in_memory_window"
     spark = sluice.configure(builder, **options).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())

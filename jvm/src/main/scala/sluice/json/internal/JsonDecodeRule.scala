@@ -17,8 +17,11 @@ private[sluice] final case class JsonDecodeRule(session: SparkSession) extends R
   private val CorruptRecordKey = "spark.sql.columnNameOfCorruptRecord"
   private val CorruptRecordDefault = "_corrupt_record"
 
+  // Runs in every iteration of the optimizer's fixed-point batches, for every query of the session:
+  // it reads its one key, not a copy of the session's whole conf.
   override def apply(plan: LogicalPlan): LogicalPlan =
-    if (SluiceConf(session.conf.getAll).get(SluiceConf.JsonDecoder) != SluiceConf.JsonDecoderSluice) plan
+    if (SluiceConf(session.conf.getOption(SluiceConf.JsonDecoder.key).map(SluiceConf.JsonDecoder.key -> _))
+        .get(SluiceConf.JsonDecoder) != SluiceConf.JsonDecoderSluice) plan
     else {
       val corrupt = session.conf.get(CorruptRecordKey, CorruptRecordDefault)
       plan.transformAllExpressions {
