@@ -227,6 +227,15 @@ def cpu_jiffies() -> tuple[int, int]:
     return sum(t) - t[3] - t[4], sum(t)  # idle and iowait are not busy
 
 
+def per_window(w: list[list[int]]) -> list[dict[str, int]]:
+    """Each (input partition, window) on its own, in the order they closed, the warm-up window first."""
+    return [{"partition": x[0], "window_start": x[1], "first_result_ms": x[4] - x[2], "burst_ms": x[5] - x[4],
+             **({"first_emit_ms": x[7] - x[2]} if len(x) > 7 and x[7] >= 0 else {}),
+             **({"emit_to_send_ms": x[8] - x[7], "send_to_append_ms": x[4] - x[8]}
+                if len(x) > 8 and x[8] >= 0 and x[7] >= 0 else {})}
+            for x in sorted(w, key=lambda x: (x[2], x[0]))]
+
+
 def where_the_time_goes(windows: Path, closes: Path, batch_starts: list[int]) -> dict[str, Any]:
     """The count's latency per timed (input partition, window) split in two: the wait from the closing
     record's send to the window's first result (reading, shuffle, aggregation, the close decision, the
@@ -239,9 +248,13 @@ def where_the_time_goes(windows: Path, closes: Path, batch_starts: list[int]) ->
     input partitions (Flink's watermark, Spark's, sluice's real-time stream time) cannot close a window
     before then, while Kafka Streams closes it per partition; with records up to 2 s out of order the
     two partitions' closing records are tens of ms apart at a few thousand records/s."""
-    w = [[int(x) for x in line.split()] for line in windows.read_text().splitlines() if line.strip()]
-    if not w:
+    every = [[int(x) for x in line.split()] for line in windows.read_text().splitlines() if line.strip()]
+    if not every:
         return {}
+    # The first window to close is the warm-up (as in the latency figures: Peers collect), listed apart.
+    w = [x for x in every if x[1] != min(y[1] for y in every)]
+    if not w:
+        return {"windows": 0, "per_window": per_window(every)}
     last_close: dict[int, int] = {}  # window start -> the latest send of a closing record over the partitions
     for line in closes.read_text().splitlines():
         if line.strip():
@@ -272,6 +285,7 @@ def where_the_time_goes(windows: Path, closes: Path, batch_starts: list[int]) ->
         up_all = [x[7] - last_close[x[1]] for x in stamped if x[1] in last_close]
         if up_all:
             r["first_emit_after_every_partition_closed_p50_ms"] = pct(up_all, 0.5)
+    r["per_window"] = per_window(every)
     after_all = [x[4] - last_close[x[1]] for x in w if x[1] in last_close]
     if after_all:
         r["first_result_after_every_partition_closed_p50_ms"] = pct(after_all, 0.5)
@@ -308,7 +322,7 @@ def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, na
         cpu0 = cpu_jiffies()
         if q == "count":
             gen = tool("rate", "--bootstrap", bs, "--topic", topic, "--rate", rate, "--duration-s", duration_s,
-                       "--keys", rate_keys(a, rate), "--zipf", 1.0, "--disorder-ms", 2000, "--seed", a.seed + 7,
+                       "--keys", rate_keys(a, rate), "--zipf", 1.0, "--disorder-ms", a.rate_disorder_ms, "--seed", a.seed + 7,
                        "--grace-ms", late, "--expected", expected, "--closes", d / "closes")
             timing = ["--closes", d / "closes"]
             cut: list[Any] = []
@@ -329,6 +343,7 @@ def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, na
     r = {"rate": rate, "duration_s": duration_s, "produced": gen.get("events", gen.get("records")),
          "achieved_rate": float(gen.get("achieved_rate", 0)), "sends_over_100ms_late": gen.get("sends_over_100ms_late"),
          "results_timed": c.get("latency_rows"), "results_untimed": c.get("rows_untimed"),
+         "warmup_results": c.get("warmup_rows"), "warmup_max_ms": c.get("warmup_max_ms"),
          "min_ms": c.get("latency_min_ms"), "p50_ms": c.get("latency_p50_ms"), "p99_ms": c.get("latency_p99_ms"),
          "max_ms": c.get("latency_max_ms"), "from_ack_p50_ms": c.get("from_ack_p50_ms"),
          "from_ack_p99_ms": c.get("from_ack_p99_ms"), "rows": c["rows"], "expected_rows": n,
@@ -339,6 +354,8 @@ def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, na
     if stopped.get("failure"):
         r["failure"] = stopped["failure"]
     if side in SPARK_SIDES:
+        if stopped.get("sink_producer"):
+            r["sink_producer"] = stopped["sink_producer"]
         b = stopped.get("batches") or []
         r["micro_batches"] = len(b)
         if b:
@@ -399,6 +416,8 @@ def main() -> None:
     ap.add_argument("--duration-s", type=int, default=120)
     ap.add_argument("--rate-keys", type=int, default=0,
                     help="the count's keys at a fixed rate (default a tenth of one window's records: rate * 6)")
+    ap.add_argument("--rate-disorder-ms", type=int, default=2000,
+                    help="the count at a fixed rate: event time = send time - up to this (0: in order)")
     ap.add_argument("--rate-lateness-ms", type=int, default=10_000,
                     help="Nexmark queries' allowed lateness in the fixed-rate runs (a live stream needs less than a "
                          "drain; rows are compared for windows closing 2 x (10 s + this) + 2 s before the end)")
@@ -408,8 +427,9 @@ def main() -> None:
     ap.add_argument("--rate-search-start", type=int, default=50_000)
     ap.add_argument("--rate-search-step", type=int, default=50_000)
     ap.add_argument("--rate-search-max", type=int, default=500_000)
-    ap.add_argument("--rate-search-duration-s", type=int, default=75,
-                    help="per rate tried (>= 70 s: a 1-minute window then closes on a real record)")
+    ap.add_argument("--rate-search-duration-s", type=int, default=135,
+                    help="per rate tried (>= 130 s: two 1-minute windows then close on real records, the first "
+                         "of them the warm-up)")
     ap.add_argument("--rate-search-p99-ms", type=int, default=100)
     ap.add_argument("--rt-p99-target-ms", type=int, default=50,
                     help="target: the real-time side's p99 at --rate (issue #22: 50 ms at 50,000/s)")
@@ -487,7 +507,7 @@ def settings_of(a: argparse.Namespace, count_records: int) -> dict[str, Any]:
         "count": f"{count_records} records, {max(1, count_records // 10)} keys Zipf(1.0), 3 h of event time, "
                  "disorder <= 2 s, keyed, one flush record per partition 1 h later; 1-minute tumbling count per key, "
                  f"grace {a.count_grace_ms} ms; fixed rate: keys {a.rate_keys or 'rate x 6'}, event time = send time "
-                 "- up to 2 s",
+                 f"- up to {a.rate_disorder_ms} ms",
         "allowed lateness (Nexmark)": f"{a.lateness_ms} ms on every side (fixed-rate runs: {a.rate_lateness_ms} ms)",
         FL: f"Flink 2.3.0 DataStream API, local MiniCluster parallelism 2, state backend hashmap (Flink's default), "
             f"checkpoints every {a.flink_checkpoint_ms} ms (0 = off) to local disk, Kafka connector 5.0.0-2.2, "
@@ -637,7 +657,8 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: lis
         for s in [x for x in SIDES if f"count/{x}" in latency or x in searches]:
             r = (latency.get(f"count/{s}") or [{}])[-1]
             held = searches.get(s, {}).get("held_rate")
-            print(f"      {s:14} p50 {r.get('p50_ms')} p99 {r.get('p99_ms')} max {r.get('max_ms')} ms at {a.rate}/s"
+            print(f"      {s:14} p50 {r.get('p50_ms')} p99 {r.get('p99_ms')} max {r.get('max_ms')} ms at {a.rate}/s "
+                  f"(warm-up window: {r.get('warmup_results')} results, max {r.get('warmup_max_ms')} ms)"
                   + (f"; holds {held}/s at p99 <= {a.rate_search_p99_ms} ms" if held is not None else ""))
     h.write(data={k: v.summary for k, v in data.items()}, latency=latency, rate_search=searches,
             differing_vs_first=comparisons)

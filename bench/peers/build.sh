@@ -19,7 +19,8 @@ javac -nowarn -d "$here/target/classes-streams" -cp "$here/target/lib-streams/*"
   "$here"/src/common/*.java "$here"/src/tools/*.java "$here"/src/streams/*.java
 javac -nowarn -d "$here/target/classes-flink" -cp "$here/target/lib-flink/*" \
   "$here"/src/common/*.java "$here"/src/flink/*.java
-# SendStamp alone, for the Spark sides' Kafka sink: a jar beside the connector's (spark.jars), whose
-# class loader has kafka-clients
-jar cf "$here/target/sendstamp.jar" -C "$here/target/classes-streams" SendStamp.class
+# SendStamp and ProducerMetrics alone, for the Spark sides' Kafka sink: a jar beside the connector's
+# (spark.jars), whose class loader has kafka-clients
+jar cf "$here/target/sendstamp.jar" -C "$here/target/classes-streams" SendStamp.class \
+  -C "$here/target/classes-streams" ProducerMetrics.class
 touch "$stamp"

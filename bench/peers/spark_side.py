@@ -138,6 +138,15 @@ source_bootstrap = ""
 output_topic = ""
 
 
+def sink_producer_metrics(spark: SparkSession) -> dict:
+    """The Kafka sink's producer metrics (bench/peers' ProducerMetrics, in the SendStamp jar): where a
+    result waits between the producer's send and the broker's append. Empty without that jar."""
+    try:
+        return json.loads(spark._jvm.ProducerMetrics.json())
+    except Exception:  # --stamp-emit not set: the class is not on the driver's class path
+        return {}
+
+
 def iso_ms(ts: str) -> int:
     """A progress event's timestamp (its batch's start, ISO 8601 in UTC) in epoch milliseconds."""
     return int(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000)
@@ -246,6 +255,7 @@ def main() -> None:
     for line in sys.stdin:
         if line.strip() == "stop":
             break
+    producer = sink_producer_metrics(spark) if per_batch is None else {}
     progress = query.recentProgress
     failure = query.exception()
     query.stop()
@@ -262,7 +272,7 @@ def main() -> None:
                           for op in p.get("stateOperators", [])]} for p in progress]
     print(json.dumps({"event": "stopped", "dropped_records": dropped,
                       "vm_hwm_kb": vm_hwm_kb(jvm_pid) + vm_hwm_kb(os.getpid()), "jvm_hwm_kb": vm_hwm_kb(jvm_pid),
-                      "batches": batches, "failure": str(failure)[:2000] if failure else None}), flush=True)
+                      "batches": batches, "sink_producer": producer, "failure": str(failure)[:2000] if failure else None}), flush=True)
     spark.stop()
 
 
