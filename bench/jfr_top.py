@@ -3,7 +3,10 @@ samples of its threads, counted by the top frame's method (self time) and by eve
 (inclusive time), the frames of the JDK's and Scala's own libraries folded into the nearest caller that
 is not one of them, so that a row names the code that spent the time.
 
-    python bench/jfr_top.py FILE.jfr [--top 25] [--thread SUBSTRING]
+    python bench/jfr_top.py FILE.jfr [--top 25] [--thread SUBSTRING] [--between FROM_MS TO_MS]
+
+--between keeps the samples taken in that span of the wall clock (epoch milliseconds): a moment of a
+run, such as the burst of a window's final results in bench/peers' `per_window`.
 """
 from __future__ import annotations
 
@@ -11,12 +14,13 @@ import argparse
 import collections
 import json
 import subprocess
+from datetime import datetime
 
 LIBRARY = ("java.", "javax.", "jdk.", "sun.", "scala.collection.", "scala.runtime.", "scala.Predef")
 
 
-def samples(path: str) -> list[tuple[str, list[str]]]:
-    """(thread name, frames top first as class.method) of every jdk.ExecutionSample."""
+def samples(path: str) -> list[tuple[str, list[str], int]]:
+    """(thread name, frames top first as class.method, wall clock in epoch ms) of every jdk.ExecutionSample."""
     out = subprocess.run(["jfr", "print", "--json", "--stack-depth", "64", "--events", "jdk.ExecutionSample", path],
                          capture_output=True, text=True, check=True).stdout
     events = json.loads(out)["recording"]["events"]
@@ -26,7 +30,8 @@ def samples(path: str) -> list[tuple[str, list[str]]]:
         thread = (v.get("sampledThread") or {}).get("javaName") or "?"
         frames = [f"{f['method']['type']['name']}.{f['method']['name']}"
                   for f in (v.get("stackTrace") or {}).get("frames", [])]
-        result.append((thread, frames))
+        at = int(datetime.fromisoformat(v["startTime"].replace("Z", "+00:00")).timestamp() * 1000)
+        result.append((thread, frames, at))
     return result
 
 
@@ -35,8 +40,11 @@ def main() -> None:
     ap.add_argument("jfr")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--thread", default="", help="only threads whose name contains this")
+    ap.add_argument("--between", type=int, nargs=2, metavar=("FROM_MS", "TO_MS"),
+                    help="only samples taken in this span of the wall clock (epoch ms)")
     a = ap.parse_args()
-    ss = [(t, f) for t, f in samples(a.jfr) if a.thread in t and f]
+    lo, hi = a.between or (0, 2**63)
+    ss = [(t, f) for t, f, at in samples(a.jfr) if a.thread in t and f and lo <= at <= hi]
     self_time: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
     threads: collections.Counter[str] = collections.Counter()

@@ -228,8 +228,10 @@ def cpu_jiffies() -> tuple[int, int]:
 
 
 def per_window(w: list[list[int]]) -> list[dict[str, int]]:
-    """Each (input partition, window) on its own, in the order they closed, the warm-up window first."""
-    return [{"partition": x[0], "window_start": x[1], "first_result_ms": x[4] - x[2], "burst_ms": x[5] - x[4],
+    """Each (input partition, window) on its own, in the order they closed, the warm-up window first; the
+    instants (`*_at`, epoch ms) are for `bench/jfr_top.py --between`."""
+    return [{"partition": x[0], "window_start": x[1], "closing_send_at": x[2], "first_append_at": x[4],
+             "last_append_at": x[5], "first_result_ms": x[4] - x[2], "burst_ms": x[5] - x[4],
              **({"first_emit_ms": x[7] - x[2]} if len(x) > 7 and x[7] >= 0 else {}),
              **({"emit_to_send_ms": x[8] - x[7], "send_to_append_ms": x[4] - x[8]}
                 if len(x) > 8 and x[8] >= 0 and x[7] >= 0 else {})}
