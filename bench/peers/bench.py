@@ -6,7 +6,7 @@ search for the highest rate each holds at a p99 latency bound. Run through bench
 builds the JVM sides first); README.md says what is measured and how.
 
     bench/peers/run [--queries count,q5,q7,q8,q11] [--sides flink,kafka-streams,ks-lowlat,sluice,sluice-rt]
-                    [--events 10000000] [--repeats 2] [--rate 50000 --duration-s 120] [--rate-search] ...
+                    [--events 10000000] [--repeats 2] [--rate 50000 --duration-s 135] [--rate-search] ...
 """
 from __future__ import annotations
 
@@ -174,7 +174,7 @@ def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, to
         cmd = [sys.executable, str(HERE / "spark_side.py"), "--query", q, "--bootstrap", bs, "--input", topic,
                "--output", out, "--checkpoint", str(work / f"ckpt-{name}"), "--lateness-ms", str(late),
                "--heap", a.heap, "--trigger", a.trigger, "--max-offsets", str(a.max_offsets),
-               "--json-decoder", a.json_decoder] + (["--stamp-emit", f"--extra-jar={HERE / 'target' / 'sendstamp.jar'}"] if a.stamp_emit else []) + [f"--sink-option={o}" for o in a.sink_option]
+               "--json-decoder", a.json_decoder] + (["--stamp-emit", f"--extra-jar={HERE / 'target' / 'sendstamp.jar'}"] if a.stamp_emit else []) + [f"--sink-option={o}" for o in a.sink_option] + [f"--spark-conf={o}" for o in a.spark_conf]
         cmd += [f"--java-option={o}" for o in jfr(a, name)]
         cmd += (["--realtime", a.rt_checkpoint, "--cores", str(a.rt_cores), "--shuffle-wait-ms", str(a.rt_shuffle_wait_ms)]
                 if side == RT else ["--cores", "2"])
@@ -415,7 +415,8 @@ def main() -> None:
     ap.add_argument("--jfr", default="", help="a folder: every side's JVM records a Java Flight Recording there "
                     "(summarise with bench/jfr_top.py; for profiles, not figures)")
     ap.add_argument("--rate", type=int, default=50_000, help="fixed-rate run: events/s (0: skip)")
-    ap.add_argument("--duration-s", type=int, default=120)
+    ap.add_argument("--duration-s", type=int, default=135,
+                    help="fixed-rate run: seconds (>= 130: two 1-minute windows close, the first the warm-up)")
     ap.add_argument("--rate-keys", type=int, default=0,
                     help="the count's keys at a fixed rate (default a tenth of one window's records: rate * 6)")
     ap.add_argument("--rate-disorder-ms", type=int, default=2000,
@@ -451,6 +452,8 @@ def main() -> None:
                          "queries, sluice from the record's bytes or Spark's own parser")
     ap.add_argument("--sink-option", action="append", default=[],
                     help="KEY=VALUE, repeatable: an option of the Spark sides' Kafka sink (e.g. kafka.linger.ms=0)")
+    ap.add_argument("--spark-conf", action="append", default=[],
+                    help="KEY=VALUE, repeatable: a Spark setting of the Spark sides' sessions (printed with their settings)")
     ap.add_argument("--stamp-emit", action="store_true",
                     help="the count on Spark's sides: key each result by the wall clock at which the projection above "
                          "suppress passed it on, so that where_the_time_goes splits a window's first result into the "

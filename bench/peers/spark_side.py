@@ -171,6 +171,7 @@ def main() -> None:
                     "(e.g. kafka.linger.ms=0)")
     ap.add_argument("--extra-jar", action="append", default=[], help="a jar added to spark.jars beside the Kafka "
                     "connector's (--stamp-emit: bench/peers' SendStamp interceptor)")
+    ap.add_argument("--spark-conf", action="append", default=[], help="KEY=VALUE: a Spark setting of the session")
     ap.add_argument("--stamp-emit", action="store_true", help="the count: key each result by the wall clock at "
                     "which the projection above suppress passed it on")
     ap.add_argument("--realtime", default="", help="real-time trigger with this checkpoint interval "
@@ -196,6 +197,7 @@ def main() -> None:
     }
     if args.java_option:
         conf["spark.driver.extraJavaOptions"] = " ".join(args.java_option)
+    conf.update(kv.split("=", 1) for kv in args.spark_conf)
     if rt and args.shuffle_wait_ms >= 0:
         # Real-time mode's shuffle sends a buffer when it holds 32 KB or has waited this long: at a few
         # thousand rows per second per reader that wait, not the work, is the shuffle's latency.
