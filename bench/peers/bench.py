@@ -238,7 +238,7 @@ def per_window(w: list[list[int]]) -> list[dict[str, int]]:
             for x in sorted(w, key=lambda x: (x[2], x[0]))]
 
 
-def where_the_time_goes(windows: Path, closes: Path, batch_starts: list[int]) -> dict[str, Any]:
+def where_the_time_goes(windows: Path, closes: Path, batch_starts: list[int], warmup: int | None) -> dict[str, Any]:
     """The count's latency per timed (input partition, window) split in two: the wait from the closing
     record's send to the window's first result (reading, shuffle, aggregation, the close decision, the
     sink), and the window's burst, from its first result to its last (every result of a window is due
@@ -253,8 +253,8 @@ def where_the_time_goes(windows: Path, closes: Path, batch_starts: list[int]) ->
     every = [[int(x) for x in line.split()] for line in windows.read_text().splitlines() if line.strip()]
     if not every:
         return {}
-    # The first window to close is the warm-up (as in the latency figures: Peers collect), listed apart.
-    w = [x for x in every if x[1] != min(y[1] for y in every)]
+    # `warmup`: the start of the window Peers collect set apart from the latency figures, listed apart here too.
+    w = [x for x in every if x[1] != warmup]
     if not w:
         return {"windows": 0, "per_window": per_window(every)}
     last_close: dict[int, int] = {}  # window start -> the latest send of a closing record over the partitions
@@ -364,7 +364,7 @@ def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, na
             r["median_batch_ms"] = statistics.median(x["ms"] for x in b)
     if q == "count":
         starts = [x["start_ms"] for x in stopped.get("batches") or [] if x.get("start_ms")]
-        r["where_the_time_goes"] = where_the_time_goes(d / "windows", d / "closes", starts)
+        r["where_the_time_goes"] = where_the_time_goes(d / "windows", d / "closes", starts, c.get("warmup_window"))
     return r
 
 

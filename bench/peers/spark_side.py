@@ -140,11 +140,8 @@ output_topic = ""
 
 def sink_producer_metrics(spark: SparkSession) -> dict:
     """The Kafka sink's producer metrics (bench/peers' ProducerMetrics, in the SendStamp jar): where a
-    result waits between the producer's send and the broker's append. Empty without that jar."""
-    try:
-        return json.loads(spark._jvm.ProducerMetrics.json())
-    except Exception:  # --stamp-emit not set: the class is not on the driver's class path
-        return {}
+    result waits between the producer's send and the broker's append."""
+    return json.loads(spark._jvm.ProducerMetrics.json())
 
 
 def iso_ms(ts: str) -> int:
@@ -257,7 +254,8 @@ def main() -> None:
     for line in sys.stdin:
         if line.strip() == "stop":
             break
-    producer = sink_producer_metrics(spark) if per_batch is None else {}
+    # --stamp-emit puts the SendStamp jar, which holds ProducerMetrics, on the driver's class path
+    producer = sink_producer_metrics(spark) if args.stamp_emit and per_batch is None else {}
     progress = query.recentProgress
     failure = query.exception()
     query.stop()

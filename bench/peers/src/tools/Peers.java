@@ -163,7 +163,7 @@ public final class Peers {
      *   send of the record that closed its window on its key's input partition, and minus that send's
      *   broker acknowledgement (which takes the producer's own delays out); rows of windows only the
      *   flush records closed are not timed. Either way the rows of the first window to close are the
-     *   warm-up, counted apart (warmup_rows, warmup_max_ms). With --windows-out, per timed (input partition, window):
+     *   warm-up, counted apart (warmup_rows, warmup_window, warmup_max_ms). With --windows-out, per timed (input partition, window):
      *   "partition windowStart sent acked firstAppend lastAppend rows firstEmit firstSend" (firstEmit:
      *   the least record key, a Spark side's emit stamp; firstSend: the least SendStamp header; -1 where
      *   absent), the split of its results'
@@ -176,7 +176,7 @@ public final class Peers {
         Map<String, long[]> closes = a.containsKey("closes") ? readCloses(Path.of(a.get("closes"))) : null;
         List<String> rows = new ArrayList<>();
         long afterCut = 0, flushRows = 0, firstAppend = Long.MAX_VALUE, lastAppend = Long.MIN_VALUE, untimed = 0;
-        // per timed row: its latency, from the ack, and its window (the count: its start; Nexmark: its close)
+        // per timed row: its latency, from the ack, and its window
         long[] lat = new long[1 << 12], latAck = new long[1 << 12], latWindow = new long[1 << 12];
         int nl = 0;
         Map<String, long[]> windows = new TreeMap<>(); // "partition windowStart" -> {sent, acked, first, last, rows}
@@ -196,8 +196,10 @@ public final class Peers {
                     firstAppend = Math.min(firstAppend, r.timestamp());
                     lastAppend = Math.max(lastAppend, r.timestamp());
                     long[] closed = null; // {sent, acked} of the closing record
+                    long window; // the count: the window's start; Nexmark: its close
                     if (closes != null) {
                         String[] f = row.split(",", 3);
+                        window = Long.parseLong(f[1]);
                         String w = KafkaIo.partitionOf(f[0], 2) + " " + f[1];
                         closed = closes.get(w);
                         if (closed != null) {
@@ -217,6 +219,7 @@ public final class Peers {
                         }
                     } else if (lastEvent >= 0) {
                         long close = Queries.closeTime(q, row, lateness);
+                        window = close;
                         closed = close > lastEvent ? null : new long[]{close, close};
                     } else continue;
                     if (closed == null) { untimed++; continue; }
@@ -225,7 +228,7 @@ public final class Peers {
                         latAck = Arrays.copyOf(latAck, nl * 2);
                         latWindow = Arrays.copyOf(latWindow, nl * 2);
                     }
-                    latWindow[nl] = closes != null ? Long.parseLong(row.split(",", 3)[1]) : closed[0];
+                    latWindow[nl] = window;
                     latAck[nl] = r.timestamp() - closed[1];
                     lat[nl++] = r.timestamp() - closed[0];
                 }
@@ -268,7 +271,7 @@ public final class Peers {
             Arrays.sort(la);
             s.append(", \"latency_rows\": ").append(nl).append(", \"rows_untimed\": ").append(untimed)
                     .append(", \"warmup_rows\": ").append(cold);
-            if (cold > 0) s.append(", \"warmup_max_ms\": ").append(coldMax);
+            if (cold > 0) s.append(", \"warmup_window\": ").append(first).append(", \"warmup_max_ms\": ").append(coldMax);
             if (nl > 0) {
                 s.append(", \"latency_min_ms\": ").append(l[0]).append(", \"latency_p50_ms\": ").append(KafkaIo.pct(l, 0.5))
                         .append(", \"latency_p99_ms\": ").append(KafkaIo.pct(l, 0.99)).append(", \"latency_max_ms\": ")
