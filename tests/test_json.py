@@ -21,7 +21,11 @@ from conftest import batch_file_sink
 KEY = "spark.sluice.json.decoder"
 SCHEMA = T.StructType([
     T.StructField("k", T.StringType()), T.StructField("ts", T.LongType()), T.StructField("n", T.LongType()),
-    T.StructField("meta", T.StructType([T.StructField("w", T.DoubleType()), T.StructField("ok", T.BooleanType())]))])
+    T.StructField("meta", T.StructType([T.StructField("w", T.DoubleType()), T.StructField("ok", T.BooleanType()),
+                                        T.StructField("rank", T.LongType())])),
+    T.StructField("note", T.StringType())])
+# What the query reads of SCHEMA, all that sluice's decoder builds.
+READ = "struct<k:string,ts:bigint,n:bigint,meta:struct<w:double,ok:boolean>>"
 
 
 def lines(seed: int, batch: int, count: int) -> list[bytes]:
@@ -31,9 +35,10 @@ def lines(seed: int, batch: int, count: int) -> list[bytes]:
     for i in range(count):
         ts = batch * 10_000 + i * 10_000 // count
         ev = {"k": r.choice(["a", "b", "é", "😀"]), "ts": ts, "n": r.randint(-5, 9),
-              "meta": {"w": r.random(), "ok": r.random() < 0.5}, "extra": {"x": [1, 2]}}
+              "meta": {"w": r.random(), "ok": r.random() < 0.5, "rank": r.randint(0, 99)}, "note": r.choice(["x", "é"]),
+              "extra": {"x": [1, 2]}}
         text = json.dumps(ev, ensure_ascii=r.random() < 0.5).encode()
-        kind = r.randrange(12)
+        kind = r.randrange(14)
         if kind == 0:
             text = text.replace(b'"n": ', b'"n": "', 1).replace(b', "meta"', b'", "meta"', 1)  # a string for a number
         elif kind == 1:
@@ -42,6 +47,8 @@ def lines(seed: int, batch: int, count: int) -> list[bytes]:
             text = text.replace(b'"k": "', b'"k": "\xc0\xaf', 1)  # an overlong form inside a string
         elif kind == 3:
             text = text.replace(b'"', b"'")  # single quotes, which Spark's parser allows
+        elif kind == 4:
+            text = text.replace(b'"rank": ', b'"rank": "', 1).replace(b'}, "note"', b'"}, "note"', 1)  # in a field not read
         out.append(text)
     return out
 
@@ -96,6 +103,7 @@ def test_streaming_results_equal_spark_parser_across_a_restart(spark: SparkSessi
     expected, spark_plan = run(spark, tmp_path / "spark", "spark", batches, None, capsys)
     actual, sluice_plan = run(spark, tmp_path / "sluice", "sluice", batches, 2, capsys)
     assert "sluice_from_json" in sluice_plan and "sluice_from_json" not in spark_plan
+    assert READ in sluice_plan
     assert len(expected) > 20  # windows of every batch, per key
     assert actual == expected
 

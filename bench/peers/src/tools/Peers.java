@@ -180,6 +180,8 @@ public final class Peers {
         long[] lat = new long[1 << 12], latAck = new long[1 << 12], latWindow = new long[1 << 12];
         int nl = 0;
         Map<String, long[]> windows = new TreeMap<>(); // "partition windowStart" -> {sent, acked, first, last, rows}
+        long warmFrom = Long.parseLong(a.getOrDefault("warm-from-ms", "-1"));
+        List<long[]> progress = new ArrayList<>(); // with --warm-from-ms: {append, close} of every row
         try (KafkaConsumer<String, String> c = KafkaIo.consumer(req(a, "bootstrap"))) {
             List<TopicPartition> tps = KafkaIo.topicPartitions(c, req(a, "topic"));
             c.assign(tps);
@@ -193,6 +195,7 @@ public final class Peers {
                     if (Queries.isFlushRow(q, row)) { flushRows++; continue; }
                     if (Queries.closeTime(q, row, lateness) > cut) { afterCut++; continue; }
                     rows.add(row);
+                    if (warmFrom >= 0) progress.add(new long[]{r.timestamp(), Queries.closeTime(q, row, lateness)});
                     firstAppend = Math.min(firstAppend, r.timestamp());
                     lastAppend = Math.max(lastAppend, r.timestamp());
                     long[] closed = null; // {sent, acked} of the closing record
@@ -248,6 +251,23 @@ public final class Peers {
                 + ", \"first_append_ms\": " + firstAppend + ", \"last_append_ms\": " + lastAppend
                 + ", \"expected_rows\": " + expected.size() + ", \"differing_from_expected\": "
                 + differing(rows, expected, null));
+        if (warmFrom >= 0) {
+            // The side's progress: by each append, the latest window close (event time) it has output.
+            // From the first append at which that reaches warm-from-ms to the last append: the event time
+            // the side got through and the wall time it took, without its start (JVM warm-up, planning).
+            progress.sort(Comparator.comparingLong(x -> x[0]));
+            long reached = Long.MIN_VALUE, fromAppend = -1, fromClose = -1;
+            for (long[] x : progress) {
+                reached = Math.max(reached, x[1]);
+                if (fromAppend < 0 && reached >= warmFrom) { fromAppend = x[0]; fromClose = reached; }
+            }
+            if (fromAppend >= 0) {
+                long[] last = progress.get(progress.size() - 1);
+                s.append(", \"warm\": {\"from_append_ms\": ").append(fromAppend).append(", \"to_append_ms\": ")
+                        .append(last[0]).append(", \"from_close_ms\": ").append(fromClose).append(", \"to_close_ms\": ")
+                        .append(reached).append("}");
+            }
+        }
         if (closes != null || lastEvent >= 0) {
             // The first window to close is the warm-up: its results are the first a side ever writes, and
             // pay for what it sets up once (Spark's Kafka sink creates its producer at its first row; the

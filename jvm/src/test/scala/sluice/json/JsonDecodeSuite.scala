@@ -6,7 +6,7 @@ import scala.util.Random
 
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.functions.{col, from_json}
+import org.apache.spark.sql.functions.{array, col, from_json, inline, max, sum}
 import org.apache.spark.sql.types._
 import org.apache.spark.unsafe.types.UTF8String
 import org.scalatest.BeforeAndAfterAll
@@ -166,6 +166,62 @@ class JsonDecodeSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(row.getStruct(8, 2).getLong(0) == -1 && row.getStruct(8, 2).isNullAt(1))
     val notMine = Seq("""{"l":"5"}""", """{"s":5}""", """{"l":1.5}""", """{"i":3000000000}""", """{'l':1}""",
       """{"d":NaN}""", """{"n":[]}""", """[{"l":1}]""", "", "null", """{"l":1""", "\ufeff{}", """{"l":01}""")
+    notMine.foreach(decode)
+    assert(handedBack == notMine)
+  }
+
+  /** The rows of `read` over the records, decoded by `decoder`, and what the plan's decoder builds. */
+  private def narrowed(decoder: String, input: Seq[(Int, Array[Byte])],
+      read: DataFrame => DataFrame): (Seq[Row], Option[String]) = {
+    spark.conf.set(Key, decoder)
+    try {
+      val session = spark
+      import session.implicits._
+      val df = read(spark.sparkContext.parallelize(input, 2).toDF("id", "value"))
+      val built = df.queryExecution.optimizedPlan.flatMap(_.expressions).flatMap(_.collect {
+        case d: DirectJsonToStructs => d.decoded.simpleString
+      }).headOption
+      (df.collect().sortBy(_.getInt(0)).toSeq, built)
+    } finally spark.conf.unset(Key)
+  }
+
+  test("a query reading some fields is decoded with only those built, and gets Spark's values for them") {
+    val input = records(seed = 11, n = 4000)
+    val json = from_json(col("value").cast("string"), Schema)
+    // The fields named as columns by inline(array(...)); and a projection's alias (j) whose fields an
+    // aggregation reads, through the aliases Spark's optimizer puts below it (j.n.x AS _extract_x).
+    val queries: Seq[(String, DataFrame => DataFrame, String)] = Seq(
+      ("inline", df => df.select(col("id"), inline(array(json))).where(col("t").isNotNull || col("n.x") > 0)
+        .select(col("id"), col("l"), col("n.x")),
+        "struct<l:bigint,t:boolean,n:struct<x:bigint>>"),
+      ("alias", df => df.select(col("id"), json.alias("j")).groupBy("id")
+        .agg(max(col("j.d")), max(col("j.n.s")), sum(col("j.n.x"))),
+        "struct<d:double,n:struct<x:bigint,s:string>>"))
+    for ((name, read, built) <- queries) {
+      val (expected, sparkBuilt) = narrowed("spark", input, read)
+      val (actual, sluiceBuilt) = narrowed("sluice", input, read)
+      assert(sparkBuilt.isEmpty && sluiceBuilt.contains(built), s"$name: $sluiceBuilt")
+      val sizes = (expected.size, actual.size)
+      assert(sizes._1 == sizes._2 && sizes._1 > input.size / 5, s"$name: rows $sizes of ${input.size}")
+      val differing = expected.zip(actual).filter { case (a, b) => a != b }
+      assert(differing.isEmpty, s"$name: ${differing.size} rows differ, first: " +
+        differing.take(3).map { case (e, a) => s"record ${new String(input(e.getInt(0))._2, UTF_8)}: spark $e, sluice $a" }
+          .mkString("; "))
+      // records with a value, and records whose values Spark's rules for bad records decided
+      val withValues = expected.count(r => (1 until r.length).exists(!r.isNullAt(_)))
+      assert(withValues > expected.size / 4, s"$name: $withValues of ${expected.size} rows with values")
+    }
+  }
+
+  test("a field not built is still checked: a record goes to Spark's parser as with the whole schema") {
+    var handedBack = Seq.empty[String]
+    val read = StructType(Seq(StructField("l", LongType)))
+    val decoder = new RecordDecoder(Schema, read, r => { handedBack :+= r.toString; InternalRow.empty })
+    def decode(s: String): InternalRow = decoder.decode(UTF8String.fromString(s))
+    val row = decode("""{"l":5,"s":"not built","n":{"x":1,"s":"é"},"i":7}""")
+    assert(handedBack.isEmpty && row.getLong(0) == 5 && row.isNullAt(7) && row.isNullAt(8) && row.isNullAt(1))
+    val notMine = Seq("""{"l":1,"s":5}""", """{"l":1,"i":3000000000}""", """{"l":1,"n":{"x":"1"}}""",
+      """{"l":1,"n":[]}""", """{"l":1,"t":1}""", """{"l":1,"s":"a\q"}""")
     notMine.foreach(decode)
     assert(handedBack == notMine)
   }

@@ -8,18 +8,24 @@ import org.apache.spark.unsafe.types.UTF8String
 
 /**
  * Spark's `from_json` (`spark`, the expression this replaces) decoded by a [[RecordDecoder]]: the
- * same rows, with Spark's own parser deciding every record the decoder leaves to it.
+ * same rows, with Spark's own parser deciding every record the decoder leaves to it. `decoded` is
+ * the part of the schema the query reads ([[ReadFields]]); the fields outside it are null.
  */
-private[json] final case class DirectJsonToStructs(child: Expression, spark: JsonToStructs) extends UnaryExpression {
+private[json] final case class DirectJsonToStructs(child: Expression, spark: JsonToStructs, decoded: StructType)
+    extends UnaryExpression {
   override def dataType: DataType = spark.dataType
   override def nullable: Boolean = spark.nullable
   override def prettyName: String = DirectJsonToStructs.Name
 
+  def schema: StructType = dataType.asInstanceOf[StructType]
+
   @transient private lazy val decoder: RecordDecoder = {
     val sparkOnOneRecord = spark.withNewChildren(Seq(BoundReference(0, child.dataType, nullable = true)))
-    new RecordDecoder(dataType.asInstanceOf[StructType],
-      record => sparkOnOneRecord.eval(InternalRow(record)).asInstanceOf[InternalRow])
+    new RecordDecoder(schema, decoded, record => sparkOnOneRecord.eval(InternalRow(record)).asInstanceOf[InternalRow])
   }
+
+  // The plan shows what is decoded, `spark`'s schema being the type.
+  override def stringArgs: Iterator[Any] = Iterator(child, decoded.simpleString)
 
   override protected def nullSafeEval(input: Any): Any = decoder.decode(input.asInstanceOf[UTF8String])
 
@@ -32,6 +38,10 @@ private[json] final case class DirectJsonToStructs(child: Expression, spark: Jso
 }
 
 private[json] object DirectJsonToStructs {
+  /** `spark` decoded whole: what the query reads is narrowed later, by [[ReadFields]]. */
+  def apply(child: Expression, spark: JsonToStructs): DirectJsonToStructs =
+    DirectJsonToStructs(child, spark, spark.dataType.asInstanceOf[StructType])
+
   /** The name plans show in place of `from_json`. */
   val Name = "sluice_from_json"
 

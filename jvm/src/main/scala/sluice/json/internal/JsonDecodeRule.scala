@@ -9,8 +9,8 @@ import sluice.conf.SluiceConf
 
 /**
  * With `spark.sluice.json.decoder=sluice`, every `from_json` that [[DirectJsonToStructs.supports]]
- * is decoded by sluice. An optimizer rule, so that it also meets the copies of a `from_json` that
- * Spark's own rules push into filters.
+ * is decoded by sluice, building only the fields the query reads ([[ReadFields]]). An optimizer rule,
+ * so that it also meets the copies of a `from_json` that Spark's own rules push into filters.
  */
 private[sluice] final case class JsonDecodeRule(session: SparkSession) extends Rule[LogicalPlan] {
   /** Spark's setting naming the corrupt-record column, and its default. */
@@ -24,8 +24,8 @@ private[sluice] final case class JsonDecodeRule(session: SparkSession) extends R
         .get(SluiceConf.JsonDecoder) != SluiceConf.JsonDecoderSluice) plan
     else {
       val corrupt = session.conf.get(CorruptRecordKey, CorruptRecordDefault)
-      plan.transformAllExpressions {
+      ReadFields(plan.transformAllExpressions {
         case j: JsonToStructs if DirectJsonToStructs.supports(j, corrupt) => DirectJsonToStructs(j.child, j)
-      }
+      })
     }
 }

@@ -25,13 +25,20 @@ import org.apache.spark.unsafe.types.UTF8String
  * than this one (single quotes, NaN), never stricter, and reads the same characters: so where this
  * one succeeds, Spark's reaches the same values. [[DirectJsonToStructs.supports]] admits only the
  * schemas and options for which that holds.
+ *
+ * `decoded` is the part of `schema` the query reads (the same fields in the same order, some left
+ * out; [[ReadFields]]). A field outside it is checked as if it were decoded, so that a record goes to
+ * Spark's parser exactly when it would with the whole schema, but no value is built for it: it is
+ * left null, which nothing in the query can see. On such a record `sparkParse` gives every field.
  */
-private[json] final class RecordDecoder(schema: StructType, sparkParse: UTF8String => InternalRow)
-    extends Serializable {
+private[json] final class RecordDecoder(schema: StructType, decoded: StructType,
+    sparkParse: UTF8String => InternalRow) extends Serializable {
   import RecordDecoder._
 
+  def this(schema: StructType, sparkParse: UTF8String => InternalRow) = this(schema, schema, sparkParse)
+
   @transient private lazy val factory = new JsonFactory()
-  @transient private lazy val root = new StructReader(schema)
+  @transient private lazy val root = new StructReader(schema, decoded)
 
   def decode(record: UTF8String): InternalRow = {
     val base = record.getBaseObject
@@ -89,43 +96,57 @@ private[json] object RecordDecoder {
     case _ => -1
   }
 
-  /** One struct's fields by name, and a reader for each. Field names are unique (checked by `supports`). */
-  private final class StructReader(schema: StructType) {
+  /** One struct's fields by name, and a reader for each. Field names are unique (checked by `supports`).
+   *  `decoded`: the fields to build values for (see the class), or null to only check the object. */
+  private final class StructReader(schema: StructType, decoded: StructType) {
     private val index = new java.util.HashMap[String, Integer]()
     schema.fields.zipWithIndex.foreach { case (f, i) => index.put(f.name, i) }
     private val kinds = schema.fields.map(f => kindOf(f.dataType))
-    private val nested = schema.fields.map(_.dataType match {
-      case s: StructType => new StructReader(s)
-      case _ => null
-    })
+    private val builds: Array[Boolean] =
+      schema.fields.map(f => decoded != null && decoded.fieldNames.contains(f.name))
+    private val nested: Array[StructReader] = schema.fields.map { f =>
+      f.dataType match {
+        case s: StructType =>
+          new StructReader(s, if (builds(schema.fieldIndex(f.name))) decoded(f.name).dataType.asInstanceOf[StructType] else null)
+        case _ => null
+      }
+    }
 
-    /** Reads an object, the parser on its START_OBJECT; leaves it on the END_OBJECT. */
+    /** Reads an object, the parser on its START_OBJECT; leaves it on the END_OBJECT. The row, or null
+     *  where this reader only checks. */
     def read(p: JsonParser): InternalRow = {
-      val row = new GenericInternalRow(kinds.length)
+      val row = if (decoded == null) null else new GenericInternalRow(kinds.length)
       var t = p.nextToken()
       while (t == JsonToken.FIELD_NAME) {
         val i = index.get(p.currentName())
         val v = p.nextToken()
         // A field the schema lacks is skipped, as Spark does; a repeated one takes its last value, as Spark's.
-        if (i eq null) p.skipChildren() else row.update(i, value(p, v, i.intValue()))
+        if (i eq null) p.skipChildren()
+        else {
+          val value = this.value(p, v, i.intValue())
+          if (builds(i.intValue())) row.update(i.intValue(), value)
+        }
         t = p.nextToken()
       }
       if (t != JsonToken.END_OBJECT) throw NotMine
       row
     }
 
+    /** The field's value, or where it is not built, anything: the checks are the same either way. */
     private def value(p: JsonParser, t: JsonToken, i: Int): Any = {
       if (t == JsonToken.VALUE_NULL) return null
       (kinds(i): @annotation.switch) match {
         case KBool =>
           if (t == JsonToken.VALUE_TRUE) true else if (t == JsonToken.VALUE_FALSE) false else throw NotMine
+        // The integer getters are called even for a field not built: they are the range check.
         case KByte => if (t == JsonToken.VALUE_NUMBER_INT) p.getByteValue else throw NotMine
         case KShort => if (t == JsonToken.VALUE_NUMBER_INT) p.getShortValue else throw NotMine
         case KInt => if (t == JsonToken.VALUE_NUMBER_INT) p.getIntValue else throw NotMine
         case KLong => if (t == JsonToken.VALUE_NUMBER_INT) p.getLongValue else throw NotMine
         case KFloat => if (isNumber(t)) p.getFloatValue else throw NotMine
         case KDouble => if (isNumber(t)) p.getDoubleValue else throw NotMine
-        case KStr => if (t == JsonToken.VALUE_STRING) string(p) else throw NotMine
+        // A string not built is never read: Jackson then skips its text, checking it as it reads it.
+        case KStr => if (t != JsonToken.VALUE_STRING) throw NotMine else if (builds(i)) string(p) else null
         case KStruct => if (t == JsonToken.START_OBJECT) nested(i).read(p) else throw NotMine
         case _ => throw NotMine
       }
