@@ -212,18 +212,37 @@ def drain(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, data: D
               "expected_rows": expected_rows, "differing_from_expected": c["differing_from_expected"],
               "complete": not w.get("timeout"), "dropped": stopped.get("dropped_records"),
               "rows_file": str(work / f"{name}.rows"), "config": config}
-    warm = c.get("warm")
-    if warm and warm["to_append_ms"] > warm["from_append_ms"]:
-        # The second half of the backlog, from the first output past its middle (event time) to the last:
-        # the drain without the side's start. Events are spread evenly over event time.
-        events = (warm["to_close_ms"] - warm["from_close_ms"]) * data.events / (last - first)
-        result["warm_events_per_s"] = round(events * 1000 / (warm["to_append_ms"] - warm["from_append_ms"]))
+    result["warm_events_per_s"] = warm_rate(side, c.get("warm"), stopped.get("batches") or [], data, first, last)
     if stopped.get("failure"):
         result["failure"] = stopped["failure"]
     if side in SPARK_SIDES:
         result["micro_batches"] = len(stopped.get("batches") or [])
         result["batches"] = stopped.get("batches")
     return result
+
+
+def warm_rate(side: str, warm: dict[str, int] | None, batches: list[dict[str, Any]], data: Data, first: int,
+              last: int) -> int | None:
+    """The drain's second half, without the side's start (JVM warm-up, planning, the first batch): events/s.
+    A Spark side: the micro-batches that began once half the backlog was read, from the start of the first
+    to the end of the last. Another side, whose output is continuous: from the first output past the
+    backlog's middle (event time) to the last output, the event time its output got through (events are
+    spread evenly over event time). A Spark side's output comes a batch at a time, which that reading would
+    credit with the batch's whole span at its first row, so its own batches are used."""
+    if side in SPARK_SIDES:
+        read, chosen = 0, []
+        for b in batches:
+            if read >= data.events / 2 and b["rows"]:
+                chosen.append(b)
+            read += b["rows"]
+        if not chosen:
+            return None
+        span_ms = chosen[-1]["start_ms"] + chosen[-1]["ms"] - chosen[0]["start_ms"]
+        return round(sum(b["rows"] for b in chosen) * 1000 / span_ms) if span_ms > 0 else None
+    if not warm or warm["to_append_ms"] <= warm["from_append_ms"]:
+        return None
+    events = (warm["to_close_ms"] - warm["from_close_ms"]) * data.events / (last - first)
+    return round(events * 1000 / (warm["to_append_ms"] - warm["from_append_ms"]))
 
 
 def rate_keys(a: argparse.Namespace, rate: int) -> int:
@@ -623,14 +642,14 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: lis
             med = {n: statistics.median(r["events_per_s"] for r in runs[n]) for n in names}
             print(f"   {q}: median drain events/s " + ", ".join(f"{n} {v:.0f}" for n, v in med.items())
                   + "; peak RSS MB " + ", ".join(f"{n} {[r['peak_rss_mb'] for r in runs[n]]}" for n in names))
-            warm = {n: statistics.median(r["warm_events_per_s"] for r in runs[n]) for n in names
-                    if all("warm_events_per_s" in r for r in runs[n])}
-            if warm:
+            warm_med = {n: statistics.median(r["warm_events_per_s"] for r in runs[n]) for n in names
+                        if all(r.get("warm_events_per_s") for r in runs[n])}
+            if warm_med:
                 # Not a target: the drain's second half, where each side's start no longer counts (README).
                 print(f"   {q}: median warm drain events/s (second half of the backlog) "
-                      + ", ".join(f"{n} {v:.0f}" for n, v in warm.items())
-                      + "".join(f"; {n} / {m} {warm[n] / warm[m]:.3f}" for n in warm for m in warm
-                                if n.endswith("/sluice") and m != n and warm[m] > 0))
+                      + ", ".join(f"{n} {v:.0f}" for n, v in warm_med.items())
+                      + "".join(f"; {n} / {m} {warm_med[n] / warm_med[m]:.3f}" for n in warm_med for m in warm_med
+                                if n.endswith("/sluice") and m != n and warm_med[m] > 0))
 
             def ratio(x: str, y: str, bound: float) -> None:
                 if x in qsides and y in qsides and med[f"{q}/{y}"] > 0:

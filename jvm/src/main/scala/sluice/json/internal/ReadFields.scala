@@ -3,7 +3,7 @@ package sluice.json.internal
 import scala.collection.mutable
 
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, CreateArray, ExprId, Expression, GetStructField, Inline, SubqueryExpression}
-import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, EventTimeWatermark, Expand, Filter, Generate, Join, LogicalPlan, Project, Sort, Window}
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, EventTimeWatermark, Expand, Filter, Generate, LogicalPlan, Project, Sort, Window}
 import org.apache.spark.sql.types.StructType
 
 /**
@@ -21,11 +21,12 @@ import org.apache.spark.sql.types.StructType
  * at it, followed through the aliases of projections (`e.bid AS b`, then `b.price`). Anything else
  * reads it whole: the attribute on its own in any expression, the plan's output, and every column
  * that goes into a node this does not know to pass columns by name (a union, which pairs columns by
- * position, a deduplication, a sink or stateful operator of any kind). A plan with a subquery is
- * left alone: its outer references are not followed.
+ * position, a deduplication, a sink, any operator that keeps rows in state: a join among them, whose
+ * stored rows a changed query restarted on the checkpoint could read further). A plan with a
+ * subquery is left alone: its outer references are not followed.
  *
- * Invariant: a field left out of `decoded` is read nowhere in the plan, so the null the decoder puts
- * there is never seen.
+ * Invariant: a field left out of `decoded` is read nowhere in the plan, and no row holding its null
+ * outlives the batch, so the null the decoder puts there is never seen.
  */
 private[json] object ReadFields {
   /** What is read of a value: all of it, or some fields of a struct (each with what is read of it). */
@@ -62,7 +63,7 @@ private[json] object ReadFields {
   /** Nodes whose columns pass to their output by name, every read of them being in their expressions. */
   private def passesByName(node: LogicalPlan): Boolean = node match {
     case _: Project | _: Filter | _: Generate | _: Aggregate | _: EventTimeWatermark | _: Expand | _: Sort |
-         _: Join | _: Window => true
+         _: Window => true
     case _ => false
   }
 
