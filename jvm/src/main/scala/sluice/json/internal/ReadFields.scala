@@ -68,8 +68,8 @@ private[json] object ReadFields {
   }
 
   def apply(plan: LogicalPlan): LogicalPlan = {
-    if (!plan.exists(_.isInstanceOf[Generate]) && !plan.exists(_.isInstanceOf[Project])) return plan
-    if (plan.exists(_.expressions.exists(_.exists(_.isInstanceOf[SubqueryExpression])))) return plan
+    def holds(p: Expression => Boolean): Boolean = plan.exists(_.expressions.exists(_.exists(p)))
+    if (!holds(_.isInstanceOf[DirectJsonToStructs]) || holds(_.isInstanceOf[SubqueryExpression])) return plan
 
     val direct = mutable.HashMap.empty[ExprId, Use]
     // alias -> (the attribute it extracts from, the path): what is read of the alias is read there
