@@ -193,9 +193,10 @@ public final class Peers {
                         throw new IllegalStateException("output topic must use LogAppendTime");
                     String row = r.value();
                     if (Queries.isFlushRow(q, row)) { flushRows++; continue; }
-                    if (Queries.closeTime(q, row, lateness) > cut) { afterCut++; continue; }
+                    long close = Queries.closeTime(q, row, lateness);
+                    if (close > cut) { afterCut++; continue; }
                     rows.add(row);
-                    if (warmFrom >= 0) progress.add(new long[]{r.timestamp(), Queries.closeTime(q, row, lateness)});
+                    if (warmFrom >= 0) progress.add(new long[]{r.timestamp(), close});
                     firstAppend = Math.min(firstAppend, r.timestamp());
                     lastAppend = Math.max(lastAppend, r.timestamp());
                     long[] closed = null; // {sent, acked} of the closing record
@@ -221,7 +222,6 @@ public final class Peers {
                                 x[6] = Math.min(x[6], Long.parseLong(new String(sent.value(), StandardCharsets.UTF_8)));
                         }
                     } else if (lastEvent >= 0) {
-                        long close = Queries.closeTime(q, row, lateness);
                         window = close;
                         closed = close > lastEvent ? null : new long[]{close, close};
                     } else continue;

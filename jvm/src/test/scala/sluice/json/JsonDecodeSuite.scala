@@ -151,14 +151,14 @@ class JsonDecodeSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(expected.count(r => r.getStruct(1) != null && r.getStruct(1).toSeq.forall(_ == null)) > 20)
     // most records decoded by the decoder itself, a good share handed to Spark's parser
     var handedBack = 0
-    val decoder = new RecordDecoder(Schema, _ => { handedBack += 1; InternalRow.empty })
+    val decoder = new RecordDecoder(Schema, Schema, _ => { handedBack += 1; InternalRow.empty })
     input.foreach { case (_, b) => decoder.decode(UTF8String.fromBytes(b)) }
     assert(handedBack > input.size / 10 && handedBack < input.size / 2, s"$handedBack of ${input.size} handed back")
   }
 
   test("the decoder reads well-formed records itself and leaves the rest to Spark's parser") {
     var handedBack = Seq.empty[String]
-    val decoder = new RecordDecoder(Schema, r => { handedBack :+= r.toString; InternalRow.empty })
+    val decoder = new RecordDecoder(Schema, Schema, r => { handedBack :+= r.toString; InternalRow.empty })
     def decode(s: String): InternalRow = decoder.decode(UTF8String.fromString(s))
     val row = decode("""{"other":{"a":[1,{"b":2}]},"l":5,"s":"é😀","n":{"x":-1,"s":null},"t":true,"l":6}""")
     assert(handedBack.isEmpty)

@@ -94,7 +94,10 @@ private[json] object ReadFields {
       if (!passesByName(node)) node.children.foreach(_.output.foreach(a => note(a.exprId, Whole)))
       node match {
         case p: Project => p.projectList.foreach {
-          case a: Alias if path(a.child).isDefined => aliases(a.exprId) = path(a.child).get
+          case a: Alias => path(a.child) match {
+            case Some(source) => aliases(a.exprId) = source
+            case None => visit(a)
+          }
           case e => visit(e)
         }
         case g: Generate => visit(g.generator) // its expressions include the columns it makes

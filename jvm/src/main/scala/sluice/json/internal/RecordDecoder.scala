@@ -35,8 +35,6 @@ private[json] final class RecordDecoder(schema: StructType, decoded: StructType,
     sparkParse: UTF8String => InternalRow) extends Serializable {
   import RecordDecoder._
 
-  def this(schema: StructType, sparkParse: UTF8String => InternalRow) = this(schema, schema, sparkParse)
-
   @transient private lazy val factory = new JsonFactory()
   @transient private lazy val root = new StructReader(schema, decoded)
 
@@ -104,10 +102,9 @@ private[json] object RecordDecoder {
     private val kinds = schema.fields.map(f => kindOf(f.dataType))
     private val builds: Array[Boolean] =
       schema.fields.map(f => decoded != null && decoded.fieldNames.contains(f.name))
-    private val nested: Array[StructReader] = schema.fields.map { f =>
+    private val nested: Array[StructReader] = schema.fields.zip(builds).map { case (f, build) =>
       f.dataType match {
-        case s: StructType =>
-          new StructReader(s, if (builds(schema.fieldIndex(f.name))) decoded(f.name).dataType.asInstanceOf[StructType] else null)
+        case s: StructType => new StructReader(s, if (build) decoded(f.name).dataType.asInstanceOf[StructType] else null)
         case _ => null
       }
     }
