@@ -52,6 +52,10 @@ def rangeFolders(dir: File, minor: String): Seq[File] = {
   }.sortBy(_.getName)
 }
 
+// dev/test-jvm-options: the options of the JVMs tests start (why: that file).
+lazy val testJvmOptions: Seq[String] =
+  IO.readLines(file("dev/test-jvm-options")).filterNot(_.startsWith("#")).flatMap(_.trim.split("\\s+")).filter(_.nonEmpty)
+
 def sparkLine(minor: String): Project = {
   val line = sparkLines(minor)
   val id = "spark" + minor.replace(".", "")
@@ -116,7 +120,7 @@ def sparkLine(minor: String): Project = {
       Compile / packageDoc / publishArtifact := false,
       pomIncludeRepository := (_ => false),
       Test / fork := true,
-      Test / javaOptions ++= Seq(
+      Test / javaOptions ++= testJvmOptions ++ Seq(
         "-Xmx2g",
         "--add-opens=java.base/java.lang=ALL-UNNAMED",
         "--add-opens=java.base/java.nio=ALL-UNNAMED",

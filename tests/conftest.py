@@ -25,6 +25,10 @@ import sluice
 # Spark's own suites and many users' test setups do.
 os.environ["SPARK_TESTING"] = "1"
 
+# dev/test-jvm-options: the options of the JVMs tests start (why: that file).
+TEST_JVM_OPTIONS = " ".join(line for line in (Path(__file__).resolve().parents[1] / "dev" / "test-jvm-options")
+                            .read_text().splitlines() if line.strip() and not line.startswith("#"))
+
 BASE_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.enabled": "false",
@@ -39,6 +43,15 @@ BASE_CONF = {
 }
 
 _current: dict[str, Any] = {"key": None, "spark": None}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The test JVM options reach every driver JVM the tests start (sessions here, child processes,
+    which inherit the environment, the Spark Connect server); set here, not at import, so that
+    benchmarks importing this module keep the JVM's defaults."""
+    current = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if TEST_JVM_OPTIONS not in current:
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{current} {TEST_JVM_OPTIONS}".strip()
 
 
 def sluice_session(master: str = "local[2]", conf: dict[str, str] | None = None,
