@@ -74,7 +74,7 @@ def sparkLine(minor: String): Project = {
         Seq((ThisBuild / baseDirectory).value / "jvm" / "src" / "main" / "resources"),
       Test / unmanagedSourceDirectories := {
         val test = (ThisBuild / baseDirectory).value / "jvm" / "src" / "test"
-        Seq(test / "scala") ++ Seq(test / s"spark-$minor").filter(_.isDirectory) ++
+        Seq(test / "scala", test / "java") ++ Seq(test / s"spark-$minor").filter(_.isDirectory) ++
           // What needs Spark's test-jars and is the same for every minor that has them.
           sparkTestJars.get(minor).map(_ => test / "spark-testjars").toSeq
       },

@@ -29,6 +29,36 @@ os.environ["SPARK_TESTING"] = "1"
 TEST_JVM_OPTIONS = " ".join(line for line in (Path(__file__).resolve().parents[1] / "dev" / "test-jvm-options")
                             .read_text().splitlines() if line.strip() and not line.startswith("#"))
 
+TEST_CLASS_PATH_ENV = "SLUICE_TEST_CLASS_PATH"
+
+
+def _no_fork_local_fs() -> str:
+    """The class path of the test JVMs' local file system (jvm/src/test/java/sluice/testing, the
+    classes compiled here against this pyspark, and core-site.xml, which makes them the `file` scheme):
+    Hadoop without its native library forks chmod and readlink for every checkpoint file. Empty
+    (Hadoop's own, slower) where no javac is found. pytest_configure passes it to the sessions and
+    child processes through TEST_CLASS_PATH_ENV."""
+    import fcntl
+    import hashlib
+    import shutil
+    import pyspark
+    root = Path(__file__).resolve().parents[1]
+    sources = sorted((root / "jvm" / "src" / "test" / "java" / "sluice" / "testing").glob("*.java"))
+    javac = shutil.which("javac")
+    if not sources or javac is None:
+        return ""
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in sources)).hexdigest()[:12]
+    out = root / "target" / "test-local-fs" / f"pyspark-{pyspark.__version__}-{digest}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / ".lock", "w") as lock:  # pytest's workers start together
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "sluice" / "testing" / "NoForkLocalFs.class").exists():
+            jars = Path(pyspark.__file__).parent / "jars" / "*"
+            subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(out), "-cp", str(jars),
+                            *map(str, sources)], check=True)
+    return os.pathsep.join([str(out), str(root / "jvm" / "src" / "test" / "resources")])
+
+
 BASE_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.enabled": "false",
@@ -46,12 +76,14 @@ _current: dict[str, Any] = {"key": None, "spark": None}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The test JVM options reach every driver JVM the tests start (sessions here, child processes,
-    which inherit the environment, the Spark Connect server); set here, not at import, so that
-    benchmarks importing this module keep the JVM's defaults."""
+    """The test JVM options and class path reach every driver JVM the tests start (sessions here,
+    child processes, which inherit the environment, the Spark Connect server); set here, not at
+    import, so that benchmarks importing this module keep the JVM's defaults and Hadoop's file system."""
     current = os.environ.get("SPARK_SUBMIT_OPTS", "")
     if TEST_JVM_OPTIONS not in current:
         os.environ["SPARK_SUBMIT_OPTS"] = f"{current} {TEST_JVM_OPTIONS}".strip()
+    if TEST_CLASS_PATH_ENV not in os.environ:
+        os.environ[TEST_CLASS_PATH_ENV] = _no_fork_local_fs()
 
 
 def sluice_session(master: str = "local[2]", conf: dict[str, str] | None = None,
@@ -62,7 +94,10 @@ def sluice_session(master: str = "local[2]", conf: dict[str, str] | None = None,
         return _current["spark"]
     stop_session()
     builder = fresh_builder().master(master).appName("sluice-tests")
-    for k, v in {**BASE_CONF, **(conf or {})}.items():
+    test_class_path = os.environ.get(TEST_CLASS_PATH_ENV, "")
+    # executors of local-cluster masters: Hadoop confs the driver sends them name the file system
+    executors = {"spark.executor.extraClassPath": test_class_path} if test_class_path else {}
+    for k, v in {**BASE_CONF, **executors, **(conf or {})}.items():
         builder = builder.config(k, v)
     spark = sluice.configure(builder, **options).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -74,7 +109,10 @@ def fresh_builder() -> SparkSession.Builder:
     """A builder whose settings all reach the new SparkContext: the py4j gateway is launched first
     with only the sluice jar (for the driver's class path), since pyspark passes the first
     context's conf to the JVM as system properties that every later context would inherit."""
-    SparkContext._ensure_initialized(conf=SparkConf().set("spark.jars", sluice.jar_path()))
+    launch = SparkConf().set("spark.jars", sluice.jar_path())
+    if os.environ.get(TEST_CLASS_PATH_ENV):
+        launch.set("spark.driver.extraClassPath", os.environ[TEST_CLASS_PATH_ENV])
+    SparkContext._ensure_initialized(conf=launch)
     return SparkSession.builder
 
 

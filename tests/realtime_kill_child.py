@@ -29,11 +29,12 @@ BATCH = "2 seconds"
 
 def session() -> SparkSession:
     """The session of the real-time tests: the Kafka connector on the driver's class path, one
-    shuffle partition; local[4] leaves slots for reads of the output while a batch runs (a
-    real-time batch runs all its tasks at once)."""
+    shuffle partition. A real-time batch runs all its tasks at once and is refused when the slots
+    are not free: local[6] holds the README example's two queries (2 tasks each) with a read of
+    their output beside them, and a slot to spare for a stopped query's tasks still ending."""
     jars = kh.connector_jars()
     kh.ensure_driver_jars(jars)
-    return sluice_session("local[4]", conf={"spark.jars": ",".join(jars), "spark.sql.shuffle.partitions": "1",
+    return sluice_session("local[6]", conf={"spark.jars": ",".join(jars), "spark.sql.shuffle.partitions": "1",
                                             MIN_BATCH_KEY: "1s"})
 
 

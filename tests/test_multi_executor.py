@@ -19,12 +19,12 @@ from conftest import sluice_session
 from test_composition import CACHE_BYTES, Combo, check, run_all
 
 CASES = [
-    Combo("hdfs", True, "window_closes", "30s", True),
-    Combo("rocksdb", True, "update", "30s", True),
-    Combo("in_memory_window", True, "time_limit", "30s", False),
+    Combo("hdfs", True, "window_closes", "1h", True),
+    Combo("rocksdb", True, "update", "1h", True),
+    Combo("in_memory_window", True, "time_limit", "1h", False),
     Combo("in_memory_window", False, "window_closes", "0", False),
     Combo("rocksdb", False, "time_limit", "0", True),
-    Combo("hdfs", False, "update", "30s", False),
+    Combo("hdfs", False, "update", "1h", False),
 ]
 
 
