@@ -4,7 +4,7 @@ import java.nio.file.{Files, Path}
 import java.sql.Timestamp
 import java.time.Duration
 import java.util.Properties
-import java.util.concurrent.ConcurrentLinkedQueue
+import java.util.concurrent.{Callable, ConcurrentLinkedQueue, Executors}
 
 import scala.collection.mutable.ArrayBuffer
 import scala.jdk.CollectionConverters._
@@ -67,9 +67,14 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   private var spark: SparkSession = _
   private val workDir: Path = Files.createTempDirectory("sluice-conformance")
+  // Random sequences run two at a time (a query waits on its next micro-batch much of the time,
+  // which left one of two cores idle), each thread on a session of its own: runSpark sets the
+  // provider and the no-data batch setting per session. One slot per running query.
+  private val Parallelism = 2
+  private val sessions = ThreadLocal.withInitial[SparkSession](() => spark.newSession())
 
   override def beforeAll(): Unit = {
-    spark = SparkSession.builder().master("local[1]").appName("kafka-streams-conformance")
+    spark = SparkSession.builder().master(s"local[$Parallelism]").appName("kafka-streams-conformance")
       .config("spark.plugins", "sluice.plugin.SluicePlugin")
       .config("spark.sql.extensions", "sluice.plugin.SluiceExtensions")
       .config("spark.sql.shuffle.partitions", "1")
@@ -77,8 +82,6 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
       .config("spark.sql.streaming.noDataMicroBatches.enabled", "true")
       // A new query per sequence: nothing to gain from background snapshots and cleanup.
       .config("spark.sql.streaming.stateStore.maintenanceInterval", "600s")
-      // Offset and commit logs and state files without a chmod process per file (see the class).
-      .config("spark.sql.streaming.checkpointFileManagerClass", classOf[NioCheckpointFileManager].getName)
       .getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     org.apache.logging.log4j.core.config.Configurator.setLevel("org.apache.kafka", org.apache.logging.log4j.Level.ERROR)
@@ -194,7 +197,7 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
    */
   private def runSpark(provider: String, events: Seq[Event], noDataBatches: Boolean = true)
       (query: DataFrame => DataFrame)(toEmission: Row => Emission): Seq[Seq[Emission]] = {
-    val session = spark
+    val session = sessions.get()
     import session.implicits._
     implicit val sqlContext: org.apache.spark.sql.SQLContext = session.sqlContext
     session.conf.set("spark.sql.streaming.stateStore.providerClass", provider)
@@ -336,15 +339,24 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
   private def runRandom(name: String, n: Int, gen: Random => Case): Unit = {
     val seed = setting("SLUICE_CONFORMANCE_SEED").map(_.toLong).getOrElse(11L)
     val start = System.nanoTime()
-    val failures = ArrayBuffer.empty[(Int, Case, String)]
-    (0 until n).foreach { i =>
-      val c = gen(new Random(seed * 1000003L + i * 31L + name.hashCode))
-      val t0 = System.nanoTime()
-      disagreement(c).foreach(d => failures += ((i, c, d)))
-      if (setting("SLUICE_CONFORMANCE_VERBOSE").isDefined) {
-        println(f"  $name#$i: ${(System.nanoTime() - t0) / 1e6}%.0f ms, ${c.describe}")
-      }
-    }
+    val pool = Executors.newFixedThreadPool(Parallelism)
+    val results = try {
+      // the cases are drawn here, in order: the same seed gives the same sequences however they run
+      (0 until n).map { i =>
+        val c = gen(new Random(seed * 1000003L + i * 31L + name.hashCode))
+        pool.submit(new Callable[(Int, Case, Option[String])] {
+          def call(): (Int, Case, Option[String]) = {
+            val t0 = System.nanoTime()
+            val d = disagreement(c)
+            if (setting("SLUICE_CONFORMANCE_VERBOSE").isDefined) {
+              println(f"  $name#$i: ${(System.nanoTime() - t0) / 1e6}%.0f ms, ${c.describe}")
+            }
+            (i, c, d)
+          }
+        })
+      }.map(_.get())
+    } finally pool.shutdown()
+    val failures = results.collect { case (i, c, Some(d)) => (i, c, d) }
     val secs = (System.nanoTime() - start) / 1e9
     println(f"conformance[$name]: $n sequences, ${failures.size} disagreements (seed $seed, $secs%.1f s)")
     if (failures.nonEmpty) {
