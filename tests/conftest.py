@@ -86,6 +86,19 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[TEST_CLASS_PATH_ENV] = _no_fork_local_fs()
 
 
+# The files that take minutes, longest first (summed test times, 2026-11-26), run before the rest:
+# pytest-xdist hands whole files to its workers in collection order, and a long file handed out last
+# keeps one worker busy while the other has nothing left to take.
+LONG_FILES = ("test_sessions.py", "test_composition.py", "test_suppress.py", "test_crash_soak.py",
+              "test_install.py", "test_cache_writebehind.py", "test_multi_executor.py", "test_realtime.py",
+              "test_connect.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable: a file keeps its order
+
+
 def sluice_session(master: str = "local[2]", conf: dict[str, str] | None = None,
                    **options: Any) -> SparkSession:
     """A SparkSession with sluice configured; reuses the running one when the settings match."""
