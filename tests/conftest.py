@@ -120,8 +120,9 @@ def sluice_session(master: str = "local[2]", conf: dict[str, str] | None = None,
 
 def fresh_builder() -> SparkSession.Builder:
     """A builder whose settings all reach the new SparkContext: the py4j gateway is launched first
-    with only the sluice jar (for the driver's class path), since pyspark passes the first
-    context's conf to the JVM as system properties that every later context would inherit."""
+    with only the sluice jar and the test class path (for the driver's class path), since pyspark
+    passes the first context's conf to the JVM as system properties that every later context would
+    inherit."""
     launch = SparkConf().set("spark.jars", sluice.jar_path())
     if os.environ.get(TEST_CLASS_PATH_ENV):
         launch.set("spark.driver.extraClassPath", os.environ[TEST_CLASS_PATH_ENV])
