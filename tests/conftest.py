@@ -25,8 +25,10 @@ import sluice
 # Spark's own suites and many users' test setups do.
 os.environ["SPARK_TESTING"] = "1"
 
+ROOT = Path(__file__).resolve().parents[1]
+
 # dev/test-jvm-options: the options of the JVMs tests start (why: that file).
-TEST_JVM_OPTIONS = " ".join(line for line in (Path(__file__).resolve().parents[1] / "dev" / "test-jvm-options")
+TEST_JVM_OPTIONS = " ".join(line for line in (ROOT / "dev" / "test-jvm-options")
                             .read_text().splitlines() if line.strip() and not line.startswith("#"))
 
 TEST_CLASS_PATH_ENV = "SLUICE_TEST_CLASS_PATH"
@@ -42,13 +44,12 @@ def _no_fork_local_fs() -> str:
     import hashlib
     import shutil
     import pyspark
-    root = Path(__file__).resolve().parents[1]
-    sources = sorted((root / "jvm" / "src" / "test" / "java" / "sluice" / "testing").glob("*.java"))
+    sources = sorted((ROOT / "jvm" / "src" / "test" / "java" / "sluice" / "testing").glob("*.java"))
     javac = shutil.which("javac")
     if not sources or javac is None:
         return ""
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in sources)).hexdigest()[:12]
-    out = root / "target" / "test-local-fs" / f"pyspark-{pyspark.__version__}-{digest}"
+    out = ROOT / "target" / "test-local-fs" / f"pyspark-{pyspark.__version__}-{digest}"
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / ".lock", "w") as lock:  # pytest's workers start together
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -56,7 +57,7 @@ def _no_fork_local_fs() -> str:
             jars = Path(pyspark.__file__).parent / "jars" / "*"
             subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(out), "-cp", str(jars),
                             *map(str, sources)], check=True)
-    return os.pathsep.join([str(out), str(root / "jvm" / "src" / "test" / "resources")])
+    return os.pathsep.join([str(out), str(ROOT / "jvm" / "src" / "test" / "resources")])
 
 
 BASE_CONF = {
