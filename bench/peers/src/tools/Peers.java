@@ -8,6 +8,8 @@
 //                  that close by cut_ms (printed)
 //   nexmark-live   --bootstrap B --topic T --rate R --duration-s S --seed S --out-dir D --lateness-ms L
 //                  the same stream at R events/s of wall-clock time, event time = the send time
+//   nexmark-file   --out FILE --events N --event-rate R --seed S
+//                  the backlog's record values, one JSON per line, for the probes (probes.py)
 //   backlog, rate  the windowed count's keyed records (CountData.java)
 //   watch          --bootstrap B --topic O --count N --timeout-s T [--settle-ms 2000] [--idle-s S]
 //                  [--query Q --lateness-ms L --cut-ms C]
@@ -36,6 +38,7 @@ public final class Peers {
             case "create-topic" -> KafkaIo.createTopic(a);
             case "nexmark" -> nexmark(a, false);
             case "nexmark-live" -> nexmark(a, true);
+            case "nexmark-file" -> nexmarkFile(a);
             case "backlog" -> CountData.backlog(a);
             case "rate" -> CountData.rate(a);
             case "watch" -> System.exit(watch(a));
@@ -102,6 +105,23 @@ public final class Peers {
             sep = ", ";
         }
         System.out.println(s.append("}}"));
+    }
+
+    /** The values `nexmark` would send for the same seed and event rate, one per line. */
+    static void nexmarkFile(Map<String, String> a) throws Exception {
+        long events = Long.parseLong(req(a, "events")), rate = Long.parseLong(req(a, "event-rate"));
+        SplittableRandom rnd = new SplittableRandom(Long.parseLong(req(a, "seed")));
+        Nexmark.Event ev = new Nexmark.Event();
+        long bytes = 0;
+        try (Writer w = Files.newBufferedWriter(Path.of(req(a, "out")), StandardCharsets.UTF_8)) {
+            for (long n = 0; n < events; n++) {
+                String v = Nexmark.json(n, Nexmark.BASE_MS + n * 1000 / rate, rnd, ev);
+                w.write(v);
+                w.write('\n');
+                bytes += v.length();
+            }
+        }
+        System.out.println("{\"events\": " + events + ", \"bytes\": " + bytes + "}");
     }
 
     // ------------------------------------------------------------------ output side

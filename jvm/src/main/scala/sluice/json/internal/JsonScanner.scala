@@ -100,15 +100,24 @@ private[json] final class JsonScanner(b: Array[Byte], start: Int, end: Int) {
   }
 
   /** Whether the last name read is `name` (UTF-8). */
-  def nameIs(name: Array[Byte]): Boolean = {
-    val n = name.length
-    if (n != nameTo - nameFrom) return false
-    var k = 0
-    while (k < n) {
-      if (b(nameFrom + k) != name(k)) return false
-      k += 1
+  def nameIs(name: Array[Byte]): Boolean = Arrays.equals(b, nameFrom, nameTo, name, 0, name.length)
+
+  /**
+   * Reads the field name at the cursor (on its opening quote), as [[name]] does, if it is `name`;
+   * otherwise consumes nothing. `name` must be [[JsonScanner.plainName]]: then its bytes followed by
+   * a quote are a name [[name]] would accept, so one comparison replaces the scan. For the name a
+   * record most likely has next.
+   */
+  def nameIfIs(name: Array[Byte]): Boolean = {
+    val from = pos + 1
+    val to = from + name.length
+    if (to >= end || b(to) != '"' || !Arrays.equals(b, from, to, name, 0, name.length)) false
+    else {
+      nameFrom = from
+      nameTo = to
+      pos = to + 1
+      true
     }
-    true
   }
 
   /** The last name's [[JsonScanner.hash]]. */
@@ -355,6 +364,12 @@ private[json] object JsonScanner {
   final val MaxDepth = 256
   final val MaxNumberChars = 256
   final val MaxNameBytes = 1000
+
+  /** Whether `name` (UTF-8) is a name [[JsonScanner.name]] reads as it is: no quote, backslash or byte
+   *  below 0x20, and not too long. */
+  def plainName(name: Array[Byte]): Boolean =
+    name.length <= MaxNameBytes && name.forall(c => c != '"' && c != '\\' && (c & 0xE0) != 0)
+
   final val MaxStringBytes = 10000000
 
   val True: Array[Byte] = "true".getBytes(UTF_8)

@@ -103,6 +103,7 @@ private[json] object RecordDecoder {
   private final class StructReader(schema: StructType, decoded: StructType) {
     private val size = schema.length
     private val names: Array[Array[Byte]] = schema.fieldNames.map(_.getBytes(UTF_8))
+    private val plain: Array[Boolean] = names.map(JsonScanner.plainName)
     private val kinds = schema.fields.map(f => kindOf(f.dataType))
     private val builds: Array[Boolean] =
       schema.fields.map(f => decoded != null && decoded.fieldNames.contains(f.name))
@@ -152,8 +153,9 @@ private[json] object RecordDecoder {
         var more = true
         while (more) {
           if (in.peek() != '"') JsonScanner.reject()
-          in.name()
-          val i = field(in, next)
+          // Records usually keep the schema's order: the field after the last one is compared first.
+          val i = if (next < size && plain(next) && in.nameIfIs(names(next))) next
+                  else { in.name(); field(in, next) }
           in.expect(':')
           // A field the schema lacks is skipped, as Spark does; a repeated one takes its last value, as Spark's.
           if (i < 0) in.skipValue(depth)
