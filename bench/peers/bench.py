@@ -178,7 +178,7 @@ def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, to
         cmd = [sys.executable, str(HERE / "spark_side.py"), "--query", q, "--bootstrap", bs, "--input", topic,
                "--output", out, "--checkpoint", str(work / f"ckpt-{name}"), "--lateness-ms", str(late),
                "--heap", a.heap, "--trigger", a.trigger, "--max-offsets", str(a.max_offsets),
-               "--json-decoder", a.json_decoder] + (["--stamp-emit", f"--extra-jar={HERE / 'target' / 'sendstamp.jar'}"] if a.stamp_emit else []) + [f"--sink-option={o}" for o in a.sink_option] + [f"--spark-conf={o}" for o in a.spark_conf]
+               "--json-decoder", a.json_decoder] + (["--stamp-emit", f"--extra-jar={HERE / 'target' / 'sendstamp.jar'}"] if a.stamp_emit else []) + [f"--sink-option={o}" for o in a.sink_option] + [f"--source-option={o}" for o in a.source_option] + [f"--spark-conf={o}" for o in a.spark_conf]
         cmd += [f"--java-option={o}" for o in jfr(a, name)]
         cmd += (["--realtime", a.rt_checkpoint, "--cores", str(a.rt_cores), "--shuffle-wait-ms", str(a.rt_shuffle_wait_ms)]
                 if side == RT else ["--cores", "2"])
@@ -482,6 +482,8 @@ def main() -> None:
                          "queries, sluice from the record's bytes or Spark's own parser")
     ap.add_argument("--sink-option", action="append", default=[],
                     help="KEY=VALUE, repeatable: an option of the Spark sides' Kafka sink (e.g. kafka.linger.ms=0)")
+    ap.add_argument("--source-option", action="append", default=[],
+                    help="KEY=VALUE, repeatable: an option of the Spark sides' Kafka source (e.g. kafka.max.poll.records=20000)")
     ap.add_argument("--spark-conf", action="append", default=[],
                     help="KEY=VALUE, repeatable: a Spark setting of the Spark sides' sessions (printed with their settings)")
     ap.add_argument("--stamp-emit", action="store_true",
@@ -557,7 +559,8 @@ def settings_of(a: argparse.Namespace, count_records: int) -> dict[str, Any]:
             "suppress(until_window_closes(unbounded())) fused (q11: over an update-mode session_window), trigger "
             f"{'default' if a.trigger == '0' else a.trigger}, maxOffsetsPerTrigger {a.max_offsets or 'not set'}, "
             f"json_decoder {a.json_decoder} (spark.sluice.json.decoder: from_json parsed by "
-            f"{'sluice from the record bytes' if a.json_decoder == 'sluice' else 'Spark'})",
+            f"{'sluice from the record bytes' if a.json_decoder == 'sluice' else 'Spark'}), Kafka source options "
+            f"{', '.join(a.source_option) or 'none beyond the subscription (Spark defaults)'}",
         RT: f"the {SL} count pipeline with trigger(realTime='{a.rt_checkpoint}') (checkpoint interval), "
             f"local[{a.rt_cores}] (2 source + 2 shuffle partitions, all tasks at once), shuffle partitions 2, "
             "spark.shuffle.streaming.networkBufferMaxWaitTimeMs "

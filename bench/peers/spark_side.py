@@ -166,6 +166,8 @@ def main() -> None:
                     help="sluice's json_decoder option: who parses from_json's input")
     ap.add_argument("--sink-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka sink "
                     "(e.g. kafka.linger.ms=0)")
+    ap.add_argument("--source-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka source "
+                    "(e.g. kafka.max.poll.records=20000)")
     ap.add_argument("--extra-jar", action="append", default=[], help="a jar added to spark.jars beside the Kafka "
                     "connector's (--stamp-emit: bench/peers' SendStamp interceptor)")
     ap.add_argument("--spark-conf", action="append", default=[], help="KEY=VALUE: a Spark setting of the session")
@@ -214,6 +216,8 @@ def main() -> None:
               .option("subscribe", args.input).option("startingOffsets", "earliest"))
     if args.max_offsets:
         source = source.option("maxOffsetsPerTrigger", str(args.max_offsets))
+    for kv in args.source_option:
+        source = source.option(*kv.split("=", 1))
     out, mode, per_batch = build(spark, args.query, source, f"{args.lateness_ms} milliseconds", args.stamp_emit)
     writer = out.writeStream.outputMode(mode).option("checkpointLocation", args.checkpoint)
     if per_batch is not None:
