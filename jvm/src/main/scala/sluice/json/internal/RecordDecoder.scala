@@ -128,9 +128,9 @@ private[json] object RecordDecoder {
     }
 
     /** The field the last name read is, or -1; `guess` (the field after the one before, records
-     *  usually keeping the schema's order) is tried first. */
+     *  usually keeping the schema's order) is tried first, unless it is plain: `read` has then tried it. */
     private def field(in: JsonScanner, guess: Int): Int = {
-      if (guess < size && in.nameIs(names(guess))) return guess
+      if (guess < size && !plain(guess) && in.nameIs(names(guess))) return guess
       val hash = in.nameHash
       var s = hash & mask
       while (true) {
