@@ -131,12 +131,30 @@ def sparkLine(minor: String): Project = {
         // LayeringSuite reads the main sources (type aliases leave no trace in class files).
         s"-Dsluice.mainSources=${(ThisBuild / baseDirectory).value / "jvm" / "src" / "main"}"
       ),
-      Test / parallelExecution := false,
+      // Two test JVMs at once: KafkaStreamsConformanceSuite (most of the time) in one, every other
+      // suite in the other. Either alone leaves part of the two cores idle while its queries wait on
+      // micro-batches. parallelExecution lets the groups run together; suites within a JVM still run
+      // one at a time (testForkedParallel is off: they share the JVM's SparkContext).
+      Test / parallelExecution := true,
+      Test / testGrouping := {
+        val (conformance, rest) = (Test / definedTests).value.partition(_.name == ConformanceSuite)
+        val fork = Tests.SubProcess((Test / forkOptions).value)
+        Seq("conformance" -> conformance, "suites" -> rest).collect {
+          case (name, tests) if tests.nonEmpty => Tests.Group(name, tests, fork)
+        }
+      },
       // Spark's test mode: Spark checks its own contracts (analyzer rules use resolveOperators*, ...)
       // only when it is on, so sluice's rules are checked on every test run.
       Test / envVars := Map("SPARK_TESTING" -> "1")
     )
 }
+
+lazy val ConformanceSuite = "sluice.suppress.KafkaStreamsConformanceSuite"
+// sbt's default restrictions, but two forked test groups at once (testGrouping above).
+Global / concurrentRestrictions := Seq(
+  Tags.limitAll(java.lang.Runtime.getRuntime.availableProcessors.max(2)),
+  Tags.limit(Tags.ForkedTestGroup, 2),
+  Tags.exclusiveGroup(Tags.Clean))
 
 lazy val spark41 = sparkLine("4.1")
 lazy val spark42 = sparkLine("4.2")
