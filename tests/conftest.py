@@ -186,14 +186,10 @@ _BUDGET = re.compile(r"^SlotBudget\((.*),(\d+),(\d+),(\d+),(\d+)\)$")
 PLUGIN_SOURCE = "plugin.sluice.plugin.SluicePlugin"
 
 
-def jmx_gauges(gateway: Any, source: str) -> dict[str, dict[str, int]]:
-    """The gauges of metrics source `source` as Spark's JMX sink publishes them in this JVM, by
-    the prefix of their registry name (``<app>.<executor>.``, or empty where Spark registered the
-    source before the application had an id, as for executor plugins in local mode):
-    {prefix: {gauge: value}}. (JMX rather
-    than Spark's metrics system through py4j. spark-4.3: py4j cannot reflect on SparkEnv, one of
-    whose methods names a class pyspark does not ship.) The MBean server is called through its
-    public interface: py4j looks methods up on the JDK's non-exported implementation class."""
+def jmx_attribute(gateway: Any, pattern: str, attribute: str) -> dict[Any, Any]:
+    """{ObjectName: value of `attribute`} for the MBeans of this JVM matching `pattern`. The MBean
+    server is called through its public interface: py4j looks methods up on the JDK's non-exported
+    implementation class, where it finds none."""
     jvm = gateway.jvm
     Class = jvm.java.lang.Class
     iface = Class.forName("javax.management.MBeanServer")
@@ -208,14 +204,23 @@ def jmx_gauges(gateway: Any, source: str) -> dict[str, dict[str, int]]:
 
     server = jvm.java.lang.management.ManagementFactory.getPlatformMBeanServer()
     names = call(server, "queryNames", ["javax.management.ObjectName", "javax.management.QueryExp"],
-                 [jvm.javax.management.ObjectName("metrics:type=gauges,*"), None])
+                 [jvm.javax.management.ObjectName(pattern), None])
+    return {name: call(server, "getAttribute", ["javax.management.ObjectName", "java.lang.String"],
+                       [name, attribute]) for name in list(names)}
+
+
+def jmx_gauges(gateway: Any, source: str) -> dict[str, dict[str, int]]:
+    """The gauges of metrics source `source` as Spark's JMX sink publishes them in this JVM, by
+    the prefix of their registry name (``<app>.<executor>.``, or empty where Spark registered the
+    source before the application had an id, as for executor plugins in local mode):
+    {prefix: {gauge: value}}. (JMX rather than Spark's metrics system through py4j. spark-4.3:
+    py4j cannot reflect on SparkEnv, one of whose methods names a class pyspark does not ship.)"""
     marker = f"{source}."
     found: dict[str, dict[str, int]] = {}
-    for name in list(names):
+    for name, value in jmx_attribute(gateway, "metrics:type=gauges,*", "Value").items():
         full = "." + str(name.getKeyProperty("name")).strip('"')
         if f".{marker}" in full:
             prefix, gauge = full[1:].split(marker, 1)
-            value = call(server, "getAttribute", ["javax.management.ObjectName", "java.lang.String"], [name, "Value"])
             found.setdefault(prefix, {})[gauge] = int(value)
     return found
 

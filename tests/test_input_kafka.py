@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
 import kafka_harness as kh
-from conftest import sluice_session, stop_session
+from conftest import jmx_attribute, sluice_session, stop_session
 
 BOUND = 2 << 20  # spark.sluice.input.buffer.max.bytes for this module
 
@@ -277,3 +277,56 @@ def test_trigger_available_now_drains_the_backlog_in_bounded_batches(
     for i in sink.batches:
         assert sink.bytes(i) <= 10000, (i, sink.bytes(i))
         assert int(metrics[i]["inputBufferBytesTotal"]) == sink.bytes(i)
+
+
+def executor_fetch_size_max(spark: SparkSession, group_prefix: str) -> float:
+    """The largest fetch response (bytes) any executor consumer of the query started with
+    `groupIdPrefix` = `group_prefix` received, from the Kafka client's own JMX metrics (local mode:
+    the executor is this JVM)."""
+    clients = jmx_attribute(spark.sparkContext._gateway,
+                            "kafka.consumer:type=consumer-fetch-manager-metrics,client-id=*", "fetch-size-max")
+    sizes = [float(v) for name, v in clients.items()
+             if str(name.getKeyProperty("client-id")).startswith(f"consumer-{group_prefix}-")
+             and "-executor-" in str(name.getKeyProperty("client-id"))]
+    assert sizes, f"no executor consumer of the group prefix {group_prefix}"
+    return max(sizes)
+
+
+FETCH_RECORDS = 4000  # of ~1 KB on one partition: 4 MB, twice the module's bound
+
+
+@pytest.mark.parametrize("case", ["sluice", "source sets it", "source bound", "key 0"])
+def test_a_poll_fetches_up_to_the_input_bound_unless_the_source_or_the_key_says_otherwise(
+        kspark: SparkSession, broker: kh.Broker, tmp_path: Path, case: str) -> None:
+    """spark.sluice.input.fetch.max.bytes (default 8 MiB) sizes each partition's fetch, capped at the
+    source's input bound (the module's 2 MiB), where the source sets no kafka.max.partition.fetch.bytes;
+    the source's own option, a smaller source bound, or the key at 0 keep fetches within 1 MiB
+    (Kafka's default). Every record is still read exactly once."""
+    topic = "fetchsize"
+    if not getattr(kspark, "_fetchsize_topic", False):
+        kh.create_topic(kspark, broker.bootstrap, topic, 1)
+        kh.produce(kspark, broker.bootstrap, topic, FETCH_RECORDS, 1, min_bytes=1000, max_bytes=1001)
+        kspark._fetchsize_topic = True  # type: ignore[attr-defined]
+    group = "fetch-" + case.replace(" ", "-")
+    options: dict[str, Any] = {"groupIdPrefix": group, "kafka.metrics.sample.window.ms": 600_000}
+    if case == "source sets it":
+        options["kafka.max.partition.fetch.bytes"] = 1 << 20
+    if case == "source bound":
+        options["sluice.maxBytesPerTrigger"] = "1m"
+    key = "spark.sluice.input.fetch.max.bytes"
+    if case == "key 0":
+        kspark.conf.set(key, "0")
+    try:
+        df = kafka_stream(kspark, broker, topic, **options)
+    finally:
+        kspark.conf.unset(key)
+    sink = Recorder()
+    drain(df, sink, tmp_path / "cp")
+    sink.assert_exactly_once({0: FETCH_RECORDS})
+    largest = executor_fetch_size_max(kspark, group)
+    kafka_default = 1 << 20
+    if case == "sluice":
+        assert 1.5 * kafka_default < largest <= BOUND + (64 << 10), largest
+    else:
+        # Within the 1 MiB limit plus a fetch response's framing (record batches here are ~16 KB).
+        assert largest <= kafka_default + (64 << 10), largest

@@ -41,6 +41,7 @@ final class SluiceConf private (val settings: Map[String, String]) {
 
   def stateStoreCacheMaxBytes: Long = get(StateStoreCacheMaxBytes)
   def inputBufferMaxBytes: Long = get(InputBufferMaxBytes)
+  def inputFetchMaxBytes: Long = get(InputFetchMaxBytes)
   def commitIntervalMs: Long = get(CommitIntervalMs)
 
   private def rawValue(entry: ConfEntry[_]): Option[String] = settings.get(entry.key).map(_.trim)
@@ -120,6 +121,9 @@ object SluiceConf {
   /** Input bytes admitted per micro-batch and query (KIP-770). */
   val InputBufferMaxBytes: ConfEntry[Long] = bytes("input.buffer.max.bytes")
 
+  /** What one poll of a Kafka partition may fetch, where the source does not say (0: Kafka's default). */
+  val InputFetchMaxBytes: ConfEntry[Long] = bytes("input.fetch.max.bytes")
+
   /** How often held emissions are flushed; 0 means at every micro-batch. */
   val CommitIntervalMs: ConfEntry[Long] = millis("commit.interval.ms")
 
@@ -196,7 +200,7 @@ object SluiceConf {
 
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
-    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, CommitIntervalMs) ++
+    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes, CommitIntervalMs) ++
     Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries :+ JsonDecoder
   require(entries.map(_.key).toSet == spec.get("keys").elements().asScala.map(Prefix + _.get("name").asText()).toSet,
     "every key of sluice/conf.json has an entry here, and no other")

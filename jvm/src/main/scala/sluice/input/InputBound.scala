@@ -19,6 +19,8 @@ import sluice.spark.DataSourceCopy
 
 /** Where a source's bound comes from, resolved when the query creates the source. */
 private[input] sealed trait BudgetSpec {
+  /** The bound set for the source, or the query-wide one its sources share. */
+  def bytes: Long
   def budgetFor(metadataPath: String): Budget = this match {
     case BudgetSpec.FromOption(bytes) => Budget.Fixed(bytes)
     case BudgetSpec.FromConf(bytes) => Budget.shared(bytes, metadataPath)
@@ -34,7 +36,8 @@ private[input] object BudgetSpec {
 private[input] sealed trait StreamKind
 
 private[input] object StreamKind {
-  final case class Kafka(defaultRecordBytes: Long) extends StreamKind
+  /** `fetchBytes`: what one poll of a partition may fetch where the source leaves it (0: Kafka's default). */
+  final case class Kafka(defaultRecordBytes: Long, fetchBytes: Long) extends StreamKind
   final case class Rate(rowsPerSecond: Long) extends StreamKind
 }
 
@@ -65,7 +68,12 @@ final class BoundedTable(val inner: Table with SupportsRead, kind: StreamKind, s
   override def toString: String = inner.toString
 
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
-    val builder = inner.newScanBuilder(options)
+    val read = kind match {
+      case StreamKind.Kafka(_, fetchBytes) => KafkaFetch.withDefaults(options, fetchBytes)
+      case _ => options
+    }
+    val builder = inner.newScanBuilder(read)
+    // The driver's size sampling reads a few records with the source's own options.
     () => new BoundedScan(builder.build(), kind, spec, KafkaSampler.kafkaParams(options.asCaseSensitiveMap()))
   }
 }
@@ -84,7 +92,7 @@ final class BoundedScan(inner: Scan, kind: StreamKind, spec: BudgetSpec,
   override def toMicroBatchStream(checkpointLocation: String): MicroBatchStream = {
     val stream = inner.toMicroBatchStream(checkpointLocation)
     val lanes: Option[Lanes] = (kind, stream) match {
-      case (StreamKind.Kafka(default), s) =>
+      case (StreamKind.Kafka(default, _), s) =>
         val hadoopConf = SparkSession.active.sparkContext.hadoopConfiguration
         Some(new KafkaLanes(s, default, Some(new KafkaSampler(kafkaParams)),
           Some(new SizeFile(checkpointLocation, hadoopConf))))

@@ -28,9 +28,9 @@ final class InputBoundRule(session: SparkSession) extends Rule[LogicalPlan] {
       case r: StreamingRelation if !r.dataSource.isInstanceOf[BoundedDataSource] && isFiles(r.dataSource) =>
         r.copy(dataSource = new BoundedDataSource(r.dataSource, spec(r.dataSource.options.get)))
       case r: StreamingRelationV2 if !r.table.isInstanceOf[BoundedTable] =>
-        (r.table, kind(r)) match {
-          case (t: SupportsRead, Some(k)) =>
-            r.copy(table = new BoundedTable(t, k, spec(k => Option(r.extraOptions.get(k)))))
+        val bound = spec(k => Option(r.extraOptions.get(k)))
+        (r.table, kind(r, bound)) match {
+          case (t: SupportsRead, Some(k)) => r.copy(table = new BoundedTable(t, k, bound))
           case _ => r
         }
     }
@@ -39,9 +39,11 @@ final class InputBoundRule(session: SparkSession) extends Rule[LogicalPlan] {
   private def isFiles(ds: DataSource): Boolean =
     scala.util.Try(classOf[FileFormat].isAssignableFrom(ds.providingClass)).getOrElse(false)
 
-  private def kind(r: StreamingRelationV2): Option[StreamKind] =
+  private def kind(r: StreamingRelationV2, bound: BudgetSpec): Option[StreamKind] =
     r.source.map(_.getClass.getName) match {
-      case Some(KafkaProvider) => Some(StreamKind.Kafka(DefaultKafkaRecordBytes))
+      case Some(KafkaProvider) =>
+        val fetch = KafkaFetch.fetchBytes(SluiceConf(session.conf.getAll).inputFetchMaxBytes, bound.bytes)
+        Some(StreamKind.Kafka(DefaultKafkaRecordBytes, fetch))
       case Some(RateProvider) =>
         Some(StreamKind.Rate(Option(r.extraOptions.get("rowsPerSecond")).map(_.trim.toLong).getOrElse(1L)))
       case _ => None
