@@ -245,7 +245,8 @@ def main() -> None:
                 "trigger": f"realTime={args.realtime} (checkpoint interval)" if rt else
                 args.trigger if args.trigger != "0" else "default (as soon as possible)",
                 "maxOffsetsPerTrigger": args.max_offsets or "not set",
-                "spark.sluice.input.buffer.max.bytes": spark.conf.get("spark.sluice.input.buffer.max.bytes", "default")}
+                "spark.sluice.input.buffer.max.bytes": spark.conf.get("spark.sluice.input.buffer.max.bytes", "default"),
+                "spark.sluice.input.fetch.max.bytes": spark.conf.get("spark.sluice.input.fetch.max.bytes", "default")}
     print(json.dumps({"event": "config", "spark": settings}), flush=True)
 
     start_ms = int(time.time() * 1000)
