@@ -295,18 +295,20 @@ def executor_fetch_size_max(spark: SparkSession, group_prefix: str) -> float:
 FETCH_RECORDS = 4000  # of ~1 KB on one partition: 4 MB, twice the module's bound
 
 
+@pytest.fixture(scope="module")
+def fetch_topic(kspark: SparkSession, broker: kh.Broker) -> str:
+    kh.create_topic(kspark, broker.bootstrap, "fetchsize", 1)
+    kh.produce(kspark, broker.bootstrap, "fetchsize", FETCH_RECORDS, 1, min_bytes=1000, max_bytes=1001)
+    return "fetchsize"
+
+
 @pytest.mark.parametrize("case", ["sluice", "source sets it", "source bound", "key 0"])
 def test_a_poll_fetches_up_to_the_input_bound_unless_the_source_or_the_key_says_otherwise(
-        kspark: SparkSession, broker: kh.Broker, tmp_path: Path, case: str) -> None:
+        kspark: SparkSession, broker: kh.Broker, fetch_topic: str, tmp_path: Path, case: str) -> None:
     """spark.sluice.input.fetch.max.bytes (default 8 MiB) sizes each partition's fetch, capped at the
     source's input bound (the module's 2 MiB), where the source sets no kafka.max.partition.fetch.bytes;
     the source's own option, a smaller source bound, or the key at 0 keep fetches within 1 MiB
     (Kafka's default). Every record is still read exactly once."""
-    topic = "fetchsize"
-    if not getattr(kspark, "_fetchsize_topic", False):
-        kh.create_topic(kspark, broker.bootstrap, topic, 1)
-        kh.produce(kspark, broker.bootstrap, topic, FETCH_RECORDS, 1, min_bytes=1000, max_bytes=1001)
-        kspark._fetchsize_topic = True  # type: ignore[attr-defined]
     group = "fetch-" + case.replace(" ", "-")
     options: dict[str, Any] = {"groupIdPrefix": group, "kafka.metrics.sample.window.ms": 600_000}
     if case == "source sets it":
@@ -317,7 +319,7 @@ def test_a_poll_fetches_up_to_the_input_bound_unless_the_source_or_the_key_says_
     if case == "key 0":
         kspark.conf.set(key, "0")
     try:
-        df = kafka_stream(kspark, broker, topic, **options)
+        df = kafka_stream(kspark, broker, fetch_topic, **options)
     finally:
         kspark.conf.unset(key)
     sink = Recorder()

@@ -24,12 +24,13 @@ final class InputBoundRule(session: SparkSession) extends Rule[LogicalPlan] {
   // DataFrame reused in another query), and Spark's test mode fails any plain transform here.
   // Idempotent: a bounded source is never wrapped again.
   override def apply(plan: LogicalPlan): LogicalPlan = if (!plan.isStreaming) plan else {
+    lazy val conf = SluiceConf(session.conf.getAll)
     plan.resolveOperatorsDown {
       case r: StreamingRelation if !r.dataSource.isInstanceOf[BoundedDataSource] && isFiles(r.dataSource) =>
-        r.copy(dataSource = new BoundedDataSource(r.dataSource, spec(r.dataSource.options.get)))
+        r.copy(dataSource = new BoundedDataSource(r.dataSource, spec(conf, r.dataSource.options.get)))
       case r: StreamingRelationV2 if !r.table.isInstanceOf[BoundedTable] =>
-        val bound = spec(k => Option(r.extraOptions.get(k)))
-        (r.table, kind(r, bound)) match {
+        val bound = spec(conf, k => Option(r.extraOptions.get(k)))
+        (r.table, kind(conf, r, bound)) match {
           case (t: SupportsRead, Some(k)) => r.copy(table = new BoundedTable(t, k, bound))
           case _ => r
         }
@@ -39,24 +40,24 @@ final class InputBoundRule(session: SparkSession) extends Rule[LogicalPlan] {
   private def isFiles(ds: DataSource): Boolean =
     scala.util.Try(classOf[FileFormat].isAssignableFrom(ds.providingClass)).getOrElse(false)
 
-  private def kind(r: StreamingRelationV2, bound: BudgetSpec): Option[StreamKind] =
+  private def kind(conf: SluiceConf, r: StreamingRelationV2, bound: BudgetSpec): Option[StreamKind] =
     r.source.map(_.getClass.getName) match {
       case Some(KafkaProvider) =>
-        val fetch = KafkaFetch.fetchBytes(SluiceConf(session.conf.getAll).inputFetchMaxBytes, bound.bytes)
+        val fetch = KafkaFetch.fetchBytes(conf.inputFetchMaxBytes, bound.bytes)
         Some(StreamKind.Kafka(DefaultKafkaRecordBytes, fetch))
       case Some(RateProvider) =>
         Some(StreamKind.Rate(Option(r.extraOptions.get("rowsPerSecond")).map(_.trim.toLong).getOrElse(1L)))
       case _ => None
     }
 
-  private def spec(option: String => Option[String]): BudgetSpec =
+  private def spec(conf: SluiceConf, option: String => Option[String]): BudgetSpec =
     option(Budget.SourceOption).orElse(option(Budget.SourceOption.toLowerCase)) match {
       case Some(v) =>
         BudgetSpec.FromOption(SluiceConf.parseBytes(v).filter(_ > 0).getOrElse(throw new SluiceConfException(
           s"Invalid value '$v' for source option ${Budget.SourceOption}: expected a byte size: a " +
             "plain number of bytes or a Spark byte string such as 64m or 1g, at least 1")))
       case None =>
-        BudgetSpec.FromConf(SluiceConf(session.conf.getAll).inputBufferMaxBytes)
+        BudgetSpec.FromConf(conf.inputBufferMaxBytes)
     }
 }
 
