@@ -279,17 +279,17 @@ def test_trigger_available_now_drains_the_backlog_in_bounded_batches(
         assert int(metrics[i]["inputBufferBytesTotal"]) == sink.bytes(i)
 
 
-def executor_fetch_size_max(spark: SparkSession, group_prefix: str) -> float:
-    """The largest fetch response (bytes) any executor consumer of the query started with
-    `groupIdPrefix` = `group_prefix` received, from the Kafka client's own JMX metrics (local mode:
-    the executor is this JVM)."""
+def executor_consumer_max(spark: SparkSession, group_prefix: str, metric: str) -> float:
+    """The largest value of the Kafka client's `metric` (consumer-fetch-manager-metrics: fetch-size-max in bytes,
+    fetch-latency-max in ms) over the executor consumers of the query started with `groupIdPrefix` = `group_prefix`,
+    from the client's own JMX metrics (local mode: the executor is this JVM)."""
     clients = jmx_attribute(spark.sparkContext._gateway,
-                            "kafka.consumer:type=consumer-fetch-manager-metrics,client-id=*", "fetch-size-max")
-    sizes = [float(v) for name, v in clients.items()
-             if str(name.getKeyProperty("client-id")).startswith(f"consumer-{group_prefix}-")
-             and "-executor-" in str(name.getKeyProperty("client-id"))]
-    assert sizes, f"no executor consumer of the group prefix {group_prefix}"
-    return max(sizes)
+                            "kafka.consumer:type=consumer-fetch-manager-metrics,client-id=*", metric)
+    values = [float(v) for name, v in clients.items()
+              if str(name.getKeyProperty("client-id")).startswith(f"consumer-{group_prefix}-")
+              and "-executor-" in str(name.getKeyProperty("client-id"))]
+    assert values, f"no executor consumer of the group prefix {group_prefix}"
+    return max(values)
 
 
 FETCH_RECORDS = 4000  # of ~1 KB on one partition: 4 MB, twice the module's bound
@@ -325,10 +325,35 @@ def test_a_poll_fetches_up_to_the_input_bound_unless_the_source_or_the_key_says_
     sink = Recorder()
     drain(df, sink, tmp_path / "cp")
     sink.assert_exactly_once({0: FETCH_RECORDS})
-    largest = executor_fetch_size_max(kspark, group)
+    largest = executor_consumer_max(kspark, group, "fetch-size-max")
     kafka_default = 1 << 20
     if case == "sluice":
         assert 1.5 * kafka_default < largest <= BOUND + (64 << 10), largest
     else:
         # Within the 1 MiB limit plus a fetch response's framing (record batches here are ~16 KB).
         assert largest <= kafka_default + (64 << 10), largest
+
+
+KAFKA_FETCH_MAX_WAIT_MS = 500  # the consumer's default fetch.max.wait.ms
+
+
+@pytest.mark.parametrize("case", ["sluice", "source sets it"])
+def test_a_task_reading_to_the_end_of_a_partition_does_not_wait_out_an_empty_fetch(
+        kspark: SparkSession, broker: kh.Broker, fetch_topic: str, tmp_path: Path, case: str) -> None:
+    """A micro-batch task that reads to the end of a partition leaves the consumer's read-ahead fetch with nothing
+    to return, and the broker holds it fetch.max.wait.ms; the offset lookups Spark's reader makes after each poll
+    wait behind it on the same connection. Where the source sets no kafka.fetch.max.wait.ms sluice sets 10 ms, so no
+    fetch of the drain is held Kafka's 500 ms; a source's own setting is kept, and its read-ahead is held that long
+    (the consumer's own fetch-latency-max). Every record is still read exactly once."""
+    group = "wait-" + case.replace(" ", "-")
+    options: dict[str, Any] = {"groupIdPrefix": group, "kafka.metrics.sample.window.ms": 600_000}
+    if case == "source sets it":
+        options["kafka.fetch.max.wait.ms"] = KAFKA_FETCH_MAX_WAIT_MS
+    sink = Recorder()
+    drain(kafka_stream(kspark, broker, fetch_topic, **options), sink, tmp_path / "cp")
+    sink.assert_exactly_once({0: FETCH_RECORDS})
+    held = executor_consumer_max(kspark, group, "fetch-latency-max")
+    if case == "sluice":
+        assert held < KAFKA_FETCH_MAX_WAIT_MS, held
+    else:
+        assert held >= KAFKA_FETCH_MAX_WAIT_MS, held

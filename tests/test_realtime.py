@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 import kafka_harness as kh
 import realtime_kill_child
 import sluice
-from conftest import kill_when, stop_session
+from conftest import jmx_attribute, kill_when, stop_session
 from realtime_kill_child import (BASE, BATCH, all_counts, expected_finals, file_rows, first_batch_committed,
                                  produce_events, timed_counts, windowed_counts, windowed_finals)
 
@@ -42,9 +42,9 @@ def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SparkSession,
     broker.stop()
 
 
-def _counts(spark: SparkSession, broker: kh.Broker) -> DataFrame:
+def _counts(spark: SparkSession, broker: kh.Broker, **options: str) -> DataFrame:
     src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
-           .option("subscribe", "in").option("startingOffsets", "earliest").load())
+           .option("subscribe", "in").option("startingOffsets", "earliest").options(**options).load())
     return src.withWatermark("timestamp", "1 second").groupBy(F.window("timestamp", "1 minute"), "key").count()
 
 
@@ -82,6 +82,42 @@ def test_a_real_time_aggregation_without_sluice_features_runs_with_sluice_config
         for r in out:
             latest[r["key"]] = max(latest.get(r["key"], 0), r["count"])
         assert sum(latest.values()) == RECORDS  # every record counted once
+    finally:
+        q.stop()
+
+
+def test_a_real_time_source_keeps_kafkas_wait_for_an_empty_fetch(rt, tmp_path: Path) -> None:
+    """sluice shortens the broker's wait for an empty fetch for micro-batch sources only (test_input_kafka): the
+    real-time reader polls on at the end of the log with no offset lookups queued behind its fetches, where a
+    shorter wait would only mean more empty fetches. Its consumer keeps Kafka's 500 ms: once the query has read
+    everything, it sends at most one fetch per 500 ms of polling (its own fetch-total), plus one per batch start."""
+    spark, broker = rt
+    group = "rt-wait"
+    q = _start(spark, broker, _counts(spark, broker, groupIdPrefix=group), "rtwait", tmp_path)
+
+    def fetches() -> float:
+        clients = jmx_attribute(spark.sparkContext._gateway,
+                                "kafka.consumer:type=consumer-fetch-manager-metrics,client-id=*", "fetch-total")
+        values = [float(v) for name, v in clients.items()
+                  if str(name.getKeyProperty("client-id")).startswith(f"consumer-{group}-")
+                  and "-executor-" in str(name.getKeyProperty("client-id"))]
+        assert values, f"no executor consumer of the group prefix {group}"
+        return sum(values)
+
+    def emitted() -> int:
+        return (spark.read.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("subscribe", "rtwait").option("startingOffsets", "earliest").load().count())
+    try:
+        deadline = time.monotonic() + 120
+        while emitted() < RECORDS:  # real-time mode emits one updated row per input row
+            assert q.isActive and time.monotonic() < deadline, q.exception()
+            time.sleep(0.5)
+        idle_s, batch_s = 4.0, float(BATCH.split()[0])
+        before = fetches()
+        time.sleep(idle_s)
+        sent = fetches() - before
+        assert q.isActive, q.exception()
+        assert sent <= idle_s * 1000 / 500 + (idle_s / batch_s + 1), sent
     finally:
         q.stop()
 

@@ -4,6 +4,7 @@ import java.{util => ju}
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.connector.catalog.{Column, SupportsRead, Table, TableCapability}
+import org.apache.spark.sql.sluice.StatefulOperatorSupport
 import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.connector.metric.{CustomMetric, CustomTaskMetric}
 import org.apache.spark.sql.connector.read.{Batch, Scan, ScanBuilder}
@@ -15,7 +16,7 @@ import sluice.spark.SourceTypes.RateStreamMicroBatchStream
 import sluice.spark.SourceTypes.Source
 import sluice.spark.SourceTypes.DataSource
 import sluice.spark.SourceTypes.FileStreamSource
-import sluice.spark.DataSourceCopy
+import sluice.spark.{DataSourceCopy, RealTimePlans}
 
 /** Where a source's bound comes from, resolved when the query creates the source. */
 private[input] sealed trait BudgetSpec {
@@ -69,13 +70,23 @@ final class BoundedTable(val inner: Table with SupportsRead, kind: StreamKind, s
 
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
     val read = kind match {
-      case StreamKind.Kafka(_, fetchBytes) => KafkaFetch.withDefaults(options, fetchBytes)
+      case StreamKind.Kafka(_, fetchBytes) => KafkaFetch.withDefaults(options, fetchBytes, BoundedTable.microBatch)
       case _ => options
     }
     val builder = inner.newScanBuilder(read)
     // The driver's size sampling reads a few records with the source's own options.
     () => new BoundedScan(builder.build(), kind, spec, KafkaSampler.kafkaParams(options.asCaseSensitiveMap()))
   }
+}
+
+private object BoundedTable {
+  /**
+   * Whether the query whose stream thread builds this scan runs micro-batches (not real-time or
+   * continuous processing). Spark builds a streaming scan only on that thread, when the query
+   * starts; should no query be found there, micro-batches, the common case, are assumed.
+   */
+  def microBatch: Boolean =
+    StatefulOperatorSupport.currentStream(SparkSession.active).forall(RealTimePlans.runsMicroBatches)
 }
 
 final class BoundedScan(inner: Scan, kind: StreamKind, spec: BudgetSpec,

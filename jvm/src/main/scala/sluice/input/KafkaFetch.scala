@@ -5,8 +5,9 @@ import java.{util => ju}
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
 /**
- * How much one poll of a Kafka partition may fetch, for the sources that leave it to sluice
- * (`spark.sluice.input.fetch.max.bytes`).
+ * A Kafka source's consumer fetches where the source leaves them to sluice: how much one poll of
+ * a partition may fetch (`spark.sluice.input.fetch.max.bytes`), and how long the broker may hold
+ * a fetch that finds nothing new ([[KafkaFetch.MicroBatchFetchMaxWaitMs]]).
  *
  * Spark's Kafka reader seeks to the next offset before every poll and looks the partition's
  * offset range up after it (`InternalKafkaConsumer.fetch`): the seek drops whatever the consumer
@@ -20,6 +21,20 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
 object KafkaFetch {
   val PartitionFetchBytesOption = "kafka.max.partition.fetch.bytes"
   val MaxPollRecordsOption = "kafka.max.poll.records"
+  val FetchMaxWaitOption = "kafka.fetch.max.wait.ms"
+
+  /**
+   * How long the broker may hold a micro-batch's fetch that finds no new record (Kafka's default:
+   * 500 ms). When a poll returns records, the consumer sends the next fetch ahead; the offset
+   * lookups Spark's reader makes right after the poll go over the same connection, and a broker
+   * answers one connection's requests in order. When a task reads to the end of a partition (the
+   * last batch of a backlog, every batch of a quiet topic), that read-ahead finds nothing and the
+   * lookups, and so the task, wait for it to be held the whole time. A micro-batch task only asks
+   * for offsets it knows exist, so a shorter wait changes nothing else: at most one more empty
+   * fetch per task. Real-time mode keeps Kafka's default: its reader polls on at the end of the
+   * log without offset lookups, where a shorter wait only means more empty fetches.
+   */
+  val MicroBatchFetchMaxWaitMs = 10L
 
   /**
    * Records a poll may return per fetched byte: with `fetchBytes / MinRecordBytes` records a poll
@@ -37,16 +52,24 @@ object KafkaFetch {
   def fetchBytes(setting: Long, inputBound: Long): Long =
     if (setting <= 0) 0L else math.min(math.min(setting, inputBound), Int.MaxValue.toLong)
 
-  /** The source's options with the fetch settings it did not choose itself. */
-  def withDefaults(options: CaseInsensitiveStringMap, fetchBytes: Long): CaseInsensitiveStringMap = {
-    if (fetchBytes <= 0) return options
+  /**
+   * The source's options with the fetch settings it did not choose itself: the fetch size
+   * (`fetchBytes`, 0: Kafka's) and, in a micro-batch query, the broker's wait for an empty fetch.
+   */
+  def withDefaults(options: CaseInsensitiveStringMap, fetchBytes: Long,
+      microBatch: Boolean): CaseInsensitiveStringMap = {
     val added = new ju.HashMap[String, String](options.asCaseSensitiveMap())
-    val bytes = Option(options.get(PartitionFetchBytesOption)) match {
-      case Some(own) => scala.util.Try(own.trim.toLong).getOrElse(0L)
-      case None => added.put(PartitionFetchBytesOption, fetchBytes.toString); fetchBytes
+    if (fetchBytes > 0) {
+      val bytes = Option(options.get(PartitionFetchBytesOption)) match {
+        case Some(own) => scala.util.Try(own.trim.toLong).getOrElse(0L)
+        case None => added.put(PartitionFetchBytesOption, fetchBytes.toString); fetchBytes
+      }
+      if (!options.containsKey(MaxPollRecordsOption)) {
+        added.put(MaxPollRecordsOption, math.max(KafkaMaxPollRecords, bytes / MinRecordBytes).toString)
+      }
     }
-    if (!options.containsKey(MaxPollRecordsOption)) {
-      added.put(MaxPollRecordsOption, math.max(KafkaMaxPollRecords, bytes / MinRecordBytes).toString)
+    if (microBatch && !options.containsKey(FetchMaxWaitOption)) {
+      added.put(FetchMaxWaitOption, MicroBatchFetchMaxWaitMs.toString)
     }
     if (added.size == options.size) options else new CaseInsensitiveStringMap(added)
   }

@@ -3,7 +3,9 @@ package sluice.spark
 import org.apache.spark.sql.connector.catalog.Table
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.datasources.v2.RealTimeStreamScanExec
-import org.apache.spark.sql.execution.streaming.runtime.{IncrementalExecution, RealTimeModeAllowlist}
+import org.apache.spark.sql.execution.streaming.RealTimeTrigger
+import org.apache.spark.sql.execution.streaming.runtime.{IncrementalExecution, MicroBatchExecution, RealTimeModeAllowlist,
+  StreamExecution}
 import org.apache.spark.sql.internal.SQLConf
 
 /**
@@ -19,6 +21,12 @@ object RealTimePlans {
 
   /** Whether `exec` plans a batch of a real-time query: Spark's own flag, set from the trigger per run. */
   def isRealTime(exec: IncrementalExecution): Boolean = exec.isRealTimeMode
+
+  /** Whether `stream` runs micro-batches: not continuous processing, nor real time (told by its trigger). */
+  def runsMicroBatches(stream: StreamExecution): Boolean = stream match {
+    case m: MicroBatchExecution => !m.trigger.isInstanceOf[RealTimeTrigger]
+    case _ => false
+  }
 
   /** Whether `plan` reads a source in real time (the only plans Spark's allowlist looks at). */
   def readsInRealTime(plan: SparkPlan): Boolean = plan.exists(_.isInstanceOf[RealTimeStreamScanExec])
