@@ -209,6 +209,24 @@ def jmx_attribute(gateway: Any, pattern: str, attribute: str) -> dict[Any, Any]:
                        [name, attribute]) for name in list(names)}
 
 
+# Kafka's consumer default for fetch.max.wait.ms: how long a broker holds a fetch that finds nothing.
+KAFKA_FETCH_MAX_WAIT_MS = 500
+
+
+def executor_consumer_metrics(spark: Any, group_prefix: str, metric: str) -> list[float]:
+    """The Kafka client's `metric` (consumer-fetch-manager-metrics: fetch-size-max in bytes,
+    fetch-latency-max in ms, fetch-total) of each executor consumer of the query started with
+    `groupIdPrefix` = `group_prefix`, from the client's own JMX metrics (local mode: the executor is
+    this JVM). Fails when the query has no executor consumer."""
+    clients = jmx_attribute(spark.sparkContext._gateway,
+                            "kafka.consumer:type=consumer-fetch-manager-metrics,client-id=*", metric)
+    values = [float(v) for name, v in clients.items()
+              if str(name.getKeyProperty("client-id")).startswith(f"consumer-{group_prefix}-")
+              and "-executor-" in str(name.getKeyProperty("client-id"))]
+    assert values, f"no executor consumer of the group prefix {group_prefix}"
+    return values
+
+
 def jmx_gauges(gateway: Any, source: str) -> dict[str, dict[str, int]]:
     """The gauges of metrics source `source` as Spark's JMX sink publishes them in this JVM, by
     the prefix of their registry name (``<app>.<executor>.``, or empty where Spark registered the

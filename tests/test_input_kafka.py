@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
 import kafka_harness as kh
-from conftest import jmx_attribute, sluice_session, stop_session
+from conftest import KAFKA_FETCH_MAX_WAIT_MS, executor_consumer_metrics, sluice_session, stop_session
 
 BOUND = 2 << 20  # spark.sluice.input.buffer.max.bytes for this module
 
@@ -279,19 +279,6 @@ def test_trigger_available_now_drains_the_backlog_in_bounded_batches(
         assert int(metrics[i]["inputBufferBytesTotal"]) == sink.bytes(i)
 
 
-def executor_consumer_max(spark: SparkSession, group_prefix: str, metric: str) -> float:
-    """The largest value of the Kafka client's `metric` (consumer-fetch-manager-metrics: fetch-size-max in bytes,
-    fetch-latency-max in ms) over the executor consumers of the query started with `groupIdPrefix` = `group_prefix`,
-    from the client's own JMX metrics (local mode: the executor is this JVM)."""
-    clients = jmx_attribute(spark.sparkContext._gateway,
-                            "kafka.consumer:type=consumer-fetch-manager-metrics,client-id=*", metric)
-    values = [float(v) for name, v in clients.items()
-              if str(name.getKeyProperty("client-id")).startswith(f"consumer-{group_prefix}-")
-              and "-executor-" in str(name.getKeyProperty("client-id"))]
-    assert values, f"no executor consumer of the group prefix {group_prefix}"
-    return max(values)
-
-
 FETCH_RECORDS = 4000  # of ~1 KB on one partition: 4 MB, twice the module's bound
 
 
@@ -325,16 +312,13 @@ def test_a_poll_fetches_up_to_the_input_bound_unless_the_source_or_the_key_says_
     sink = Recorder()
     drain(df, sink, tmp_path / "cp")
     sink.assert_exactly_once({0: FETCH_RECORDS})
-    largest = executor_consumer_max(kspark, group, "fetch-size-max")
+    largest = max(executor_consumer_metrics(kspark, group, "fetch-size-max"))
     kafka_default = 1 << 20
     if case == "sluice":
         assert 1.5 * kafka_default < largest <= BOUND + (64 << 10), largest
     else:
         # Within the 1 MiB limit plus a fetch response's framing (record batches here are ~16 KB).
         assert largest <= kafka_default + (64 << 10), largest
-
-
-KAFKA_FETCH_MAX_WAIT_MS = 500  # the consumer's default fetch.max.wait.ms
 
 
 @pytest.mark.parametrize("case", ["sluice", "source sets it"])
@@ -352,7 +336,7 @@ def test_a_task_reading_to_the_end_of_a_partition_does_not_wait_out_an_empty_fet
     sink = Recorder()
     drain(kafka_stream(kspark, broker, fetch_topic, **options), sink, tmp_path / "cp")
     sink.assert_exactly_once({0: FETCH_RECORDS})
-    held = executor_consumer_max(kspark, group, "fetch-latency-max")
+    held = max(executor_consumer_metrics(kspark, group, "fetch-latency-max"))
     if case == "sluice":
         assert held < KAFKA_FETCH_MAX_WAIT_MS, held
     else:

@@ -4,11 +4,11 @@ import java.{util => ju}
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.connector.catalog.{Column, SupportsRead, Table, TableCapability}
-import org.apache.spark.sql.sluice.StatefulOperatorSupport
 import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.connector.metric.{CustomMetric, CustomTaskMetric}
 import org.apache.spark.sql.connector.read.{Batch, Scan, ScanBuilder}
 import org.apache.spark.sql.connector.read.streaming.{ContinuousStream, MicroBatchStream}
+import org.apache.spark.sql.sluice.StatefulOperatorSupport
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
