@@ -215,6 +215,46 @@ def operator_names(run: Run) -> set:
     return {op["operatorName"] for p in run.query.recentProgress for op in p["stateOperators"]}
 
 
+LOCAL_MERGE_KEY = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
+
+
+def merges_below_the_shuffle(plan: str) -> bool:
+    """Whether a session merge runs below the physical plan's first shuffle (explain() prints a
+    node's children below it)."""
+    lines = plan.splitlines()
+    exchange = next(i for i, line in enumerate(lines) if "Exchange hashpartitioning" in line)
+    return any("MergingSessions" in line for line in lines[exchange + 1:])
+
+
+@pytest.mark.parametrize("setting", [None, "false"], ids=["unset", "off"])
+def test_sessions_merge_in_each_partition_before_the_shuffle_unless_spark_setting_is_off(
+        spark: SparkSession, run: Run, provider: str, fused: str, tmp_path: Path, setting: str | None) -> None:
+    """sluice merges each input partition's sessions before the shuffle unless Spark's setting says
+    not to (Spark's own default is not to); the sessions are the same either way."""
+    if setting is not None:
+        spark.conf.set(LOCAL_MERGE_KEY, setting)
+    try:
+        df = sessions(run.events())
+        run.start(suppress(df, Suppressed.until_window_closes(BufferConfig.unbounded())) if fused == "fused" else df)
+        feed_all(run, BATCHES)
+        plan = run.query._jsq.explainInternal(False)
+    finally:
+        spark.conf.unset(LOCAL_MERGE_KEY)
+    assert merges_below_the_shuffle(plan) == (setting != "false"), plan
+    assert "MergingSessions" in plan
+    spark.conf.set(LOCAL_MERGE_KEY, "false")  # Spark's own plan for the reference
+    try:
+        expected = append_mode_finals(spark, run.src, tmp_path)
+    finally:
+        spark.conf.unset(LOCAL_MERGE_KEY)
+    if fused == "fused":
+        got = {key(r): (r["n"], r["total"]) for r in run.rows()}
+        assert len(got) == len(run.rows())  # each session once
+        assert got == expected
+    else:
+        assert table_of(run) == expected
+
+
 def test_kafka_streams_scenario_gives_its_final_sessions(spark: SparkSession, run: Run, provider: str,
                                                          fused: str) -> None:
     """Kafka Streams' own suppress scenario for sessions (gap 5, no grace): k1@0, k1@5, k1@1, k2@11,

@@ -18,8 +18,15 @@ object SessionConf {
 
   /** The state format of session-window aggregations (`spark.sql.streaming.sessionWindow.stateFormatVersion`). */
   def sessionWindowStateFormat(conf: SQLConf): Int = conf.getConf(SQLConf.STREAMING_SESSION_WINDOW_STATE_FORMAT_VERSION)
-  /** Whether sessions are merged within an input partition before the shuffle. */
-  def mergeSessionsInLocalPartition(conf: SQLConf): Boolean = conf.streamingSessionWindowMergeSessionInLocalPartition
+  /** `spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition`. */
+  val MergeSessionsInLocalPartitionKey: String = SQLConf.STREAMING_SESSION_WINDOW_MERGE_SESSIONS_IN_LOCAL_PARTITION.key
+  /**
+   * Whether sessions are merged within an input partition before the shuffle, where the session
+   * sets it (from the builder, the Spark conf or `spark.conf.set`); None where it is left unset.
+   */
+  def mergeSessionsInLocalPartition(conf: SQLConf): Option[Boolean] =
+    if (conf.contains(MergeSessionsInLocalPartitionKey)) Some(conf.streamingSessionWindowMergeSessionInLocalPartition)
+    else None
 
   /**
    * The store settings of a side store, a store sluice opens beside an operator's own (the emission

@@ -38,6 +38,17 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
     case _ => Nil
   }
 
+  /**
+   * Whether each input partition merges its events' sessions before the shuffle: Spark's setting
+   * where the user set it, else yes (Spark's default is no). The merge after the shuffle merges
+   * the same sessions whether or not they were merged before it (merging is associative, and late
+   * rows are dropped after both), so only the cost differs: a local sort of the batch's rows, against
+   * shuffling one row per event instead of one per local session. A batch with many events per
+   * session (a backlog being caught up, a busy key) gains; Spark leaves it off for batches of few.
+   */
+  private def mergeBeforeShuffle: Boolean =
+    SessionConf.mergeSessionsInLocalPartition(Sessions.classic(session).sessionState.conf).getOrElse(true)
+
   /** Whether the batch being planned runs under Spark's real-time trigger (Spark 4.3). */
   private def realTime: Boolean =
     StatefulOperatorSupport.currentStream(session).flatMap(s => Option(s.lastExecution)).exists(RealTimePlans.isRealTime)
@@ -55,7 +66,7 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
     val sessionWindow = keys.find(_.metadata.contains(SessionWindow.marker)).get
     val sparkPlan = AggUtils.planStreamingAggregationForSession(
       keys, sessionWindow, aggregates.map(_.asInstanceOf[AggregateExpression]), results,
-      SessionConf.sessionWindowStateFormat(conf), SessionConf.mergeSessionsInLocalPartition(conf), planLater(child))
+      SessionConf.sessionWindowStateFormat(conf), mergeBeforeShuffle, planLater(child))
     sparkPlan.map(_.transformUp {
       case r: SessionWindowStateStoreRestoreExec => ctx.fold(r)(c => r.copy(stateInfo = Some(c.stateInfo)))
       // Fused final results: Spark's own save in append mode emits each session once, when the
