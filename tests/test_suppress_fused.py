@@ -285,3 +285,61 @@ def test_kill_and_restart_fused_emits_each_final_result_exactly_once(spark: Spar
         for user in set(users):
             expected[((t0 + timedelta(hours=h)).isoformat(), user, users.count(user))] = 1
     assert got == expected
+
+
+def above_the_save(plan: str) -> list[str]:
+    """The physical plan's operators above its state save (explain() prints a node's children below it)."""
+    lines = plan.split("== Physical Plan ==")[-1].splitlines()
+    return lines[:next(i for i, line in enumerate(lines) if "StateStoreSave" in line)]
+
+
+# Values per micro-batch: (seconds after T0, user, v); windows of every batch but the last close.
+VALUED = [
+    [(5, "a", 1.5), (50, "b", -0.0), (20, "a", 2.25), (21, "b", -0.0)],
+    [(65, "a", 7.0), (30, "b", -3.5), (75, "c", None)],
+    [(10, "a", 9.0), (125, "a", 0.5), (90, "c", 4.0), (61, "b", 2.0)],
+    [(400, "z", 1.0)],
+]
+
+
+@pytest.mark.parametrize("store", sorted(PROVIDERS), indirect=True)
+@pytest.mark.parametrize("functions", ["declarative", "with_collect_list"])
+def test_fused_final_results_are_computed_per_row_without_a_final_aggregation(
+        spark: SparkSession, tmp_path: Path, store: str, functions: str) -> None:
+    """Fused, the final aggregation above the append-mode save (one row per key there) is a per-row
+    projection when every function is declarative; the results equal Spark's own append mode."""
+    def aggregated(r: Run) -> DataFrame:
+        events = (spark.readStream.schema("ts timestamp, user string, v double")
+                  .option("maxFilesPerTrigger", 1).json(str(r.src)))
+        aggs = [F.count("*").alias("n"), F.sum("v").alias("total"), F.avg("v").alias("mean"),
+                F.min("user").alias("first_user"), F.max_by("user", "v").alias("top"), F.max("v").alias("high")]
+        if functions == "with_collect_list":
+            aggs.append(F.array_sort(F.collect_list("v")).alias("vs"))
+        return (events.withWatermark("ts", f"{DELAY} seconds")
+                .groupBy(F.window("ts", f"{SIZE} seconds"), "user").agg(*aggs))
+
+    def drive_valued(root: Path, build: Callable[[Run], DataFrame], mode: str) -> tuple[list, str]:
+        run = Run(spark, root)
+        rows: list = []
+        run.query = (build(run).writeStream.outputMode(mode)
+                     .foreachBatch(lambda b, i: rows.extend((i, *r) for r in b.drop("window").collect()))
+                     .option("checkpointLocation", str(run.ckpt)).start())
+        try:
+            for events in VALUED:
+                path = run.src / f"{run.files:05d}.json"
+                (run.src / ".tmp").write_text("".join(json.dumps({"ts": ts(t), "user": u, "v": v}) + "\n"
+                                                     for t, u, v in events))
+                (run.src / ".tmp").rename(path)
+                run.files += 1
+                run.query.processAllAvailable()
+            plan = run.query._jsq.explainInternal(False)
+        finally:
+            run.stop()
+        return sorted(rows, key=str), plan
+
+    fused, plan = drive_valued(tmp_path / "fused", lambda r: final(aggregated(r)), "update")
+    append, _ = drive_valued(tmp_path / "append", aggregated, "append")
+    assert len(fused) == 6  # [0, 60): a, b; [60, 120): a, b, c; [120, 180): a
+    assert fused == append
+    aggregates = [line for line in above_the_save(plan) if "Aggregate" in line]
+    assert len(aggregates) == (0 if functions == "declarative" else 1), plan

@@ -24,6 +24,8 @@ object PlanTypes {
     org.apache.spark.sql.execution.streaming.operators.stateful.StreamingSessionWindowStateManager
   val StreamingSessionWindowStateManager =
     org.apache.spark.sql.execution.streaming.operators.stateful.StreamingSessionWindowStateManager
+  /** Spark's hash, object-hash and sort aggregation operators. */
+  type BaseAggregateExec = org.apache.spark.sql.execution.aggregate.BaseAggregateExec
   /** Spark's planning of a streaming aggregation (`planStreamingAggregationForSession`). */
   val AggUtils = org.apache.spark.sql.execution.aggregate.AggUtils
 

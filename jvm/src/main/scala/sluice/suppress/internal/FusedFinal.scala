@@ -195,7 +195,7 @@ private[sluice] object FusedFinal extends Logging {
           s.copy(stateInfo = Some(info), outputMode = Some(OutputMode.Append()))
         case r: StateStoreRestoreExec if r.stateInfo.isEmpty => r.copy(stateInfo = Some(info))
       }
-      if (saves == 1) Some(fused) else None
+      if (saves == 1) Some(FinalProjection(fused)) else None
     }
   }
 }
