@@ -95,15 +95,18 @@ class Run:
     def start(self, df: DataFrame, mode: str = "update") -> None:
         def sink(batch: DataFrame, batch_id: int) -> None:
             start = F.col("window.start").cast("long") - int(T0.timestamp())  # seconds after T0, any time zone
-            self.batches[batch_id] = sorted(tuple(r) for r in batch.select(start, "user", "count").collect())
+            values = [c for c in batch.columns if c not in ("window", "user")]  # count, or the aggregates
+            self.batches[batch_id] = sorted(tuple(r) for r in batch.select(start, "user", *values).collect())
 
         self.query = (df.writeStream.outputMode(mode).foreachBatch(sink)
                       .option("checkpointLocation", str(self.ckpt)).start())
 
     def feed(self, events: list[tuple]) -> None:
+        """Events (seconds after T0, user[, v])."""
         path = self.src / f"{self.files:05d}.json"
         tmp = self.src / f".{self.files:05d}.tmp"
-        tmp.write_text("".join(json.dumps({"ts": ts(t), "user": u}) + "\n" for t, u in events))
+        tmp.write_text("".join(json.dumps({"ts": ts(e[0]), "user": e[1], **({"v": e[2]} if len(e) > 2 else {})}) + "\n"
+                               for e in events))
         tmp.rename(path)
         self.files += 1
         self.query.processAllAvailable()
@@ -318,28 +321,11 @@ def test_fused_final_results_are_computed_per_row_without_a_final_aggregation(
         return (events.withWatermark("ts", f"{DELAY} seconds")
                 .groupBy(F.window("ts", f"{SIZE} seconds"), "user").agg(*aggs))
 
-    def drive_valued(root: Path, build: Callable[[Run], DataFrame], mode: str) -> tuple[list, str]:
-        run = Run(spark, root)
-        rows: list = []
-        run.query = (build(run).writeStream.outputMode(mode)
-                     .foreachBatch(lambda b, i: rows.extend((i, *r) for r in b.drop("window").collect()))
-                     .option("checkpointLocation", str(run.ckpt)).start())
-        try:
-            for events in VALUED:
-                path = run.src / f"{run.files:05d}.json"
-                (run.src / ".tmp").write_text("".join(json.dumps({"ts": ts(t), "user": u, "v": v}) + "\n"
-                                                     for t, u, v in events))
-                (run.src / ".tmp").rename(path)
-                run.files += 1
-                run.query.processAllAvailable()
-            plan = run.query._jsq.explainInternal(False)
-        finally:
-            run.stop()
-        return sorted(rows, key=str), plan
-
-    fused, plan = drive_valued(tmp_path / "fused", lambda r: final(aggregated(r)), "update")
-    append, _ = drive_valued(tmp_path / "append", aggregated, "append")
-    assert len(fused) == 6  # [0, 60): a, b; [60, 120): a, b, c; [120, 180): a
-    assert fused == append
+    # stopped after the second batch and restarted on its checkpoint
+    fused, _, plan = drive(spark, tmp_path / "fused", lambda r: final(aggregated(r)), batches=VALUED, restart_after=2)
+    append, _, _ = drive(spark, tmp_path / "append", aggregated, mode="append", batches=VALUED, restart_after=2)
+    emitted = [row for rows in fused.nonempty().values() for row in rows]
+    assert len(emitted) == 6  # [0, 60): a, b; [60, 120): a, b, c; [120, 180): a
+    assert fused.nonempty() == append.nonempty()  # the same rows in the same micro-batches
     aggregates = [line for line in above_the_save(plan) if "Aggregate" in line]
     assert len(aggregates) == (0 if functions == "declarative" else 1), plan

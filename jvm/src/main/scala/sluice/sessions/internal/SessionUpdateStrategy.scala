@@ -38,17 +38,6 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
     case _ => Nil
   }
 
-  /**
-   * Whether each input partition merges its events' sessions before the shuffle: Spark's setting
-   * where the user set it, else yes (Spark's default is no). The merge after the shuffle merges
-   * the same sessions whether or not they were merged before it (merging is associative, and late
-   * rows are dropped after both), so only the cost differs: a local sort of the batch's rows, against
-   * shuffling one row per event instead of one per local session. A batch with many events per
-   * session (a backlog being caught up, a busy key) gains; Spark leaves it off for batches of few.
-   */
-  private def mergeBeforeShuffle: Boolean =
-    SessionConf.mergeSessionsInLocalPartition(Sessions.classic(session).sessionState.conf).getOrElse(true)
-
   /** Whether the batch being planned runs under Spark's real-time trigger (Spark 4.3). */
   private def realTime: Boolean =
     StatefulOperatorSupport.currentStream(session).flatMap(s => Option(s.lastExecution)).exists(RealTimePlans.isRealTime)
@@ -64,6 +53,13 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
     val conf = Sessions.classic(session).sessionState.conf
     val keys = grouping.map(StatefulOperatorSupport.normalizedGroupingKey)
     val sessionWindow = keys.find(_.metadata.contains(SessionWindow.marker)).get
+    // Each input partition merges its events' sessions before the shuffle: Spark's setting where the
+    // user set it, else yes (Spark's default is no). The merge after the shuffle merges the same
+    // sessions whether or not they were merged before it (merging is associative, and late rows are
+    // dropped after both), so only the cost differs: a local sort of the batch's rows, against
+    // shuffling one row per event instead of one per local session. A batch with many events per
+    // session (a backlog being caught up, a busy key) gains; Spark leaves it off for batches of few.
+    val mergeBeforeShuffle = SessionConf.mergeSessionsInLocalPartition(conf).getOrElse(true)
     val sparkPlan = AggUtils.planStreamingAggregationForSession(
       keys, sessionWindow, aggregates.map(_.asInstanceOf[AggregateExpression]), results,
       SessionConf.sessionWindowStateFormat(conf), mergeBeforeShuffle, planLater(child))
