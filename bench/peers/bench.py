@@ -198,7 +198,8 @@ def stop(s: Side) -> dict[str, Any]:
     return s.stop() if s.proc.poll() is None else {"vm_hwm_kb": -1, "failure": f"exited; see {s.log.name}"}
 
 
-def drain(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, data: Data, name: str) -> dict[str, Any]:
+def drain(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, data: Data, name: str,
+          timeout_s: int | None = None) -> dict[str, Any]:
     out = f"out-{name}"
     tool("create-topic", "--bootstrap", bs, "--topic", out, "--partitions", 2, "--log-append-time")
     expected = data.expected[q]
@@ -206,7 +207,7 @@ def drain(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, data: D
     # The watcher is started first, so that its own JVM start (about a second of CPU) is over before the
     # side's clock starts, not competing with the side's start for the two cores.
     watcher = tool_start("watch", "--bootstrap", bs, "--topic", out, "--count", expected_rows, "--timeout-s",
-                         a.timeout_s, "--idle-s", a.idle_s, "--query", q, *data.cut(a, q))
+                         timeout_s or a.timeout_s, "--idle-s", a.idle_s, "--query", q, *data.cut(a, q))
     try:
         s = start_side(side, q, a, work, bs, data.topic, out, name)
         try:
@@ -251,7 +252,9 @@ def warm_rate(side: str, warm: dict[str, int] | None, batches: list[dict[str, An
             if read >= data.events / 2 and b["rows"]:
                 chosen.append(b)
             read += b["rows"]
-        if not chosen:
+        # The drain's second half must be in batches begun after its middle: a backlog read in one batch
+        # (the count) leaves only the next batch's few rows, whose rate says nothing.
+        if sum(b["rows"] for b in chosen) < data.events / 4:
             return None
         span_ms = chosen[-1]["start_ms"] + chosen[-1]["ms"] - chosen[0]["start_ms"]
         return round(sum(b["rows"] for b in chosen) * 1000 / span_ms) if span_ms > 0 else None
@@ -518,6 +521,9 @@ def main() -> None:
                          "a row's path; Spark's doc: lower values reduce "
                          "latency at the cost of smaller messages)")
     ap.add_argument("--timeout-s", type=int, default=1800, help="per run: output must be complete by then")
+    ap.add_argument("--run-bound", type=float, default=10.0, help="a drain run ends incomplete after this many times "
+                    "the query's fastest complete drain so far (0: only --timeout-s)")
+    ap.add_argument("--run-bound-min-s", type=int, default=300, help="the least a drain run is given under --run-bound")
     ap.add_argument("--idle-s", type=int, default=120, help="per run: give up when the output, once started, has "
                     "not grown for this long without being complete (a side that dropped rows)")
     ap.add_argument("--workdir", default="", help="broker data, checkpoints, rows (default: a temp dir, removed)")
@@ -583,6 +589,8 @@ def settings_of(a: argparse.Namespace, count_records: int) -> dict[str, Any]:
             f"{'50 (default)' if a.rt_shuffle_wait_ms < 0 else a.rt_shuffle_wait_ms}, "
             "Spark's RocksDB provider (the only one real-time mode allows), suppress not fused (each window "
             "closed on its partition's stream time, per row), Kafka sink; the count only",
+        "run bound": f"a drain run ends incomplete after {a.run_bound} x the query's fastest complete drain so far "
+                     f"(at least {a.run_bound_min_s} s), or after {a.timeout_s} s",
         "drain time": "from the side's start() call (KafkaStreams.start, StreamExecutionEnvironment.executeAsync, "
                       "DataStreamWriter.start; process start excluded) to the broker LogAppendTime of the last result",
         "latency (count)": "result's broker LogAppendTime - the producer's wall clock at the send of the record that "
@@ -634,8 +642,18 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: lis
             r = drain(side, q, a, work, bs, warm[family(q)], f"warm-{q}-{side}")
             print(f"   warm-up {name}: {r['drain_s']} s, differing {r['differing_from_expected']}")
 
+        fastest: list[float] = []
+
         def one(name: str, i: int, q: str = q) -> dict[str, Any]:
-            return drain(name.split("/")[1], q, a, work, bs, data[family(q)], f"{q}-{name.split('/')[1]}-{i}")
+            # A run may take --run-bound times the query's fastest complete drain so far (Kafka Streams'
+            # q11 drains at about 17k events/s: 10 minutes and more a run, README), then ends incomplete.
+            bound = min(a.timeout_s, max(a.run_bound_min_s, round(a.run_bound * min(fastest)))) \
+                if fastest and a.run_bound > 0 else a.timeout_s
+            r = drain(name.split("/")[1], q, a, work, bs, data[family(q)], f"{q}-{name.split('/')[1]}-{i}", bound)
+            if r["complete"] and r["drain_s"] == r["drain_s"]:  # not NaN: the run had output
+                fastest.append(r["drain_s"])
+            r["bound_s"] = bound
+            return r
 
         if a.repeats > 0 and names:
             runs = h.alternating(names, a.repeats, one, warmup=warmup if warm else None)
