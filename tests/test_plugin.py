@@ -169,6 +169,8 @@ def test_python_parsers_agree_with_the_spec_the_jvm_reads() -> None:
         assert _conf.parse_millis(text) == want, text
     for text, want in forms["positive_int"]["vectors"]:
         assert _conf.parse_positive_int(text) == want, text
+    for text, want in forms["boolean"]["vectors"]:
+        assert _conf.parse_boolean(text) == want, text
     for unit, factor in forms["bytes"]["units"].items():
         assert _conf.parse_bytes(f"7{unit.upper()}") == 7 * factor
     for unit, micros in forms["millis"]["units_in_micros"].items():

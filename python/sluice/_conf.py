@@ -75,6 +75,13 @@ def parse_positive_int(value: Any) -> int | None:
     return n if n > 0 else None
 
 
+def parse_boolean(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    return {"true": True, "false": False}.get(text)
+
+
 def parse_string(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -91,7 +98,7 @@ class Option:
         parsed = self.parse(value)
         if parsed is None:
             raise ValueError(message("invalid", value=value, key=self.key, expected=self.expected))
-        return str(parsed)
+        return str(parsed).lower() if isinstance(parsed, bool) else str(parsed)
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,7 @@ class _FlagOption(Option):
 
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "bytes": parse_bytes, "millis": parse_millis, "positive_int": parse_positive_int, "string": parse_string,
+    "boolean": parse_boolean,
 }
 
 

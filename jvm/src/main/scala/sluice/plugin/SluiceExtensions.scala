@@ -4,7 +4,7 @@ import org.apache.spark.sql.SparkSessionExtensions
 
 /**
  * `spark.sql.extensions=sluice.plugin.SluiceExtensions`: installs sluice's planner strategies
- * (suppress, emission cache), source rules (input bound) and sluice's from_json decoding into every
+ * (suppress, emission cache), source rules (input bound), window slicing and sluice's from_json decoding into every
  * session.
  */
 class SluiceExtensions extends (SparkSessionExtensions => Unit) {
@@ -24,6 +24,8 @@ class SluiceExtensions extends (SparkSessionExtensions => Unit) {
     ext.injectColumnar(RealTimeAllowlist.rule(_))
     // input bound (KIP-770)
     ext.injectResolutionRule(session => new sluice.input.InputBoundRule(session))
+    // window slicing: the map side of sliding-window aggregations (spark.sluice.window.slicing)
+    ext.injectColumnar(sluice.slicing.SlicingRule.rule(_))
     // from_json decoded from the record's bytes (spark.sluice.json.decoder=sluice)
     ext.injectOptimizerRule(sluice.json.internal.JsonDecodeRule(_))
   }

@@ -11,6 +11,9 @@ object PlanTypes {
   type ProjectExec = org.apache.spark.sql.execution.ProjectExec
   val ProjectExec = org.apache.spark.sql.execution.ProjectExec
   type ColumnarRule = org.apache.spark.sql.execution.ColumnarRule
+  /** spark-4.3: a fourth field with a default (`useSingleTask`); construct and copy by name. */
+  type ExpandExec = org.apache.spark.sql.execution.ExpandExec
+  val ExpandExec = org.apache.spark.sql.execution.ExpandExec
 
   type StateStoreRestoreExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreRestoreExec
   val StateStoreRestoreExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreRestoreExec
@@ -26,6 +29,7 @@ object PlanTypes {
     org.apache.spark.sql.execution.streaming.operators.stateful.StreamingSessionWindowStateManager
   /** Spark's hash, object-hash and sort aggregation operators. */
   type BaseAggregateExec = org.apache.spark.sql.execution.aggregate.BaseAggregateExec
+  type HashAggregateExec = org.apache.spark.sql.execution.aggregate.HashAggregateExec
   /** Spark's planning of a streaming aggregation (`planStreamingAggregationForSession`). */
   val AggUtils = org.apache.spark.sql.execution.aggregate.AggUtils
 

@@ -1,0 +1,93 @@
+package sluice.slicing
+
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, NamedExpression}
+import org.apache.spark.sql.catalyst.expressions.aggregate.{Partial, PartialMerge}
+import org.apache.spark.sql.catalyst.rules.Rule
+
+import sluice.conf.SluiceConf
+import sluice.spark.PlanTypes.{ColumnarRule, ExpandExec, HashAggregateExec, ProjectExec, SparkPlan}
+import sluice.spark.RealTimePlans
+
+/**
+ * Window slicing (`spark.sluice.window.slicing`): the map side of a sliding-window aggregation
+ * aggregates each slice of event time once per key, then forms the windows from the slices, as
+ * Flink's window slicing and Kafka Streams' sliding windows avoid one aggregate per window and row.
+ *
+ * Spark's map side forms every window of every row, then aggregates (`size / slide` rows per input
+ * row into the partial aggregation):
+ * {{{
+ *   partial aggregate by (window, keys) <- Expand(one row per window) <- rows
+ * }}}
+ * sliced, the windows are formed from one row per (first window, keys) of the partition:
+ * {{{
+ *   merge by (window, keys) <- Expand(one row per window, from the first) <- partial aggregate by (first window, keys) <- rows
+ * }}}
+ * Why the result is the same: every window of a row is a function of its first window
+ * ([[SlidingWindows]]), so the rows of one (first window, keys) group share all their windows, and the
+ * merge of their partial aggregates in each window is what aggregating the rows there gives. The
+ * output (keys and aggregation buffers) has the same columns, so the exchange, the state store and
+ * its schema, and everything above are untouched: a checkpoint written with slicing runs on without
+ * it, and the other way round.
+ *
+ * A physical rule (before Spark's columnar transitions, so whole-stage code generation takes in the
+ * new operators) on the partial aggregations Spark plans directly over such an Expand (the window
+ * size a multiple of the slide: otherwise a filter between them drops the windows a row is not in).
+ * It leaves alone an aggregation whose functions read the window column, and real-time plans (their
+ * aggregation runs per record, not per batch, so there is nothing to slice).
+ */
+private[sluice] object SlicingRule {
+  def rule(session: SparkSession): ColumnarRule = new ColumnarRule {
+    override def preColumnarTransitions: Rule[SparkPlan] = new Rule[SparkPlan] {
+      override def apply(plan: SparkPlan): SparkPlan =
+        if (!SluiceConf(session.conf.getAll).get(SluiceConf.WindowSlicing) ||
+          (RealTimePlans.supported && RealTimePlans.readsInRealTime(plan))) plan
+        else plan.transformUp { case agg: HashAggregateExec => sliced(agg).getOrElse(agg) }
+    }
+  }
+
+  /** The sliced map side replacing `agg`, where `agg` is a partial aggregation over sliding windows. */
+  def sliced(agg: HashAggregateExec): Option[SparkPlan] = agg.child match {
+    case expand: ExpandExec if isMapSide(agg) =>
+      SlidingWindows.of(expand.projections, expand.output).flatMap { windows =>
+        val window = expand.output(windows.column)
+        val groupsByWindow = agg.groupingExpressions.exists {
+          case a: Attribute => a.exprId == window.exprId
+          case _ => false
+        }
+        val windowReadElsewhere =
+          agg.groupingExpressions.exists(g => !g.isInstanceOf[Attribute] && g.references.contains(window)) ||
+            agg.aggregateExpressions.exists(_.references.contains(window))
+        if (!groupsByWindow || windowReadElsewhere) None else Some(slice(agg, expand, windows, window))
+      }
+    case _ => None
+  }
+
+  private def isMapSide(agg: HashAggregateExec): Boolean =
+    agg.requiredChildDistributionExpressions.isEmpty &&
+      agg.aggregateExpressions.forall(a => a.mode == Partial && !a.isDistinct)
+
+  private def slice(agg: HashAggregateExec, expand: ExpandExec, windows: SlidingWindows, window: Attribute): SparkPlan = {
+    // The Expand's columns once, with the first window where the window was: the aggregation's own
+    // expressions read them by the same attributes.
+    val columns: Seq[NamedExpression] = expand.output.zip(expand.projections.head).zipWithIndex.map {
+      case ((out, _), j) if j == windows.column => as(out, windows.windows.head)
+      case ((out, a: Attribute), _) if a.exprId == out.exprId => a
+      case ((out, e), _) => as(out, e)
+    }
+    val bySlice = agg.withNewChildren(Seq(ProjectExec(columns, expand.child)))
+    val first = bySlice.output.find(_.exprId == window.exprId).get
+    val intoWindows = ExpandExec(
+      projections = windows.windows.indices.map(i => bySlice.output.map(a => if (a eq first) windows.fromFirst(i, first) else a)),
+      output = bySlice.output,
+      child = bySlice)
+    agg.copy(
+      aggregateExpressions = agg.aggregateExpressions.map(_.copy(mode = PartialMerge)),
+      initialInputBufferOffset = agg.groupingExpressions.size,
+      child = intoWindows)
+  }
+
+  /** `e` under the attribute `out`: the same id, name and metadata (the watermark's delay). */
+  private def as(out: Attribute, e: org.apache.spark.sql.catalyst.expressions.Expression): NamedExpression =
+    Alias(e, out.name)(exprId = out.exprId, qualifier = out.qualifier, explicitMetadata = Some(out.metadata))
+}

@@ -1,0 +1,91 @@
+package sluice.slicing
+
+import org.apache.spark.sql.catalyst.expressions.{Add, Attribute, CreateNamedStruct, Expression, GetStructField,
+  KnownNullable, Literal, PreciseTimestampConversion, Subtract}
+import org.apache.spark.sql.types.{DataType, LongType}
+
+/**
+ * The rows of Spark's sliding windows, as its analyzer writes them (`TimeWindowing`, where the window
+ * size is a multiple of the slide): an Expand whose projections differ only in one column, the
+ * window, and whose window in projection i is `named_struct(start, L - d_i, end, L - d_i + size)` in
+ * Spark's precise timestamp conversion, with one expression L of the row (the last window start at
+ * or before its event time) common to all projections.
+ *
+ * What slicing needs of this shape, and all it relies on: every window of a row depends on the row
+ * only through L, and the first window's start, `L - d_0`, gives L back exactly (a subtraction of a
+ * constant in 64-bit arithmetic). So rows with the same first window have the same windows, all of
+ * them, and each window can be written as a function of the first window alone ([[fromFirst]]).
+ */
+private[slicing] final case class SlidingWindows(
+    /** The window column's position among the Expand's columns. */
+    column: Int,
+    /** L: the expression of the row every window is computed from. */
+    lastStart: Expression,
+    /** d_0: L minus the first window's start. */
+    firstOffset: Long,
+    /** Each projection's window expression, in projection order. */
+    windows: Seq[Expression],
+    /** The timestamp type of the window's bounds (timestamp or timestamp_ntz). */
+    boundType: DataType) {
+
+  /**
+   * The window expression of projection `i` rewritten over `first`, an attribute holding the first
+   * window of the same row: L replaced by `first.start + d_0`, which equals L (see above).
+   */
+  def fromFirst(i: Int, first: Attribute): Expression = {
+    val start = GetStructField(first, 0, Some(SlidingWindows.Start))
+    val l = Add(PreciseTimestampConversion(start, boundType, LongType), Literal(firstOffset, LongType))
+    windows(i).transformDown { case e if e.semanticEquals(lastStart) => l }
+  }
+}
+
+private[slicing] object SlidingWindows {
+  val Start = "start"
+  val End = "end"
+
+  /**
+   * The sliding windows of an Expand with these projections and output, or None where it is not
+   * that shape: more than one projection, exactly one column whose expressions are windows over one
+   * deterministic L that does not read the window column itself, and every other column the same
+   * expression in every projection.
+   */
+  def of(projections: Seq[Seq[Expression]], output: Seq[Attribute]): Option[SlidingWindows] = {
+    if (projections.size < 2 || projections.exists(_.size != output.size)) return None
+    val varying = output.indices.filter(j => projections.exists(p => !p(j).semanticEquals(projections.head(j))))
+    if (varying.size != 1) return None
+    val column = varying.head
+    val windows = projections.map(_(column))
+    windows.head match {
+      case Window(l, d0, boundType)
+          if l.deterministic && !l.references.contains(output(column)) &&
+            windows.forall(w => onlyThrough(w, l)) && projections.head.forall(_.deterministic) =>
+        Some(SlidingWindows(column, l, d0, windows, boundType))
+      case _ => None
+    }
+  }
+
+  /** Whether `w` reads its row only through `l` (nothing is left to read once every `l` is replaced). */
+  private def onlyThrough(w: Expression, l: Expression): Boolean =
+    w.deterministic && w.transformDown { case e if e.semanticEquals(l) => Literal(0L, LongType) }.references.isEmpty
+
+  /** `named_struct(start, L - d, end, …)` with the bounds as timestamps: (L, d, the bounds' type). */
+  private object Window {
+    def unapply(e: Expression): Option[(Expression, Long, DataType)] = e match {
+      case CreateNamedStruct(Seq(Literal(s, _), StartBound(l, d, t), Literal(n, _), _))
+          if String.valueOf(s) == Start && String.valueOf(n) == End => Some((l, d, t))
+      case _ => None
+    }
+  }
+
+  /** `L - d`, converted from microseconds to a timestamp type; Spark may mark it nullable. */
+  private object StartBound {
+    def unapply(e: Expression): Option[(Expression, Long, DataType)] = e match {
+      case KnownNullable(inner) => unapply(inner)
+      case PreciseTimestampConversion(s: Subtract, LongType, t) => s.right match {
+        case Literal(d: Long, LongType) => Some((s.left, d, t))
+        case _ => None
+      }
+      case _ => None
+    }
+  }
+}
