@@ -1,0 +1,241 @@
+"""Window slicing (spark.sluice.window.slicing): a sliding-window aggregation's map side aggregates
+each slice of event time once per key, then forms the windows from the slices.
+
+Each scenario feeds one JSON file per micro-batch (maxFilesPerTrigger=1) and records each batch's
+rows by batch id. Expected results come from a small model of sliding windows and the watermark
+written here; the plan's map side (below the aggregation's exchange) shows whether it was sliced.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sluice import BufferConfig, Suppressed, suppress
+
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+SLICING_KEY = "spark.sluice.window.slicing"
+PROVIDERS = {
+    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "in_memory_window": "sluice.windowstore.InMemoryWindowStoreProvider",
+}
+DELAY = 10  # watermark delay, seconds
+SIZE = 60   # window size, seconds
+SLIDE = 20
+
+# Events (seconds after T0, user, v) per micro-batch: several per slice and user, out of order, late
+# events for windows already closed, negative values (so max and sum are not the count's shape).
+BATCHES = [
+    [(5, "a", 3), (50, "b", -2), (20, "a", 7), (21, "a", 1), (6, "a", 4), (55, "b", 9)],
+    [(65, "a", 2), (30, "b", 5), (75, "c", -7), (79, "c", 8), (66, "a", 6)],       # watermark 45 -> 69
+    [(10, "a", 1), (61, "b", 4), (125, "a", 3), (90, "c", 2), (62, "b", -1)],      # (10, a) late everywhere
+    [(100, "b", 5), (119, "a", 2), (185, "b", 3), (101, "b", 6), (118, "a", -4)],
+    [(121, "c", 1), (55, "a", 8), (170, "a", 5), (240, "c", 2), (171, "a", 9)],    # (55, a) late
+    [(230, "a", 4), (199, "b", -3), (175, "b", 7), (231, "a", 1)],                 # (175, b): in [140, 200) only
+    [(400, "z", 0)],                                                                 # closes everything before 390
+]
+
+
+def ts(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def windows_of(t: int, size: int, slide: int) -> list[int]:
+    """Starts of the windows of length `size` every `slide` seconds that hold time t."""
+    last = (t // slide) * slide
+    return [s for s in (last - i * slide for i in range(math.ceil(size / slide))) if s <= t < s + size]
+
+
+def model(size: int = SIZE, slide: int = SLIDE) -> dict[tuple[int, str], tuple[int, int, int]]:
+    """Final results, (count, sum, max) per window start and user: the events that were not late
+    when they arrived (their window ended after the watermark of the batches before them); a window
+    is emitted once the watermark reaches its end."""
+    wm = 0
+    values: dict[tuple[int, str], list[int]] = {}
+    for batch in BATCHES:
+        for t, user, v in batch:
+            for s in windows_of(t, size, slide):
+                if s + size > wm:
+                    values.setdefault((s, user), []).append(v)
+        wm = max(wm, max(t for t, _, _ in batch) - DELAY)
+    return {k: (len(vs), sum(vs), max(vs)) for k, vs in values.items() if k[0] + size <= wm}
+
+
+def map_side(plan: str) -> list[str]:
+    """The map side of the aggregation, top down, from its physical plan: each hash aggregation
+    (`partial` or `merge`) and Expand below the first exchange."""
+    below = plan.split("Exchange", 1)[1]
+    return [agg or "Expand" for agg, _ in
+            re.findall(r"HashAggregate\(keys=\[[^\]]*\], functions=\[(partial|merge)_|(Expand) \[", below)]
+
+
+SLICED = ["merge", "Expand", "partial"]
+UNSLICED = ["partial", "Expand"]
+
+
+def aggregates(df: DataFrame, window: Column) -> DataFrame:
+    return (df.withWatermark("ts", f"{DELAY} seconds").groupBy(window, "user")
+            .agg(F.count("*").alias("n"), F.sum("v").alias("total"), F.max("v").alias("top")))
+
+
+class Run:
+    """One query over its own input folder and checkpoint, fed one file per micro-batch; the sink
+    keeps every batch's rows by batch id, and what a batch emitted the first time it ran."""
+
+    def __init__(self, spark: SparkSession, root: Path, build: Callable[[DataFrame], DataFrame], mode: str) -> None:
+        self.spark, self.build, self.mode = spark, build, mode
+        self.src, self.ckpt = root / "in", root / "ckpt"
+        self.src.mkdir(parents=True)
+        self.files = 0
+        self.first: dict[int, list[tuple]] = {}
+        self.replayed: dict[int, list[tuple]] = {}
+        self.query: Any = None
+
+    def start(self, slicing: bool) -> None:
+        self.spark.conf.set(SLICING_KEY, str(slicing).lower())
+        events = (self.spark.readStream.schema("ts timestamp, user string, v long")
+                  .option("maxFilesPerTrigger", 1).json(str(self.src)))
+
+        def sink(batch: DataFrame, batch_id: int) -> None:
+            start = F.col("window.start").cast("long") - int(T0.timestamp())
+            rows = sorted(tuple(r) for r in batch.select(start, "user", "n", "total", "top").collect())
+            (self.replayed if batch_id in self.first else self.first)[batch_id] = rows
+
+        try:
+            self.query = (self.build(events).writeStream.outputMode(self.mode).foreachBatch(sink)
+                          .option("checkpointLocation", str(self.ckpt)).start())
+        finally:
+            self.spark.conf.unset(SLICING_KEY)
+
+    def feed(self, events: list[tuple]) -> None:
+        tmp = self.src / f".{self.files:05d}.tmp"
+        tmp.write_text("".join(json.dumps({"ts": ts(t), "user": u, "v": v}) + "\n" for t, u, v in events))
+        tmp.rename(self.src / f"{self.files:05d}.json")
+        self.files += 1
+        self.query.processAllAvailable()
+
+    def plan(self) -> str:
+        return self.query._jsq.explainInternal(False)
+
+    def stop(self, forget_last_commit: bool = False) -> None:
+        """Stops the query; `forget_last_commit`: as if killed before its last batch committed, so
+        the restarted query runs that batch again."""
+        last = self.query.lastProgress["batchId"]
+        self.query.stop()
+        self.query = None
+        if forget_last_commit:
+            (self.ckpt / "commits" / str(last)).unlink()
+            for crc in (self.ckpt / "commits").glob(f".{last}.crc"):
+                crc.unlink()
+
+    def emitted(self) -> dict[tuple[int, str], tuple[int, int, int]]:
+        out: dict[tuple[int, str], tuple[int, int, int]] = {}
+        for rows in self.first.values():
+            for s, u, n, total, top in rows:
+                assert (s, u) not in out, f"window {s} of {u} emitted twice"
+                out[(s, u)] = (n, total, top)
+        return out
+
+
+def final(df: DataFrame) -> DataFrame:
+    return suppress(df, Suppressed.until_window_closes(BufferConfig.unbounded()))
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest, spark: SparkSession) -> Any:
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[request.param])
+    yield request.param
+    spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+
+
+@pytest.mark.parametrize("store,mode", [("hdfs", "append"), ("rocksdb", "final"), ("in_memory_window", "final")],
+                         indirect=["store"])
+def test_sliced_windows_restarted_with_and_without_slicing_give_the_final_results(
+        spark: SparkSession, tmp_path: Path, store: str, mode: str) -> None:
+    """Slicing on for two batches, off after a restart, on again after another: the state written
+    either way is read the other way, each restart replays the batch the stop left uncommitted with
+    the other setting, and the replay emits what the batch emitted the first time."""
+    window = F.window("ts", f"{SIZE} seconds", f"{SLIDE} seconds")
+    if mode == "append":
+        run = Run(spark, tmp_path, lambda df: aggregates(df, window), "append")
+    else:  # sluice's final results: suppress(until_window_closes) on an update-mode aggregation
+        run = Run(spark, tmp_path, lambda df: final(aggregates(df, window)), "update")
+    plans = []
+    try:
+        for segment, (slicing, batches) in enumerate([(True, BATCHES[:3]), (False, BATCHES[3:5]), (True, BATCHES[5:])]):
+            run.start(slicing)
+            for events in batches:
+                run.feed(events)
+            plans.append(map_side(run.plan()))
+            if segment < 2:
+                run.stop(forget_last_commit=True)
+    finally:
+        if run.query is not None:
+            run.stop()
+
+    assert plans == [SLICED, UNSLICED, SLICED], plans
+    expected = model()
+    assert len(expected) >= 12 and len({s for s, _ in expected}) >= 6
+    assert run.emitted() == expected
+    assert len(run.replayed) == 2, sorted(run.replayed)
+    assert {b: run.first[b] for b in run.replayed} == run.replayed
+
+
+@pytest.mark.parametrize("shape", ["slide_not_dividing_size", "tumbling", "window_read_by_an_aggregate"])
+def test_aggregations_slicing_cannot_serve_keep_their_plan_and_results(
+        spark: SparkSession, tmp_path: Path, shape: str) -> None:
+    size, slide = {"slide_not_dividing_size": (SIZE, 25), "tumbling": (SIZE, SIZE)}.get(shape, (SIZE, SLIDE))
+    window = F.window("ts", f"{size} seconds", f"{slide} seconds")
+
+    def build(df: DataFrame) -> DataFrame:
+        agg = aggregates(df, window)
+        if shape != "window_read_by_an_aggregate":
+            return agg
+        # an aggregate of the window column itself sees each row's own window, which slicing would not give it
+        return (df.withWatermark("ts", f"{DELAY} seconds").groupBy(window, "user")
+                .agg(F.count("*").alias("n"), F.sum("v").alias("total"), F.max("v").alias("top"),
+                     F.max(F.col("window.end")).alias("end")).where(F.col("end") == F.col("window.end")).drop("end"))
+
+    run = Run(spark, tmp_path, build, "append")
+    try:
+        run.start(True)
+        for events in BATCHES:
+            run.feed(events)
+        plan = run.plan()
+    finally:
+        run.stop()
+    assert map_side(plan) == (["partial"] if shape == "tumbling" else UNSLICED), plan
+    assert run.emitted() == model(size, slide)
+
+
+def test_batch_query_sliced_gives_the_rows_of_the_unsliced_plan(spark: SparkSession, tmp_path: Path) -> None:
+    """A batch (not streaming) sliding-window aggregation is sliced too, with the same rows."""
+    path = tmp_path / "events.json"
+    path.write_text("".join(json.dumps({"ts": ts(t), "user": u, "v": v}) + "\n" for b in BATCHES for t, u, v in b))
+    events = spark.read.schema("ts timestamp, user string, v long").json(str(path))
+    start = F.col("window.start").cast("long") - int(T0.timestamp())
+    results, plans = {}, {}
+    for slicing in (False, True):
+        spark.conf.set(SLICING_KEY, str(slicing).lower())
+        try:
+            df = (events.groupBy(F.window("ts", f"{SIZE} seconds", f"{SLIDE} seconds"), "user")
+                  .agg(F.count("*").alias("n"), F.sum("v"), F.max("v")).select(start, "user", "n", "sum(v)", "max(v)"))
+            results[slicing] = sorted(tuple(r) for r in df.collect())
+            # adaptive execution plans each stage as it runs: the plan it ran is its final plan
+            plan = df._jdf.queryExecution().executedPlan().toString()
+            plans[slicing] = map_side(plan.split("== Final Plan ==")[-1].split("== Initial Plan ==")[0])
+        finally:
+            spark.conf.unset(SLICING_KEY)
+    assert plans == {False: UNSLICED, True: SLICED}, plans
+    every = Counter((s, u) for b in BATCHES for t, u, _ in b for s in windows_of(t, SIZE, SLIDE))
+    assert results[True] == results[False] and {(s, u): n for s, u, n, _, _ in results[True]} == dict(every)
