@@ -12,7 +12,8 @@ the aggregation (each window emitted once, when the watermark passes its end); q
 step (the auctions with the most bids in each window) runs on each micro-batch's final counts in
 ``foreachBatch``: a window's counts are all released in the same micro-batch. State store: sluice's
 in-memory window store (``state_store="in_memory_window"``). JSON: ``from_json`` decoded by sluice
-from the record's bytes (``json_decoder="sluice"``; ``--json-decoder spark`` for Spark's parser).
+from the record's bytes (``json_decoder="sluice"``; ``--json-decoder spark`` for Spark's parser). q5's
+sliding windows: formed from per-slice partial aggregates (``window_slicing=True``; ``--window-slicing off``).
 
 Real-time (the `sluice-rt` side, ``--realtime``, the count only): the same pipeline with
 ``trigger(realTime=...)``, the duration being Spark's checkpoint interval. Spark allows only its own
@@ -164,6 +165,8 @@ def main() -> None:
     ap.add_argument("--max-offsets", type=int, default=0, help="maxOffsetsPerTrigger (0: not set)")
     ap.add_argument("--json-decoder", default="sluice", choices=["sluice", "spark"],
                     help="sluice's json_decoder option: who parses from_json's input")
+    ap.add_argument("--window-slicing", default="on", choices=["on", "off"],
+                    help="sluice's window_slicing option: sliding windows (q5) formed from per-slice partial aggregates")
     ap.add_argument("--sink-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka sink "
                     "(e.g. kafka.linger.ms=0)")
     ap.add_argument("--source-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka source "
@@ -205,7 +208,7 @@ def main() -> None:
     for k, v in conf.items():
         builder = builder.config(k, v)
     # Real-time mode runs on Spark's RocksDB provider only (Spark refuses any other): no state store set.
-    options = {"json_decoder": args.json_decoder}
+    options = {"json_decoder": args.json_decoder, "window_slicing": args.window_slicing == "on"}
     if not rt:
         options["state_store"] = "in_memory_window"
     spark = sluice.configure(builder, **options).getOrCreate()
