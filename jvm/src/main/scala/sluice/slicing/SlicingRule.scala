@@ -33,8 +33,9 @@ import sluice.spark.RealTimePlans
  * A physical rule (before Spark's columnar transitions, so whole-stage code generation takes in the
  * new operators) on the partial aggregations Spark plans directly over such an Expand (the window
  * size a multiple of the slide: otherwise a filter between them drops the windows a row is not in).
- * It leaves alone an aggregation whose functions read the window column, and real-time plans (their
- * aggregation runs per record, not per batch, so there is nothing to slice).
+ * It leaves alone an aggregation whose functions read the window column, and real-time plans (Spark
+ * checks each of their operators against its allowlist, and their rows stream through the map side
+ * instead of arriving as one batch: slicing there is not measured, so it is not done).
  */
 private[sluice] object SlicingRule {
   def rule(session: SparkSession): ColumnarRule = new ColumnarRule {
