@@ -21,14 +21,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sluice import BufferConfig, Suppressed, suppress
+from sluice._conf import state_store_providers
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 SLICING_KEY = "spark.sluice.window.slicing"
-PROVIDERS = {
-    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
-    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-    "in_memory_window": "sluice.windowstore.InMemoryWindowStoreProvider",
-}
 DELAY = 10  # watermark delay, seconds
 SIZE = 60   # window size, seconds
 SLIDE = 20
@@ -153,7 +149,7 @@ def final(df: DataFrame) -> DataFrame:
 
 @pytest.fixture
 def store(request: pytest.FixtureRequest, spark: SparkSession) -> Any:
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[request.param])
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", state_store_providers()[request.param])
     yield request.param
     spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
 
