@@ -214,18 +214,27 @@ def test_aggregations_slicing_cannot_serve_keep_their_plan_and_results(
     assert run.emitted() == model(size, slide)
 
 
-def test_batch_query_sliced_gives_the_rows_of_the_unsliced_plan(spark: SparkSession, tmp_path: Path) -> None:
-    """A batch (not streaming) sliding-window aggregation is sliced too, with the same rows."""
+@pytest.mark.parametrize("time_type,offset", [("timestamp", 0), ("timestamp_ntz", 7)])
+def test_batch_query_sliced_gives_the_rows_of_the_unsliced_plan(spark: SparkSession, tmp_path: Path,
+                                                                time_type: str, offset: int) -> None:
+    """A batch (not streaming) sliding-window aggregation is sliced too, with the same rows: either
+    timestamp type, windows starting `offset` seconds past the slide, functions of every kind Spark
+    runs as a hash aggregation (approx_count_distinct's buffer is filled by code, not expressions)."""
     path = tmp_path / "events.json"
     path.write_text("".join(json.dumps({"ts": ts(t), "user": u, "v": v}) + "\n" for b in BATCHES for t, u, v in b))
-    events = spark.read.schema("ts timestamp, user string, v long").json(str(path))
-    start = F.col("window.start").cast("long") - int(T0.timestamp())
+    events = spark.read.schema(f"ts {time_type}, user string, v long").json(str(path))
+    epoch = F.lit(T0.replace(tzinfo=None)).cast(time_type)
+    start = (F.col("window.start").cast("timestamp").cast("long") - epoch.cast("timestamp").cast("long")).alias("start")
+    window = F.window("ts", f"{SIZE} seconds", f"{SLIDE} seconds", f"{offset} seconds")
     results, plans = {}, {}
     for slicing in (False, True):
         spark.conf.set(SLICING_KEY, str(slicing).lower())
         try:
-            df = (events.groupBy(F.window("ts", f"{SIZE} seconds", f"{SLIDE} seconds"), "user")
-                  .agg(F.count("*").alias("n"), F.sum("v"), F.max("v")).select(start, "user", "n", "sum(v)", "max(v)"))
+            df = (events.groupBy(window, "user")
+                  .agg(F.count("*").alias("n"), F.sum("v"), F.max("v"), F.avg("v"), F.min("ts").cast("string"),
+                       F.approx_count_distinct("v"))
+                  .select(start, "user", "n", "sum(v)", "max(v)", "avg(v)", "CAST(min(ts) AS STRING)",
+                          "approx_count_distinct(v)"))
             results[slicing] = sorted(tuple(r) for r in df.collect())
             # adaptive execution plans each stage as it runs: the plan it ran is its final plan
             plan = df._jdf.queryExecution().executedPlan().toString()
@@ -233,5 +242,5 @@ def test_batch_query_sliced_gives_the_rows_of_the_unsliced_plan(spark: SparkSess
         finally:
             spark.conf.unset(SLICING_KEY)
     assert plans == {False: UNSLICED, True: SLICED}, plans
-    every = Counter((s, u) for b in BATCHES for t, u, _ in b for s in windows_of(t, SIZE, SLIDE))
-    assert results[True] == results[False] and {(s, u): n for s, u, n, _, _ in results[True]} == dict(every)
+    every = Counter((s + offset, u) for b in BATCHES for t, u, _ in b for s in windows_of(t - offset, SIZE, SLIDE))
+    assert results[True] == results[False] and {(r[0], r[1]): r[2] for r in results[True]} == dict(every)
