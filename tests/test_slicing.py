@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sluice import BufferConfig, Suppressed, suppress
-from sluice._conf import state_store_providers
+from sluice._conf import spec, state_store_providers
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 SLICING_KEY = "spark.sluice.window.slicing"
@@ -149,12 +149,15 @@ def final(df: DataFrame) -> DataFrame:
 
 @pytest.fixture
 def store(request: pytest.FixtureRequest, spark: SparkSession) -> Any:
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", state_store_providers()[request.param])
+    # "cache": sluice's record cache in front of its default delegate (RocksDB)
+    providers = {**state_store_providers(), "cache": spec()["caching_provider"]}
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", providers[request.param])
     yield request.param
     spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
 
 
-@pytest.mark.parametrize("store,mode", [("hdfs", "append"), ("rocksdb", "final"), ("in_memory_window", "final")],
+@pytest.mark.parametrize("store,mode", [("hdfs", "append"), ("rocksdb", "final"), ("in_memory_window", "final"),
+                                        ("cache", "final")],
                          indirect=["store"])
 def test_sliced_windows_restarted_with_and_without_slicing_give_the_final_results(
         spark: SparkSession, tmp_path: Path, store: str, mode: str) -> None:
