@@ -1,7 +1,8 @@
 """Child process of test_suppress_kill: runs a final-results query until it is killed.
 
-argv: input folder, checkpoint, output folder, state store provider class. Each batch's rows go
-to <output>/<batch id>.json, replaced atomically (an idempotent sink keyed by batch id).
+argv: input folder, checkpoint, output folder, state store provider class[, slide]. Each batch's
+rows go to <output>/<batch id>.json, replaced atomically (an idempotent sink keyed by batch id).
+With a slide the hour-long windows slide by it, formed by window slicing (spark.sluice.window.slicing).
 """
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ from conftest import batch_file_sink, sluice_session  # noqa: E402
 from sluice import BufferConfig, Suppressed, suppress  # noqa: E402
 
 
-def final_results(spark, src):
+SLICING_KEY = "spark.sluice.window.slicing"
+
+
+def final_results(spark, src, slide=None):
     events = spark.readStream.schema("ts timestamp, user string, v long").option("maxFilesPerTrigger", 1).json(src)
-    counts = events.withWatermark("ts", "10 minutes").groupBy(F.window("ts", "1 hour"), "user").count()
+    counts = events.withWatermark("ts", "10 minutes").groupBy(F.window("ts", "1 hour", slide), "user").count()
     return suppress(counts, Suppressed.until_window_closes(BufferConfig.unbounded()))
 
 
@@ -28,7 +32,9 @@ def file_sink(out):
 
 if __name__ == "__main__":
     src, ckpt, out, provider = sys.argv[1:5]
-    spark = sluice_session(conf={"spark.sql.streaming.stateStore.providerClass": provider})
-    q = (final_results(spark, src).writeStream.outputMode("update").foreachBatch(file_sink(out))
+    slide = sys.argv[5] if len(sys.argv) > 5 else None
+    spark = sluice_session(conf={"spark.sql.streaming.stateStore.providerClass": provider,
+                                 **({SLICING_KEY: "true"} if slide else {})})
+    q = (final_results(spark, src, slide).writeStream.outputMode("update").foreachBatch(file_sink(out))
          .option("checkpointLocation", ckpt).start())
     q.awaitTermination()

@@ -217,6 +217,38 @@ def test_aggregations_slicing_cannot_serve_keep_their_plan_and_results(
     assert run.emitted() == model(size, slide)
 
 
+def test_killed_sliced_query_restarted_emits_each_final_result_exactly_once(spark: SparkSession, tmp_path: Path) -> None:
+    """SIGKILL a sliced final-results query's whole process (driver JVM included) mid-stream, restart
+    it here on its checkpoint, sliced: with a sink idempotent per batch id, every final result of the
+    hour-long windows sliding by 20 minutes arrives exactly once, with its count."""
+    from conftest import drain_to_files, kill_after_batches, write_hourly_files
+    from suppress_kill_child import file_sink, final_results
+
+    provider = state_store_providers()["in_memory_window"]
+    src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    hours = 8
+    write_hourly_files(src, hours, ts)
+    kill_after_batches("suppress_kill_child.py", [str(src), str(ckpt), str(out), provider, "20 minutes"], out, batches=4)
+    assert len(list(out.glob("*.json"))) < 2 * hours  # killed mid-stream, not after the end
+
+    drain_to_files(spark, final_results(spark, str(src), "20 minutes"), file_sink(str(out)), ckpt,
+                   {"spark.sql.streaming.stateStore.providerClass": provider, SLICING_KEY: "true"})
+
+    got: Counter = Counter()
+    for path in sorted(out.glob("*.json")):
+        for r in json.load(open(path)):
+            start = datetime.fromisoformat(r["start"]).replace(tzinfo=timezone.utc)
+            got[(int((start - T0).total_seconds()), r["user"], r["count"])] += 1
+    # write_hourly_files: hour h holds users a, b, c, a (the first 2 + h % 3) at 15, 16, 17, 18 minutes
+    events = [(h * 3600 + 900 + i * 60, user) for h in range(hours) for i, user in enumerate(["a", "b", "c", "a"][: 2 + h % 3])]
+    watermark = max(t for t, _ in events) - 600
+    windows = Counter((s, user) for t, user in events for s in windows_of(t, 3600, 1200))
+    expected = Counter({(s, user, n): 1 for (s, user), n in windows.items() if s + 3600 <= watermark})
+    assert len(expected) >= 3 * (hours - 2) and got == expected
+
+
 @pytest.mark.parametrize("time_type,offset", [("timestamp", 0), ("timestamp_ntz", 7)])
 def test_batch_query_sliced_gives_the_rows_of_the_unsliced_plan(spark: SparkSession, tmp_path: Path,
                                                                 time_type: str, offset: int) -> None:
