@@ -1,7 +1,7 @@
 package sluice.slicing
 
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, NamedExpression}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Expression, NamedExpression}
 import org.apache.spark.sql.catalyst.expressions.aggregate.{Partial, PartialMerge}
 import org.apache.spark.sql.catalyst.rules.Rule
 
@@ -79,7 +79,7 @@ private[sluice] object SlicingRule {
     val bySlice = agg.withNewChildren(Seq(ProjectExec(columns, expand.child)))
     val first = bySlice.output.find(_.exprId == window.exprId).get
     val intoWindows = ExpandExec(
-      projections = windows.windows.indices.map(i => bySlice.output.map(a => if (a eq first) windows.fromFirst(i, first) else a)),
+      projections = windows.windows.indices.map(i => bySlice.output.map(a => if (a.exprId == first.exprId) windows.fromFirst(i, first) else a)),
       output = bySlice.output,
       child = bySlice)
     agg.copy(
@@ -89,6 +89,6 @@ private[sluice] object SlicingRule {
   }
 
   /** `e` under the attribute `out`: the same id, name and metadata (the watermark's delay). */
-  private def as(out: Attribute, e: org.apache.spark.sql.catalyst.expressions.Expression): NamedExpression =
+  private def as(out: Attribute, e: Expression): NamedExpression =
     Alias(e, out.name)(exprId = out.exprId, qualifier = out.qualifier, explicitMetadata = Some(out.metadata))
 }
