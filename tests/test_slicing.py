@@ -143,6 +143,25 @@ class Run:
         return out
 
 
+def switched(run: Run, plan_of: Callable[[str], Any]) -> list[Any]:
+    """Feeds BATCHES to `run` with its feature on for three batches, off after a restart, on again
+    after another; each stop leaves its last batch uncommitted, so the restart replays it under the
+    other setting. Returns `plan_of` each segment's physical plan."""
+    plans = []
+    try:
+        for segment, (on, batches) in enumerate([(True, BATCHES[:3]), (False, BATCHES[3:5]), (True, BATCHES[5:])]):
+            run.start(on)
+            for events in batches:
+                run.feed(events)
+            plans.append(plan_of(run.plan()))
+            if segment < 2:
+                run.stop(forget_last_commit=True)
+    finally:
+        if run.query is not None:
+            run.stop()
+    return plans
+
+
 def final(df: DataFrame) -> DataFrame:
     return suppress(df, Suppressed.until_window_closes(BufferConfig.unbounded()))
 
@@ -169,19 +188,7 @@ def test_sliced_windows_restarted_with_and_without_slicing_give_the_final_result
         run = Run(spark, tmp_path, lambda df: aggregates(df, window), "append")
     else:  # sluice's final results: suppress(until_window_closes) on an update-mode aggregation
         run = Run(spark, tmp_path, lambda df: final(aggregates(df, window)), "update")
-    plans = []
-    try:
-        for segment, (slicing, batches) in enumerate([(True, BATCHES[:3]), (False, BATCHES[3:5]), (True, BATCHES[5:])]):
-            run.start(slicing)
-            for events in batches:
-                run.feed(events)
-            plans.append(map_side(run.plan()))
-            if segment < 2:
-                run.stop(forget_last_commit=True)
-    finally:
-        if run.query is not None:
-            run.stop()
-
+    plans = switched(run, map_side)
     assert plans == [SLICED, UNSLICED, SLICED], plans
     expected = model()
     assert len(expected) >= 12 and len({s for s, _ in expected}) >= 6

@@ -187,7 +187,7 @@ def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, to
         cmd = [sys.executable, str(HERE / "spark_side.py"), "--query", q, "--bootstrap", bs, "--input", topic,
                "--output", out, "--checkpoint", str(work / f"ckpt-{name}"), "--lateness-ms", str(late),
                "--heap", a.heap, "--trigger", a.trigger, "--max-offsets", str(a.max_offsets),
-               "--json-decoder", a.json_decoder, "--window-slicing", a.window_slicing] + (["--stamp-emit", f"--extra-jar={HERE / 'target' / 'sendstamp.jar'}"] if a.stamp_emit else []) + [f"--sink-option={o}" for o in a.sink_option] + [f"--source-option={o}" for o in a.source_option] + [f"--spark-conf={o}" for o in a.spark_conf]
+               "--json-decoder", a.json_decoder, "--window-slicing", a.window_slicing, "--partial-hash", a.partial_hash] + (["--stamp-emit", f"--extra-jar={HERE / 'target' / 'sendstamp.jar'}"] if a.stamp_emit else []) + [f"--sink-option={o}" for o in a.sink_option] + [f"--source-option={o}" for o in a.source_option] + [f"--spark-conf={o}" for o in a.spark_conf]
         cmd += [f"--java-option={o}" for o in jfr(a, name)]
         cmd += (["--realtime", a.rt_checkpoint, "--cores", str(a.rt_cores), "--shuffle-wait-ms", str(a.rt_shuffle_wait_ms)]
                 if side == RT else ["--cores", "2"])
@@ -502,6 +502,9 @@ def main() -> None:
     ap.add_argument("--window-slicing", default="on", choices=["on", "off"],
                     help="sluice's window_slicing (spark.sluice.window.slicing): q5's sliding windows formed from "
                          "per-slice partial aggregates")
+    ap.add_argument("--partial-hash", default="on", choices=["on", "off"],
+                    help="sluice's aggregate_partial_hash (spark.sluice.aggregate.partial.hash): q7's max(struct) "
+                         "aggregated by hash before the shuffle instead of sorted")
     ap.add_argument("--sink-option", action="append", default=[],
                     help="KEY=VALUE, repeatable: an option of the Spark sides' Kafka sink (e.g. kafka.linger.ms=0)")
     ap.add_argument("--source-option", action="append", default=[],
@@ -585,7 +588,9 @@ def settings_of(a: argparse.Namespace, count_records: int) -> dict[str, Any]:
             f"{'default' if a.trigger == '0' else a.trigger}, maxOffsetsPerTrigger {a.max_offsets or 'not set'}, "
             f"json_decoder {a.json_decoder} (spark.sluice.json.decoder: from_json parsed by "
             f"{'sluice from the record bytes' if a.json_decoder == 'sluice' else 'Spark'}), window_slicing "
-            f"{a.window_slicing} (spark.sluice.window.slicing: q5's sliding windows), Kafka source options "
+            f"{a.window_slicing} (spark.sluice.window.slicing: q5's sliding windows), aggregate_partial_hash "
+            f"{a.partial_hash} (spark.sluice.aggregate.partial.hash: q7's max(struct) before the shuffle), "
+            "Kafka source options "
             f"{', '.join(a.source_option) or 'none beyond the subscription (Spark defaults)'}",
         RT: f"the {SL} count pipeline with trigger(realTime='{a.rt_checkpoint}') (checkpoint interval), "
             f"local[{a.rt_cores}] (2 source + 2 shuffle partitions, all tasks at once), shuffle partitions 2, "

@@ -14,6 +14,8 @@ step (the auctions with the most bids in each window) runs on each micro-batch's
 in-memory window store (``state_store="in_memory_window"``). JSON: ``from_json`` decoded by sluice
 from the record's bytes (``json_decoder="sluice"``; ``--json-decoder spark`` for Spark's parser). q5's
 sliding windows: formed from per-slice partial aggregates (``window_slicing=True``; ``--window-slicing off``).
+q7's ``max(struct)``: aggregated by hash before the shuffle, not sorted (``aggregate_partial_hash=True``;
+``--partial-hash off``).
 
 Real-time (the `sluice-rt` side, ``--realtime``, the count only): the same pipeline with
 ``trigger(realTime=...)``, the duration being Spark's checkpoint interval. Spark allows only its own
@@ -167,6 +169,8 @@ def main() -> None:
                     help="sluice's json_decoder option: who parses from_json's input")
     ap.add_argument("--window-slicing", default="on", choices=["on", "off"],
                     help="sluice's window_slicing option: sliding windows (q5) formed from per-slice partial aggregates")
+    ap.add_argument("--partial-hash", default="on", choices=["on", "off"],
+                    help="sluice's aggregate_partial_hash option: q7's max(struct) aggregated by hash before the shuffle")
     ap.add_argument("--sink-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka sink "
                     "(e.g. kafka.linger.ms=0)")
     ap.add_argument("--source-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka source "
@@ -208,7 +212,8 @@ def main() -> None:
     for k, v in conf.items():
         builder = builder.config(k, v)
     # Real-time mode runs on Spark's RocksDB provider only (Spark refuses any other): no state store set.
-    options = {"json_decoder": args.json_decoder, "window_slicing": args.window_slicing == "on"}
+    options = {"json_decoder": args.json_decoder, "window_slicing": args.window_slicing == "on",
+               "aggregate_partial_hash": args.partial_hash == "on"}
     if not rt:
         options["state_store"] = "in_memory_window"
     spark = sluice.configure(builder, **options).getOrCreate()

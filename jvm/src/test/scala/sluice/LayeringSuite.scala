@@ -116,7 +116,7 @@ object LayeringSuite {
 
   /** Lowest first: each layer may use only those before it. */
   val Layers: Seq[String] =
-    Seq("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions", "cache", "input", "json", "slicing", "inspect", "connect", "plugin")
+    Seq("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions", "cache", "input", "json", "slicing", "aggregate", "inspect", "connect", "plugin")
 
   /** The bridge's classes: each adapts a Spark API that is `private[sql]` or `private[spark]`. */
   val BridgeAdapters: Set[String] = Set("StatefulOperatorSupport", "SluiceStatefulNode", "StreamContext",

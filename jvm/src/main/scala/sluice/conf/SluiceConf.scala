@@ -202,10 +202,14 @@ object SluiceConf {
   /** Whether sliding-window aggregations aggregate each slice of event time once before the windows are formed. */
   val WindowSlicing: ConfEntry[Boolean] = boolean("window.slicing")
 
+  // --- partial aggregation by hash (sluice.slicing) ---
+  /** Whether a partial aggregation Spark would sort for runs as an object-hash aggregation instead. */
+  val AggregatePartialHash: ConfEntry[Boolean] = boolean("aggregate.partial.hash")
+
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
     Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes, CommitIntervalMs) ++
-    Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder, WindowSlicing)
+    Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder, WindowSlicing, AggregatePartialHash)
   require(entries.map(_.key).toSet == spec.get("keys").elements().asScala.map(Prefix + _.get("name").asText()).toSet,
     "every key of sluice/conf.json has an entry here, and no other")
 

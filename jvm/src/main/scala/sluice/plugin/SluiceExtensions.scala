@@ -4,8 +4,8 @@ import org.apache.spark.sql.SparkSessionExtensions
 
 /**
  * `spark.sql.extensions=sluice.plugin.SluiceExtensions`: installs sluice's planner strategies
- * (suppress, emission cache), source rules (input bound), window slicing and sluice's from_json decoding into every
- * session.
+ * (suppress, emission cache), source rules (input bound), window slicing, partial aggregation by hash and
+ * sluice's from_json decoding into every session.
  */
 class SluiceExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(ext: SparkSessionExtensions): Unit = {
@@ -26,6 +26,8 @@ class SluiceExtensions extends (SparkSessionExtensions => Unit) {
     ext.injectResolutionRule(session => new sluice.input.InputBoundRule(session))
     // window slicing: the map side of sliding-window aggregations (spark.sluice.window.slicing)
     ext.injectColumnar(sluice.slicing.SlicingRule.rule(_))
+    // partial aggregations by hash where Spark would sort (spark.sluice.aggregate.partial.hash)
+    ext.injectColumnar(sluice.aggregate.PartialHashRule.rule(_))
     // from_json decoded from the record's bytes (spark.sluice.json.decoder=sluice)
     ext.injectOptimizerRule(sluice.json.internal.JsonDecodeRule(_))
   }

@@ -30,6 +30,10 @@ object PlanTypes {
   /** Spark's hash, object-hash and sort aggregation operators. */
   type BaseAggregateExec = org.apache.spark.sql.execution.aggregate.BaseAggregateExec
   type HashAggregateExec = org.apache.spark.sql.execution.aggregate.HashAggregateExec
+  type SortAggregateExec = org.apache.spark.sql.execution.aggregate.SortAggregateExec
+  type ObjectHashAggregateExec = org.apache.spark.sql.execution.aggregate.ObjectHashAggregateExec
+  val ObjectHashAggregateExec = org.apache.spark.sql.execution.aggregate.ObjectHashAggregateExec
+  type SortExec = org.apache.spark.sql.execution.SortExec
   /** Spark's planning of a streaming aggregation (`planStreamingAggregationForSession`). */
   val AggUtils = org.apache.spark.sql.execution.aggregate.AggUtils
 

@@ -1,0 +1,67 @@
+package sluice.aggregate
+
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.expressions.SortOrder
+import org.apache.spark.sql.catalyst.expressions.aggregate.Partial
+import org.apache.spark.sql.catalyst.rules.Rule
+
+import sluice.conf.SluiceConf
+import sluice.spark.PlanTypes.{ColumnarRule, ObjectHashAggregateExec, SortAggregateExec, SortExec, SparkPlan}
+import sluice.spark.RealTimePlans
+
+/**
+ * Partial aggregation by hash (`spark.sluice.aggregate.partial.hash`): a partial aggregation before
+ * a shuffle that Spark plans as a sort and a sort aggregation runs as an object-hash aggregation over
+ * the sort's input instead.
+ *
+ * Spark sorts where an aggregate buffer does not fit its hash aggregation's fixed-width rows (`max`
+ * of a struct, as Nexmark q7 takes the highest bid with its fields): every input row of the batch is
+ * sorted by the grouping keys, then aggregated outside whole-stage code generation. The object-hash
+ * aggregation holds any buffer as an object row and falls back to sorting by itself past Spark's
+ * threshold of keys (`spark.sql.objectHashAggregate.sortBased.fallbackThreshold`), so a partial
+ * aggregation over few keys per task, a window per ten seconds of event time, no longer sorts.
+ *
+ * Why the result is the same: a partial aggregation's output is a set of (keys, buffer) rows that
+ * the shuffle and the merge after it combine whatever their number and order; both operators
+ * compute them with the same functions from the same rows. Only the map side changes, so the state,
+ * its schema and a checkpoint are the same with or without it.
+ *
+ * A physical rule before Spark's columnar transitions. It takes only a partial aggregation (no
+ * distribution required of its input) directly over a sort of the grouping keys that is local to the
+ * partition, and leaves real-time plans as Spark makes them.
+ */
+private[sluice] object PartialHashRule {
+  def rule(session: SparkSession): ColumnarRule = new ColumnarRule {
+    override def preColumnarTransitions: Rule[SparkPlan] = new Rule[SparkPlan] {
+      override def apply(plan: SparkPlan): SparkPlan =
+        if (!SluiceConf(session.conf.getAll).get(SluiceConf.AggregatePartialHash) ||
+          (RealTimePlans.supported && RealTimePlans.readsInRealTime(plan))) plan
+        else plan.transformUp { case agg: SortAggregateExec => byHash(agg).getOrElse(agg) }
+    }
+  }
+
+  /** The object-hash aggregation replacing `agg` and its sort, where `agg` is a partial one over a local sort. */
+  def byHash(agg: SortAggregateExec): Option[SparkPlan] = agg.child match {
+    case sort: SortExec if isMapSide(agg) && !sort.global && sortsByKeys(sort.sortOrder, agg) =>
+      Some(ObjectHashAggregateExec(
+        requiredChildDistributionExpressions = agg.requiredChildDistributionExpressions,
+        isStreaming = agg.isStreaming,
+        numShufflePartitions = agg.numShufflePartitions,
+        groupingExpressions = agg.groupingExpressions,
+        aggregateExpressions = agg.aggregateExpressions,
+        aggregateAttributes = agg.aggregateAttributes,
+        initialInputBufferOffset = agg.initialInputBufferOffset,
+        resultExpressions = agg.resultExpressions,
+        child = sort.child))
+    case _ => None
+  }
+
+  private def isMapSide(agg: SortAggregateExec): Boolean =
+    agg.requiredChildDistributionExpressions.isEmpty && agg.aggregateExpressions.nonEmpty &&
+      agg.aggregateExpressions.forall(a => a.mode == Partial && !a.isDistinct)
+
+  // The sort Spark adds for the aggregation: by its grouping keys, nothing else.
+  private def sortsByKeys(order: Seq[SortOrder], agg: SortAggregateExec): Boolean =
+    order.size == agg.groupingExpressions.size &&
+      order.zip(agg.groupingExpressions).forall { case (o, g) => o.child.semanticEquals(g.toAttribute) }
+}

@@ -1,0 +1,90 @@
+"""Partial aggregation by hash (spark.sluice.aggregate.partial.hash): a partial aggregation Spark
+plans as a sort and a sort aggregation (here for max of a struct, as Nexmark q7 takes the highest
+bid) runs as an object-hash aggregation, without the sort.
+
+The scenarios, input and model are test_slicing's (one JSON file per micro-batch, final results
+against a model of windows and the watermark) on tumbling windows; the query takes the largest value
+through max(struct(v, ts)), whose buffer Spark's hash aggregation cannot hold.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from test_slicing import BATCHES, DELAY, SIZE, T0, Run, final, model, store, switched, ts  # noqa: F401 (store: a fixture)
+
+KEY = "spark.sluice.aggregate.partial.hash"
+
+
+def aggregates(df: DataFrame, window: Column) -> DataFrame:
+    return (df.withWatermark("ts", f"{DELAY} seconds").groupBy(window, "user")
+            .agg(F.count("*").alias("n"), F.sum("v").alias("total"), F.max(F.struct("v", "ts")).alias("m")))
+
+
+def rows(df: DataFrame) -> DataFrame:
+    """The columns Run's sink reads: the largest value taken out of the struct."""
+    return df.select("window", "user", "n", "total", F.col("m.v").alias("top"))
+
+
+def map_side(plan: str) -> str:
+    """The map side's partial aggregation: `hash` (object-hash) or `sort` (a sort aggregation)."""
+    below = plan.split("Exchange", 1)[1]
+    found = re.search(r"(ObjectHashAggregate|SortAggregate)\(keys?=\[[^\]]*\], functions=\[partial_", below)
+    assert found, below
+    return "hash" if found.group(1) == "ObjectHashAggregate" else "sort"
+
+
+class SwitchedRun(Run):
+    """A Run whose start sets this feature's key instead of window slicing's."""
+
+    def start(self, on: bool) -> None:
+        self.spark.conf.set(KEY, str(on).lower())
+        try:
+            super().start(False)
+        finally:
+            self.spark.conf.unset(KEY)
+
+
+@pytest.mark.parametrize("store,mode", [("hdfs", "append"), ("rocksdb", "final"), ("in_memory_window", "final")],
+                         indirect=["store"])
+def test_partial_hash_restarted_on_and_off_gives_the_final_results(
+        spark: SparkSession, tmp_path: Path, store: str, mode: str) -> None:
+    """On for three batches, off after a restart, on again after another; each restart replays the
+    batch the stop left uncommitted under the other setting, and the replay emits what it emitted."""
+    window = F.window("ts", f"{SIZE} seconds")
+    if mode == "append":
+        run = SwitchedRun(spark, tmp_path, lambda df: rows(aggregates(df, window)), "append")
+    else:
+        run = SwitchedRun(spark, tmp_path, lambda df: rows(final(aggregates(df, window))), "update")
+    plans = switched(run, map_side)
+    assert plans == ["hash", "sort", "hash"], plans
+    expected = model(SIZE, SIZE)
+    assert len(expected) >= 8
+    assert run.emitted() == expected
+    assert len(run.replayed) == 2 and {b: run.first[b] for b in run.replayed} == run.replayed
+
+
+def test_batch_query_by_hash_gives_the_rows_of_the_sorted_plan(spark: SparkSession, tmp_path: Path) -> None:
+    path = tmp_path / "events.json"
+    path.write_text("".join(json.dumps({"ts": ts(t), "user": u, "v": v}) + "\n" for b in BATCHES for t, u, v in b))
+    events = spark.read.schema("ts timestamp, user string, v long").json(str(path))
+    results, plans = {}, {}
+    for on in (False, True):
+        spark.conf.set(KEY, str(on).lower())
+        try:
+            df = (events.groupBy(F.window("ts", f"{SIZE} seconds"), "user")
+                  .agg(F.count("*").alias("n"), F.max(F.struct("v", "ts")).alias("m"), F.min(F.struct("ts", "v")).alias("l"))
+                  .select((F.col("window.start").cast("long") - int(T0.timestamp())).alias("s"), "user", "n",
+                          "m.v", "l.v"))
+            results[on] = sorted(tuple(r) for r in df.collect())
+            plan = df._jdf.queryExecution().executedPlan().toString()
+            plans[on] = map_side(plan.split("== Final Plan ==")[-1].split("== Initial Plan ==")[0])
+        finally:
+            spark.conf.unset(KEY)
+    assert plans == {False: "sort", True: "hash"}, plans
+    assert len(results[True]) >= 8 and results[True] == results[False]
