@@ -202,7 +202,7 @@ object SluiceConf {
   /** Whether sliding-window aggregations aggregate each slice of event time once before the windows are formed. */
   val WindowSlicing: ConfEntry[Boolean] = boolean("window.slicing")
 
-  // --- partial aggregation by hash (sluice.slicing) ---
+  // --- partial aggregation by hash (sluice.aggregate) ---
   /** Whether a partial aggregation Spark would sort for runs as an object-hash aggregation instead. */
   val AggregatePartialHash: ConfEntry[Boolean] = boolean("aggregate.partial.hash")
 
