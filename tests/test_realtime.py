@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -516,3 +517,46 @@ def test_spark_itself_refuses_an_append_mode_session_window_in_real_time_mode(rt
         (df.writeStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
          .option("topic", "sessions_append").outputMode("append").option("checkpointLocation", str(tmp_path / "a"))
          .trigger(realTime="5 seconds").start())
+
+
+@pytest.mark.parametrize("key", ["spark.sluice.window.slicing", "spark.sluice.aggregate.partial.hash"])
+def test_the_plan_rewrites_leave_a_real_time_plan_as_spark_makes_it(rt, tmp_path: Path, key: str) -> None:
+    """Window slicing and partial aggregation by hash rewrite micro-batch plans only: switched on, a
+    real-time query over the shape each rewrites (sliding windows; max of a struct) runs the plan
+    Spark makes with it off, and counts every record in each of its windows."""
+    spark, broker = rt
+    sliding = key.endswith("slicing")
+    src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+           .option("subscribe", "in").option("startingOffsets", "earliest").load())
+    window = F.window("timestamp", "1 minute", "30 seconds") if sliding else F.window("timestamp", "1 minute")
+    # a struct's max makes Spark sort before the shuffle in micro-batches (what partial hash takes);
+    # slicing takes hash aggregations only, so the sliding query leaves it out
+    top = [] if sliding else [F.max(F.struct("offset", "partition")).alias("m")]
+    df = (src.withWatermark("timestamp", "1 second").groupBy(window, "key").agg(F.count("*").alias("count"), *top)
+          .selectExpr(f"to_json(struct(key, cast(window.end as long) as end, count{'' if sliding else ', m.offset'}))"
+                      " as value"))
+    windows = 2 if sliding else 1
+    plans = {}
+    for on in (True, False):
+        name = f"rewrite_{'slicing' if sliding else 'hash'}_{str(on).lower()}"
+        kh.create_topic(spark, broker.bootstrap, name, 1)
+        spark.conf.set(key, str(on).lower())
+        try:
+            q = (df.writeStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+                 .option("topic", name).outputMode("update").option("checkpointLocation", str(tmp_path / name))
+                 .trigger(realTime=BATCH).start())
+        finally:
+            spark.conf.unset(key)
+        try:
+            rows = _await(spark, broker, q, name, until=lambda rows: sum(_latest(rows).values()) >= windows * RECORDS)
+            assert sum(_latest(rows).values()) == windows * RECORDS
+            plan = q._jsq.explainInternal(False)
+        finally:
+            q.stop()
+        # what differs between two runs of one plan: ids, the writer, the checkpoint
+        for pattern in (r"#\d+L?", r"@[0-9a-f]+", r"epoch: \d+", r"plan_id=\d+", r"runId = [0-9a-f-]+", name):
+            plan = re.sub(pattern, "", plan)
+        plans[on] = plan
+    below_exchange = plans[True].split("Exchange", 1)[1]
+    assert ("Expand" if sliding else "max(") in below_exchange, below_exchange
+    assert plans[True] == plans[False]

@@ -3,11 +3,10 @@ package sluice.aggregate
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.SortOrder
 import org.apache.spark.sql.catalyst.expressions.aggregate.Partial
-import org.apache.spark.sql.catalyst.rules.Rule
 
 import sluice.conf.SluiceConf
 import sluice.spark.PlanTypes.{ColumnarRule, ObjectHashAggregateExec, SortAggregateExec, SortExec, SparkPlan}
-import sluice.spark.RealTimePlans
+import sluice.spark.SwitchedRewrite
 
 /**
  * Partial aggregation by hash (`spark.sluice.aggregate.partial.hash`): a partial aggregation before
@@ -26,19 +25,13 @@ import sluice.spark.RealTimePlans
  * compute them with the same functions from the same rows. Only the map side changes, so the state,
  * its schema and a checkpoint are the same with or without it.
  *
- * A physical rule before Spark's columnar transitions. It takes only a partial aggregation (no
+ * A [[SwitchedRewrite]] (so not of real-time plans). It takes only a partial aggregation (no
  * distribution required of its input) directly over a sort of the grouping keys that is local to the
- * partition, and leaves real-time plans as Spark makes them.
+ * partition.
  */
 private[sluice] object PartialHashRule {
-  def rule(session: SparkSession): ColumnarRule = new ColumnarRule {
-    override def preColumnarTransitions: Rule[SparkPlan] = new Rule[SparkPlan] {
-      override def apply(plan: SparkPlan): SparkPlan =
-        if (!SluiceConf(session.conf.getAll).get(SluiceConf.AggregatePartialHash) ||
-          (RealTimePlans.supported && RealTimePlans.readsInRealTime(plan))) plan
-        else plan.transformUp { case agg: SortAggregateExec => byHash(agg).getOrElse(agg) }
-    }
-  }
+  def rule(session: SparkSession): ColumnarRule =
+    SwitchedRewrite(session, SluiceConf.AggregatePartialHash) { case agg: SortAggregateExec => byHash(agg).getOrElse(agg) }
 
   /** The object-hash aggregation replacing `agg` and its sort, where `agg` is a partial one over a local sort. */
   def byHash(agg: SortAggregateExec): Option[SparkPlan] = agg.child match {

@@ -39,7 +39,8 @@ private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeou
     val live = ranges.filter { case (_, (start, end)) => start < end }
     if (live.isEmpty) return Map.empty
     val found = mutable.HashMap.empty[String, Sample]
-    val deadline = System.nanoTime() + timeoutMs * 1000000L
+    val began = System.nanoTime()
+    val deadline = began + timeoutMs * 1000000L
     def left: Long = (deadline - System.nanoTime()) / 1000000L
     var consumer: KafkaConsumer[Array[Byte], Array[Byte]] = null
     try {
@@ -85,6 +86,8 @@ private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeou
         try consumer.close(Duration.ofMillis(500)) catch { case NonFatal(_) => }
       }
     }
+    log.info(s"Sampled record sizes of ${found.size} of ${live.size} Kafka partitions in " +
+      s"${(System.nanoTime() - began) / 1000000L} ms")
     found.toMap
   }
 

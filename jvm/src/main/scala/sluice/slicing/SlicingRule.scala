@@ -3,11 +3,10 @@ package sluice.slicing
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Expression, NamedExpression}
 import org.apache.spark.sql.catalyst.expressions.aggregate.{Partial, PartialMerge}
-import org.apache.spark.sql.catalyst.rules.Rule
 
 import sluice.conf.SluiceConf
 import sluice.spark.PlanTypes.{ColumnarRule, ExpandExec, HashAggregateExec, ProjectExec, SparkPlan}
-import sluice.spark.RealTimePlans
+import sluice.spark.SwitchedRewrite
 
 /**
  * Window slicing (`spark.sluice.window.slicing`): the map side of a sliding-window aggregation
@@ -30,22 +29,13 @@ import sluice.spark.RealTimePlans
  * its schema, and everything above are untouched: a checkpoint written with slicing runs on without
  * it, and the other way round.
  *
- * A physical rule (before Spark's columnar transitions, so whole-stage code generation takes in the
- * new operators) on the partial aggregations Spark plans directly over such an Expand (the window
- * size a multiple of the slide: otherwise a filter between them drops the windows a row is not in).
- * It leaves alone an aggregation whose functions read the window column, and real-time plans (Spark
- * checks each of their operators against its allowlist, and their rows stream through the map side
- * instead of arriving as one batch: slicing there is not measured, so it is not done).
+ * A [[SwitchedRewrite]] (so not of real-time plans) of the partial aggregations Spark plans directly
+ * over such an Expand (the window size a multiple of the slide: otherwise a filter between them drops
+ * the windows a row is not in). It leaves alone an aggregation whose functions read the window column.
  */
 private[sluice] object SlicingRule {
-  def rule(session: SparkSession): ColumnarRule = new ColumnarRule {
-    override def preColumnarTransitions: Rule[SparkPlan] = new Rule[SparkPlan] {
-      override def apply(plan: SparkPlan): SparkPlan =
-        if (!SluiceConf(session.conf.getAll).get(SluiceConf.WindowSlicing) ||
-          (RealTimePlans.supported && RealTimePlans.readsInRealTime(plan))) plan
-        else plan.transformUp { case agg: HashAggregateExec => sliced(agg).getOrElse(agg) }
-    }
-  }
+  def rule(session: SparkSession): ColumnarRule =
+    SwitchedRewrite(session, SluiceConf.WindowSlicing) { case agg: HashAggregateExec => sliced(agg).getOrElse(agg) }
 
   /** The sliced map side replacing `agg`, where `agg` is a partial aggregation over sliding windows. */
   def sliced(agg: HashAggregateExec): Option[SparkPlan] = agg.child match {

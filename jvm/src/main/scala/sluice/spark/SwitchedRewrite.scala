@@ -1,0 +1,35 @@
+package sluice.spark
+
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.rules.Rule
+import org.apache.spark.sql.execution.{ColumnarRule, SparkPlan}
+
+import sluice.conf.{ConfEntry, SluiceConf}
+
+/**
+ * A physical rewrite that a boolean sluice setting switches on, for the plans of micro-batches and
+ * batch queries.
+ *
+ * It runs before Spark's columnar transitions, so whole-stage code generation takes in the operators
+ * it builds. The setting is read once per plan, when the rule runs, so a query started or restarted
+ * after the user changes it is planned by the new value.
+ *
+ * Real-time plans are left as Spark makes them: their rows stream through the map side instead of
+ * arriving as one batch, so a rewrite measured on micro-batches is not done there. Spark 4.3 plans
+ * real-time aggregations with operators of its own, which no rewrite here matches; the check keeps
+ * real-time plans out should a later Spark plan them with the operators a rewrite takes.
+ *
+ * `rewrite` is applied bottom-up to every operator it is defined at; it returns the operator itself
+ * where it does not apply.
+ */
+private[sluice] object SwitchedRewrite {
+  def apply(session: SparkSession, switch: ConfEntry[Boolean])(rewrite: PartialFunction[SparkPlan, SparkPlan]): ColumnarRule =
+    new ColumnarRule {
+      override def preColumnarTransitions: Rule[SparkPlan] = new Rule[SparkPlan] {
+        override def apply(plan: SparkPlan): SparkPlan =
+          if (!SluiceConf(session.conf.getAll).get(switch) ||
+            (RealTimePlans.supported && RealTimePlans.readsInRealTime(plan))) plan
+          else plan.transformUp(rewrite)
+      }
+    }
+}
