@@ -4,6 +4,8 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.execution.{ColumnarRule, SparkPlan}
 
+import org.slf4j.LoggerFactory
+
 import sluice.conf.{ConfEntry, SluiceConf}
 
 /**
@@ -20,7 +22,8 @@ import sluice.conf.{ConfEntry, SluiceConf}
  * real-time plans out should a later Spark plan them with the operators a rewrite takes.
  *
  * `rewrite` is applied bottom-up to every operator it is defined at; it returns the operator itself
- * where it does not apply.
+ * where it does not apply. Each operator it replaces is logged at DEBUG (dev/spark-suites counts them
+ * to show that Spark's suites ran the rewrites).
  */
 private[sluice] object SwitchedRewrite {
   def apply(session: SparkSession, switch: ConfEntry[Boolean])(rewrite: PartialFunction[SparkPlan, SparkPlan]): ColumnarRule =
@@ -29,7 +32,14 @@ private[sluice] object SwitchedRewrite {
         override def apply(plan: SparkPlan): SparkPlan =
           if (!SluiceConf(session.conf.getAll).get(switch) ||
             (RealTimePlans.supported && RealTimePlans.readsInRealTime(plan))) plan
-          else plan.transformUp(rewrite)
+          else plan.transformUp { case p if rewrite.isDefinedAt(p) =>
+            val replaced = rewrite(p)
+            if (!(replaced eq p)) rewriteLog.debug(s"${switch.key}: rewrote ${p.nodeName} as ${replaced.nodeName}")
+            replaced
+          }
       }
     }
+
+  // Not `log`: Spark's Rule has one of its own, named after the anonymous class.
+  private val rewriteLog = LoggerFactory.getLogger(getClass.getName.stripSuffix("$"))
 }
