@@ -2,16 +2,18 @@
 features: the record cache as its state store, the emission cache's commit interval and the input
 bound.
 
-The input is test_slicing's batches, all of a run's files placed at once and split by the input
-bound (smaller than any file) into one micro-batch per file, which is where test_slicing's model puts
-batch boundaries. The query runs the first four files with a 1 h commit interval (the emission cache
-still holds update-mode rows when it stops), is restarted on its checkpoint with a 1 ms interval
-(held rows are due) and runs the rest. Expected:
-- final results (suppress until_window_closes, fused): each closed window once, as the model gives it;
-- update mode: the last row of each (window, user) is the last row of the same query on Spark alone
-  (no rewrite, Spark's HDFS-backed store, no commit interval, one file per batch by
-  maxFilesPerTrigger): Spark drops an update-mode aggregation's late rows by an earlier watermark
-  than the one that closes windows, so the model's lateness is not update mode's.
+The input is test_slicing's batches. Each run's files are placed at once, and the input bound (smaller
+than any file) splits them into one micro-batch per file. The query runs the first four files with a
+1 h commit interval (the emission cache still holds update-mode rows when it stops), is restarted on
+its checkpoint with a 1 ms interval (held rows are due) and runs the rest.
+
+The reference is the same query on Spark alone, run the same way: Spark's HDFS-backed store, no
+rewrite, one file per batch by maxFilesPerTrigger, the same restart. With batches queued at once,
+Spark drops late rows by the watermark of the batch before (the no-data batches that close the gap
+do not run between them), so test_slicing's model of lateness does not hold here. Expected:
+- final results (sluice's fused suppress until_window_closes; Spark's append mode): the same rows,
+  each window once;
+- update mode: the same last row per (window, user).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from pyspark.sql import functions as F
 import test_partial_hash as hashed
 import test_slicing as sliced
 from sluice._conf import spec
-from test_slicing import BATCHES, SIZE, SLIDE, T0, final, model, ts
+from test_slicing import BATCHES, SIZE, SLIDE, T0, final, ts
 
 INTERVAL_KEY = "spark.sluice.commit.interval.ms"
 PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
@@ -46,18 +48,17 @@ class Rewrite:
     """A rewrite's key, query, the columns Run's sink reads, and how its plan's map side reads."""
 
     def __init__(self, key: str, window: Column, aggregates: Callable[[DataFrame, Column], DataFrame],
-                 rows: Callable[[DataFrame], DataFrame], map_side: Callable[[str], Any], rewritten: Any,
-                 slide: int) -> None:
+                 rows: Callable[[DataFrame], DataFrame], map_side: Callable[[str], Any], rewritten: Any) -> None:
         self.key, self.window, self.aggregates, self.rows = key, window, aggregates, rows
-        self.map_side, self.rewritten, self.slide = map_side, rewritten, slide
+        self.map_side, self.rewritten = map_side, rewritten
 
 
 def rewrites() -> dict[str, Rewrite]:
     return {
         "slicing": Rewrite(sliced.SLICING_KEY, F.window("ts", f"{SIZE} seconds", f"{SLIDE} seconds"),
-                           sliced.aggregates, lambda df: df, sliced.map_side, sliced.SLICED, SLIDE),
+                           sliced.aggregates, lambda df: df, sliced.map_side, sliced.SLICED),
         "partial_hash": Rewrite(hashed.KEY, F.window("ts", f"{SIZE} seconds"), hashed.aggregates, hashed.rows,
-                                hashed.map_side, "hash", SIZE),
+                                hashed.map_side, "hash"),
     }
 
 
@@ -145,9 +146,8 @@ class Runs:
 @pytest.mark.parametrize("mode", ["update", "final"])
 def test_a_rewritten_query_with_the_record_cache_commit_interval_and_input_bound(
         spark: SparkSession, tmp_path: Path, rewrite: str, mode: str) -> None:
-    """Spark drops late rows by the watermark of the batch before (the no-data batches that would
-    close that gap do not run between batches queued at once), so the reference is Spark itself on
-    the same batches, not test_slicing's model."""
+    """The rows of Spark alone on the same batches (module doc), with the rewrite in the plan, the
+    bound splitting the files and the record cache in use."""
     r = rewrites()[rewrite]
     # update mode: the 1 h interval holds rows past the first stop, the 1 ms one forwards them
     got = Runs(spark, tmp_path / "sluice", r, mode, sluice=True,
