@@ -8,7 +8,6 @@ through max(struct(v, ts)), whose buffer Spark's hash aggregation cannot hold.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from test_slicing import BATCHES, DELAY, SIZE, T0, Run, final, model, store, switched, ts  # noqa: F401 (store: a fixture)
+from test_slicing import BATCHES, DELAY, SIZE, T0, Run, final, json_lines, model, store, switched  # noqa: F401 (store: a fixture)
 
 KEY = "spark.sluice.aggregate.partial.hash"
 
@@ -71,7 +70,7 @@ def test_partial_hash_restarted_on_and_off_gives_the_final_results(
 
 def test_batch_query_by_hash_gives_the_rows_of_the_sorted_plan(spark: SparkSession, tmp_path: Path) -> None:
     path = tmp_path / "events.json"
-    path.write_text("".join(json.dumps({"ts": ts(t), "user": u, "v": v}) + "\n" for b in BATCHES for t, u, v in b))
+    path.write_text(json_lines([e for b in BATCHES for e in b]))
     events = spark.read.schema("ts timestamp, user string, v long").json(str(path))
     results, plans = {}, {}
     for on in (False, True):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,27 +31,25 @@ from pyspark.sql import functions as F
 import test_partial_hash as hashed
 import test_slicing as sliced
 from sluice._conf import spec
-from test_slicing import BATCHES, SIZE, SLIDE, T0, final, ts
+from test_slicing import BATCHES, SIZE, SLIDE, final, json_lines, result_rows
 
 INTERVAL_KEY = "spark.sluice.commit.interval.ms"
 PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
 FIRST = 4  # files of the first run
 
 
-def file_text(events: list[tuple]) -> str:
-    return "".join(json.dumps({"ts": ts(t), "user": u, "v": v}) + "\n" for t, u, v in events)
+BOUND = min(len(json_lines(b).encode()) for b in BATCHES) - 1
 
 
-BOUND = min(len(file_text(b).encode()) for b in BATCHES) - 1
-
-
+@dataclass(frozen=True)
 class Rewrite:
-    """A rewrite's key, query, the columns Run's sink reads, and how its plan's map side reads."""
-
-    def __init__(self, key: str, window: Column, aggregates: Callable[[DataFrame, Column], DataFrame],
-                 rows: Callable[[DataFrame], DataFrame], map_side: Callable[[str], Any], rewritten: Any) -> None:
-        self.key, self.window, self.aggregates, self.rows = key, window, aggregates, rows
-        self.map_side, self.rewritten = map_side, rewritten
+    """A rewrite's key, query, the columns the sink reads, and how its plan's map side reads."""
+    key: str
+    window: Column
+    aggregates: Callable[[DataFrame, Column], DataFrame]
+    rows: Callable[[DataFrame], DataFrame]
+    map_side: Callable[[str], Any]
+    rewritten: Any
 
 
 def rewrites() -> dict[str, Rewrite]:
@@ -67,7 +66,7 @@ def write_files(src: Path, files: range) -> None:
     now = time.time()
     for i in files:
         tmp = src / f".{i:05d}.tmp"
-        tmp.write_text(file_text(BATCHES[i]))
+        tmp.write_text(json_lines(BATCHES[i]))
         os.utime(tmp, (now + i, now + i))
         tmp.rename(src / f"{i:05d}.json")
 
@@ -79,13 +78,6 @@ def last_rows(emitted: list[tuple]) -> dict[tuple[int, str], tuple]:
     return last
 
 
-def sink_into(emitted: list[tuple]) -> Callable[[DataFrame, int], None]:
-    def sink(batch: DataFrame, _: int) -> None:
-        start = F.col("window.start").cast("long") - int(T0.timestamp())
-        emitted.extend(tuple(x) for x in batch.select(start, "user", "n", "total", "top").collect())
-    return sink
-
-
 class Runs:
     """The query over its own input folder and checkpoint, run twice: the first FIRST files, then
     after a restart on the checkpoint the rest, each run's files placed at once. `sluice`: the
@@ -95,13 +87,12 @@ class Runs:
 
     def __init__(self, spark: SparkSession, root: Path, r: Rewrite, mode: str, sluice: bool,
                  intervals: tuple[str, str] = ("0", "0")) -> None:
-        self.spark, self.r, self.mode, self.sluice, self.intervals = spark, r, mode, sluice, intervals
+        self.spark, self.r, self.mode, self.sluice = spark, r, mode, sluice
         self.src, self.ckpt = root / "in", root / "ckpt"
         self.src.mkdir(parents=True)
         self.emitted: list[tuple] = []
         self.progress: list[dict] = []
         self.plans: list[Any] = []
-        self.held_at_first_stop: list[int] = []
         self.run(range(FIRST), intervals[0])
         self.held_at_first_stop = self.op_metrics("emitCache", "emitCacheBytes")
         self.run(range(FIRST, len(BATCHES)), intervals[1])
@@ -121,7 +112,8 @@ class Runs:
                 out, output_mode = (final(agg), "update") if self.sluice else (agg, "append")
             else:
                 out, output_mode = agg, "update"
-            q = (self.r.rows(out).writeStream.outputMode(output_mode).foreachBatch(sink_into(self.emitted))
+            q = (self.r.rows(out).writeStream.outputMode(output_mode)
+                 .foreachBatch(lambda batch, _: self.emitted.extend(result_rows(batch)))
                  .option("checkpointLocation", str(self.ckpt)).start())
         finally:
             for k in settings:
@@ -134,9 +126,10 @@ class Runs:
         finally:
             q.stop()
 
-    def op_metrics(self, operator: str, metric: str) -> list[int]:
+    def op_metrics(self, operator: str | None, metric: str) -> list[int]:
+        """`metric` of each batch's `operator` (None: of every stateful operator)."""
         return [op["customMetrics"].get(metric, 0) for p in self.progress for op in p.get("stateOperators", [])
-                if op["operatorName"] == operator]
+                if operator is None or op["operatorName"] == operator]
 
     def data_batches(self) -> int:
         return len([p for p in self.progress if p["numInputRows"] > 0])
@@ -158,8 +151,7 @@ def test_a_rewritten_query_with_the_record_cache_commit_interval_and_input_bound
     assert alone.plans[0] != r.rewritten, alone.plans
     # the bound split the files into one batch each, as maxFilesPerTrigger did for Spark alone
     assert got.data_batches() == alone.data_batches() == len(BATCHES)
-    misses = [o["customMetrics"].get("cacheMisses", 0) for p in got.progress for o in p.get("stateOperators", [])]
-    assert sum(misses) > 0, "the record cache was not in use"
+    assert sum(got.op_metrics(None, "cacheMisses")) > 0, "the record cache was not in use"
     if mode == "final":
         assert len(alone.emitted) >= 8
         assert len(set((s, u) for s, u, *_ in got.emitted)) == len(got.emitted), "a window emitted twice"

@@ -46,6 +46,17 @@ def ts(seconds: float) -> str:
     return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def json_lines(events: list[tuple]) -> str:
+    """Events (seconds after T0, user, v) as the JSON lines of an input file."""
+    return "".join(json.dumps({"ts": ts(t), "user": u, "v": v}) + "\n" for t, u, v in events)
+
+
+def result_rows(batch: DataFrame) -> list[tuple]:
+    """A batch's (window start in seconds after T0, user, n, total, top) rows, in its order."""
+    start = F.col("window.start").cast("long") - int(T0.timestamp())
+    return [tuple(r) for r in batch.select(start, "user", "n", "total", "top").collect()]
+
+
 def windows_of(t: int, size: int, slide: int) -> list[int]:
     """Starts of the windows of length `size` every `slide` seconds that hold time t."""
     last = (t // slide) * slide
@@ -103,9 +114,7 @@ class Run:
                   .option("maxFilesPerTrigger", 1).json(str(self.src)))
 
         def sink(batch: DataFrame, batch_id: int) -> None:
-            start = F.col("window.start").cast("long") - int(T0.timestamp())
-            rows = sorted(tuple(r) for r in batch.select(start, "user", "n", "total", "top").collect())
-            (self.replayed if batch_id in self.first else self.first)[batch_id] = rows
+            (self.replayed if batch_id in self.first else self.first)[batch_id] = sorted(result_rows(batch))
 
         try:
             self.query = (self.build(events).writeStream.outputMode(self.mode).foreachBatch(sink)
@@ -115,7 +124,7 @@ class Run:
 
     def feed(self, events: list[tuple]) -> None:
         tmp = self.src / f".{self.files:05d}.tmp"
-        tmp.write_text("".join(json.dumps({"ts": ts(t), "user": u, "v": v}) + "\n" for t, u, v in events))
+        tmp.write_text(json_lines(events))
         tmp.rename(self.src / f"{self.files:05d}.json")
         self.files += 1
         self.query.processAllAvailable()
@@ -263,7 +272,7 @@ def test_batch_query_sliced_gives_the_rows_of_the_unsliced_plan(spark: SparkSess
     timestamp type, windows starting `offset` seconds past the slide, functions of every kind Spark
     runs as a hash aggregation (approx_count_distinct's buffer is filled by code, not expressions)."""
     path = tmp_path / "events.json"
-    path.write_text("".join(json.dumps({"ts": ts(t), "user": u, "v": v}) + "\n" for b in BATCHES for t, u, v in b))
+    path.write_text(json_lines([e for b in BATCHES for e in b]))
     events = spark.read.schema(f"ts {time_type}, user string, v long").json(str(path))
     epoch = F.lit(T0.replace(tzinfo=None)).cast(time_type)
     start = (F.col("window.start").cast("timestamp").cast("long") - epoch.cast("timestamp").cast("long")).alias("start")
