@@ -187,7 +187,7 @@ def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, to
         cmd = [sys.executable, str(HERE / "spark_side.py"), "--query", q, "--bootstrap", bs, "--input", topic,
                "--output", out, "--checkpoint", str(work / f"ckpt-{name}"), "--lateness-ms", str(late),
                "--heap", a.heap, "--trigger", a.trigger, "--max-offsets", str(a.max_offsets),
-               "--json-decoder", a.json_decoder, "--window-slicing", a.window_slicing, "--partial-hash", a.partial_hash] + (["--stamp-emit", f"--extra-jar={HERE / 'target' / 'sendstamp.jar'}"] if a.stamp_emit else []) + [f"--sink-option={o}" for o in a.sink_option] + [f"--source-option={o}" for o in a.source_option] + [f"--spark-conf={o}" for o in a.spark_conf]
+               "--json-decoder", a.json_decoder, "--window-slicing", a.window_slicing, "--sliced-state", a.sliced_state, "--partial-hash", a.partial_hash] + (["--stamp-emit", f"--extra-jar={HERE / 'target' / 'sendstamp.jar'}"] if a.stamp_emit else []) + [f"--sink-option={o}" for o in a.sink_option] + [f"--source-option={o}" for o in a.source_option] + [f"--spark-conf={o}" for o in a.spark_conf]
         cmd += [f"--java-option={o}" for o in jfr(a, name)]
         cmd += (["--realtime", a.rt_checkpoint, "--cores", str(a.rt_cores), "--shuffle-wait-ms", str(a.rt_shuffle_wait_ms)]
                 if side == RT else ["--cores", "2"])
@@ -502,6 +502,9 @@ def main() -> None:
     ap.add_argument("--window-slicing", default="on", choices=["on", "off"],
                     help="sluice's window_slicing (spark.sluice.window.slicing): q5's sliding windows formed from "
                          "per-slice partial aggregates")
+    ap.add_argument("--sliced-state", default="on", choices=["on", "off"],
+                    help="sluice's window_slicing_state (spark.sluice.window.slicing.state): q5's final results of sliding "
+                         "windows kept in state per slice and key, each window formed from its slices when it closes")
     ap.add_argument("--partial-hash", default="on", choices=["on", "off"],
                     help="sluice's aggregate_partial_hash (spark.sluice.aggregate.partial.hash): q7's max(struct) "
                          "aggregated by hash before the shuffle instead of sorted")
@@ -588,7 +591,8 @@ def settings_of(a: argparse.Namespace, count_records: int) -> dict[str, Any]:
             f"{'default' if a.trigger == '0' else a.trigger}, maxOffsetsPerTrigger {a.max_offsets or 'not set'}, "
             f"json_decoder {a.json_decoder} (spark.sluice.json.decoder: from_json parsed by "
             f"{'sluice from the record bytes' if a.json_decoder == 'sluice' else 'Spark'}), window_slicing "
-            f"{a.window_slicing} (spark.sluice.window.slicing: q5's sliding windows), aggregate_partial_hash "
+            f"{a.window_slicing} (spark.sluice.window.slicing: q5's sliding windows), window_slicing_state "
+            f"{a.sliced_state} (spark.sluice.window.slicing.state: q5's state per slice), aggregate_partial_hash "
             f"{a.partial_hash} (spark.sluice.aggregate.partial.hash: q7's max(struct) before the shuffle), "
             "Kafka source options "
             f"{', '.join(a.source_option) or 'none beyond the subscription (Spark defaults)'}",

@@ -13,7 +13,9 @@ step (the auctions with the most bids in each window) runs on each micro-batch's
 ``foreachBatch``: a window's counts are all released in the same micro-batch. State store: sluice's
 in-memory window store (``state_store="in_memory_window"``). JSON: ``from_json`` decoded by sluice
 from the record's bytes (``json_decoder="sluice"``; ``--json-decoder spark`` for Spark's parser). q5's
-sliding windows: formed from per-slice partial aggregates (``window_slicing=True``; ``--window-slicing off``).
+sliding windows: formed from per-slice partial aggregates (``window_slicing=True``; ``--window-slicing off``), and
+their state kept per slice, each window formed from its slices when it closes (``window_slicing_state=True``;
+``--sliced-state off``).
 q7's ``max(struct)``: aggregated by hash before the shuffle, not sorted (``aggregate_partial_hash=True``;
 ``--partial-hash off``).
 
@@ -169,6 +171,8 @@ def main() -> None:
                     help="sluice's json_decoder option: who parses from_json's input")
     ap.add_argument("--window-slicing", default="on", choices=["on", "off"],
                     help="sluice's window_slicing option: sliding windows (q5) formed from per-slice partial aggregates")
+    ap.add_argument("--sliced-state", default="on", choices=["on", "off"],
+                    help="sluice's window_slicing_state option: q5's state per slice, windows formed when they close")
     ap.add_argument("--partial-hash", default="on", choices=["on", "off"],
                     help="sluice's aggregate_partial_hash option: q7's max(struct) aggregated by hash before the shuffle")
     ap.add_argument("--sink-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka sink "
@@ -213,6 +217,7 @@ def main() -> None:
         builder = builder.config(k, v)
     # Real-time mode runs on Spark's RocksDB provider only (Spark refuses any other): no state store set.
     options = {"json_decoder": args.json_decoder, "window_slicing": args.window_slicing == "on",
+               "window_slicing_state": args.sliced_state == "on",
                "aggregate_partial_hash": args.partial_hash == "on"}
     if not rt:
         options["state_store"] = "in_memory_window"

@@ -201,6 +201,8 @@ object SluiceConf {
   // --- window slicing (sluice.slicing) ---
   /** Whether sliding-window aggregations aggregate each slice of event time once before the windows are formed. */
   val WindowSlicing: ConfEntry[Boolean] = boolean("window.slicing")
+  /** Whether a new checkpoint's sliding-window final results keep their state per slice (pinned in it). */
+  val WindowSlicingState: ConfEntry[Boolean] = boolean("window.slicing.state")
 
   // --- partial aggregation by hash (sluice.aggregate) ---
   /** Whether a partial aggregation Spark would sort for runs as an object-hash aggregation instead. */
@@ -209,7 +211,7 @@ object SluiceConf {
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
     Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes, CommitIntervalMs) ++
-    Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder, WindowSlicing, AggregatePartialHash)
+    Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder, WindowSlicing, WindowSlicingState, AggregatePartialHash)
   require(entries.map(_.key).toSet == spec.get("keys").elements().asScala.map(Prefix + _.get("name").asText()).toSet,
     "every key of sluice/conf.json has an entry here, and no other")
 

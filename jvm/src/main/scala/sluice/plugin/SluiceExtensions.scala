@@ -24,6 +24,9 @@ class SluiceExtensions extends (SparkSessionExtensions => Unit) {
     ext.injectColumnar(RealTimeAllowlist.rule(_))
     // input bound (KIP-770)
     ext.injectResolutionRule(session => new sluice.input.InputBoundRule(session))
+    // sliced state: final results of sliding windows kept per slice (spark.sluice.window.slicing.state);
+    // before window slicing, which would otherwise take the map side it replaces
+    ext.injectColumnar(sluice.slicing.SlicedStateRule.rule(_))
     // window slicing: the map side of sliding-window aggregations (spark.sluice.window.slicing)
     ext.injectColumnar(sluice.slicing.SlicingRule.rule(_))
     // partial aggregations by hash where Spark would sort (spark.sluice.aggregate.partial.hash)

@@ -38,7 +38,14 @@ private[sluice] object SlicingRule {
     SwitchedRewrite(session, SluiceConf.WindowSlicing) { case agg: HashAggregateExec => sliced(agg).getOrElse(agg) }
 
   /** The sliced map side replacing `agg`, where `agg` is a partial aggregation over sliding windows. */
-  def sliced(agg: HashAggregateExec): Option[SparkPlan] = agg.child match {
+  def sliced(agg: HashAggregateExec): Option[SparkPlan] =
+    sliceable(agg).map { case (expand, windows, window) => slice(agg, expand, windows, window) }
+
+  /**
+   * The Expand, its sliding windows and its window column, where `agg` is a map-side partial
+   * aggregation by window (and keys) directly over them that does not read the window otherwise.
+   */
+  def sliceable(agg: HashAggregateExec): Option[(ExpandExec, SlidingWindows, Attribute)] = agg.child match {
     case expand: ExpandExec if isMapSide(agg) =>
       SlidingWindows.of(expand.projections, expand.output).flatMap { windows =>
         val window = expand.output(windows.column)
@@ -49,7 +56,7 @@ private[sluice] object SlicingRule {
         val windowReadElsewhere =
           agg.groupingExpressions.exists(g => !g.isInstanceOf[Attribute] && g.references.contains(window)) ||
             agg.aggregateExpressions.exists(_.references.contains(window))
-        if (!groupsByWindow || windowReadElsewhere) None else Some(slice(agg, expand, windows, window))
+        if (!groupsByWindow || windowReadElsewhere) None else Some((expand, windows, window))
       }
     case _ => None
   }
@@ -59,14 +66,7 @@ private[sluice] object SlicingRule {
       agg.aggregateExpressions.forall(a => a.mode == Partial && !a.isDistinct)
 
   private def slice(agg: HashAggregateExec, expand: ExpandExec, windows: SlidingWindows, window: Attribute): SparkPlan = {
-    // The Expand's columns once, with the first window where the window was: the aggregation's own
-    // expressions read them by the same attributes.
-    val columns: Seq[NamedExpression] = expand.output.zip(expand.projections.head).zipWithIndex.map {
-      case ((out, _), j) if j == windows.column => as(out, windows.windows.head)
-      case ((out, a: Attribute), _) if a.exprId == out.exprId => a
-      case ((out, e), _) => as(out, e)
-    }
-    val bySlice = agg.withNewChildren(Seq(ProjectExec(columns, expand.child)))
+    val bySlice = perSlice(agg, expand, windows)
     val first = bySlice.output.find(_.exprId == window.exprId).get
     val intoWindows = ExpandExec(
       projections = windows.windows.indices.map(i => bySlice.output.map(a => if (a.exprId == first.exprId) windows.fromFirst(i, first) else a)),
@@ -76,6 +76,21 @@ private[sluice] object SlicingRule {
       aggregateExpressions = agg.aggregateExpressions.map(_.copy(mode = PartialMerge)),
       initialInputBufferOffset = agg.groupingExpressions.size,
       child = intoWindows)
+  }
+
+  /**
+   * `agg` (a partial aggregation by window and keys over `expand`) aggregating by first window and
+   * keys instead: its output has the same columns, the window column holding each row's first window.
+   */
+  def perSlice(agg: HashAggregateExec, expand: ExpandExec, windows: SlidingWindows): HashAggregateExec = {
+    // The Expand's columns once, with the first window where the window was: the aggregation's own
+    // expressions read them by the same attributes.
+    val columns: Seq[NamedExpression] = expand.output.zip(expand.projections.head).zipWithIndex.map {
+      case ((out, _), j) if j == windows.column => as(out, windows.windows.head)
+      case ((out, a: Attribute), _) if a.exprId == out.exprId => a
+      case ((out, e), _) => as(out, e)
+    }
+    agg.withNewChildren(Seq(ProjectExec(columns, expand.child))).asInstanceOf[HashAggregateExec]
   }
 
   /** `e` under the attribute `out`: the same id, name and metadata (the watermark's delay). */

@@ -21,12 +21,21 @@ private[slicing] final case class SlidingWindows(
     column: Int,
     /** L: the expression of the row every window is computed from. */
     lastStart: Expression,
-    /** d_0: L minus the first window's start. */
-    firstOffset: Long,
+    /** d_i: L minus window i's start, in the timestamps' microseconds, in projection order. */
+    offsets: Seq[Long],
     /** Each projection's window expression, in projection order. */
     windows: Seq[Expression],
     /** The timestamp type of the window's bounds (timestamp or timestamp_ntz). */
     boundType: DataType) {
+
+  /** d_0: L minus the first window's start. */
+  def firstOffset: Long = offsets.head
+
+  /**
+   * How far each window starts (and ends) after the first, in projection order: window i of a row is
+   * its first window moved by `d_0 - d_i` microseconds (every window has the same size).
+   */
+  def shiftsFromFirst: Seq[Long] = offsets.map(firstOffset - _)
 
   /**
    * The window expression of projection `i` rewritten over `first`, an attribute holding the first
@@ -56,12 +65,33 @@ private[slicing] object SlidingWindows {
     val column = varying.head
     val windows = projections.map(_(column))
     windows.head match {
-      case Window(l, d0, boundType)
+      case Window(l, _, boundType)
           if l.deterministic && !l.references.contains(output(column)) &&
             windows.forall(w => onlyThrough(w, l)) && projections.head.forall(_.deterministic) =>
-        Some(SlidingWindows(column, l, d0, windows, boundType))
+        val offsets = windows.collect { case Window(li, d, _) if li.semanticEquals(l) => d }
+        if (offsets.size == windows.size && sameSize(windows)) Some(SlidingWindows(column, l, offsets, windows, boundType))
+        else None
       case _ => None
     }
+  }
+
+  /** Whether every window ends the same constant after its start (`start + size`). */
+  private def sameSize(windows: Seq[Expression]): Boolean =
+    windows.map {
+      case CreateNamedStruct(Seq(_, start, _, end)) => (strip(start), strip(end)) match {
+        case (PreciseTimestampConversion(s, LongType, _), PreciseTimestampConversion(Add(e, Literal(size: Long, LongType), _), LongType, _))
+            if s.semanticEquals(e) => Some(size)
+        case _ => None
+      }
+      case _ => None
+    }.distinct match {
+      case Seq(Some(_)) => true
+      case _ => false
+    }
+
+  private def strip(e: Expression): Expression = e match {
+    case KnownNullable(inner) => strip(inner)
+    case other => other
   }
 
   /** Whether `w` reads its row only through `l` (nothing is left to read once every `l` is replaced). */

@@ -15,6 +15,9 @@ object PlanTypes {
   type ExpandExec = org.apache.spark.sql.execution.ExpandExec
   val ExpandExec = org.apache.spark.sql.execution.ExpandExec
 
+  /** spark-4.3: a fifth field with a default; copy by name. */
+  type ShuffleExchangeExec = org.apache.spark.sql.execution.exchange.ShuffleExchangeExec
+
   type StateStoreRestoreExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreRestoreExec
   val StateStoreRestoreExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreRestoreExec
   type StateStoreSaveExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreSaveExec

@@ -27,14 +27,23 @@ import sluice.conf.{ConfEntry, SluiceConf}
  */
 private[sluice] object SwitchedRewrite {
   def apply(session: SparkSession, switch: ConfEntry[Boolean])(rewrite: PartialFunction[SparkPlan, SparkPlan]): ColumnarRule =
+    rule(switch.key, () => SluiceConf(session.conf.getAll).get(switch))(rewrite)
+
+  /**
+   * A rewrite on whatever the setting `key` says, which `rewrite` reads itself per operator: where a
+   * checkpoint pins what a query was first planned with, the setting alone does not decide.
+   */
+  def perOperator(key: String)(rewrite: PartialFunction[SparkPlan, SparkPlan]): ColumnarRule =
+    rule(key, () => true)(rewrite)
+
+  private def rule(key: String, on: () => Boolean)(rewrite: PartialFunction[SparkPlan, SparkPlan]): ColumnarRule =
     new ColumnarRule {
       override def preColumnarTransitions: Rule[SparkPlan] = new Rule[SparkPlan] {
         override def apply(plan: SparkPlan): SparkPlan =
-          if (!SluiceConf(session.conf.getAll).get(switch) ||
-            (RealTimePlans.supported && RealTimePlans.readsInRealTime(plan))) plan
+          if (!on() || (RealTimePlans.supported && RealTimePlans.readsInRealTime(plan))) plan
           else plan.transformUp { case p if rewrite.isDefinedAt(p) =>
             val replaced = rewrite(p)
-            if (!(replaced eq p)) rewriteLog.debug(s"${switch.key}: rewrote ${p.nodeName} as ${replaced.nodeName}")
+            if (!(replaced eq p)) rewriteLog.debug(s"$key: rewrote ${p.nodeName} as ${replaced.nodeName}")
             replaced
           }
       }

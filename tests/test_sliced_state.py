@@ -1,0 +1,211 @@
+"""Sliced state (spark.sluice.window.slicing.state): a sliding-window aggregation that emits final
+results keeps one state row per slice of event time and key, and forms each window from its slices
+when the watermark closes it. The layout is pinned in the checkpoint.
+
+The scenarios, input and model are test_slicing's (one JSON file per micro-batch, final results
+against a model of windows and the watermark, restarts that leave the last batch uncommitted).
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sluice._conf import state_store_providers
+from test_slicing import (BATCHES, SIZE, SLICING_KEY, SLIDE, T0, Run, aggregates, final, model,  # noqa: F401
+                          store, switched, windows_of)
+
+KEY = "spark.sluice.window.slicing.state"
+MARKER = "_sluice_sliced_state"
+
+
+def state_side(plan: str) -> str:
+    """How the aggregation keeps its state: `sliced` (per slice) or `windows` (Spark's save, per window)."""
+    sliced, spark = "SlicedWindow" in plan, "StateStoreSave" in plan
+    assert sliced != spark, plan
+    return "sliced" if sliced else "windows"
+
+
+class SwitchedRun(Run):
+    """A Run whose start sets sliced state (on, or off if `started_off` flips it) and, with
+    `map_side_slicing`, window slicing too."""
+
+    def __init__(self, *args, started_off: bool = False, map_side_slicing: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.started_off, self.map_side_slicing = started_off, map_side_slicing
+
+    def start(self, on: bool) -> None:
+        self.spark.conf.set(KEY, str(on != self.started_off).lower())
+        try:
+            super().start(self.map_side_slicing)
+        finally:
+            self.spark.conf.unset(KEY)
+
+
+def sliding(df: DataFrame, size: int = SIZE, slide: int = SLIDE) -> DataFrame:
+    return aggregates(df, F.window("ts", f"{size} seconds", f"{slide} seconds"))
+
+
+@pytest.mark.parametrize("store,mode,map_side_slicing", [
+    ("hdfs", "append", False), ("rocksdb", "final", False), ("in_memory_window", "final", False),
+    ("cache", "final", False), ("rocksdb", "append", True)], indirect=["store"])
+def test_sliced_state_restarted_with_the_setting_off_keeps_its_layout_and_gives_the_final_results(
+        spark: SparkSession, tmp_path: Path, store: str, mode: str, map_side_slicing: bool) -> None:
+    """Started sliced; restarted with the setting off, then on again: the checkpoint keeps its sliced
+    state, each restart replays the batch the stop left uncommitted, and the replay emits what the
+    batch emitted the first time. Final results as the model gives them, in Spark's append mode and
+    under sluice's fused final results."""
+    build = (lambda df: sliding(df)) if mode == "append" else (lambda df: final(sliding(df)))
+    run = SwitchedRun(spark, tmp_path, build, "append" if mode == "append" else "update",
+                      map_side_slicing=map_side_slicing)
+    plans = switched(run, state_side)
+    assert plans == ["sliced"] * 3, plans
+    assert (run.ckpt / "state" / "0" / MARKER).is_file()
+    expected = model()
+    assert len(expected) >= 12 and len({s for s, _ in expected}) >= 6
+    assert run.emitted() == expected
+    assert len(run.replayed) == 2, sorted(run.replayed)
+    assert {b: run.first[b] for b in run.replayed} == run.replayed
+
+
+def test_state_rows_are_per_slice_not_per_window(spark: SparkSession, tmp_path: Path) -> None:
+    """One key's events in one slice: Spark keeps a state row per window they are in (SIZE / SLIDE),
+    sliced state one row."""
+    totals = {}
+    for on in (False, True):
+        run = SwitchedRun(spark, tmp_path / str(on), lambda df: final(sliding(df)), "update")
+        run.start(on)
+        try:
+            run.feed([(t, "a", 1) for t in (41, 45, 52)])  # one slice, [40, 60); watermark 42
+            states = [p["stateOperators"][0] for p in run.query.recentProgress]
+            totals[on] = (states[-1]["numRowsTotal"], sum(s["numRowsUpdated"] for s in states))
+        finally:
+            run.stop()
+    assert totals == {False: (SIZE // SLIDE, SIZE // SLIDE), True: (1, 1)}, totals
+
+
+def test_checkpoint_started_with_sparks_layout_keeps_it(spark: SparkSession, tmp_path: Path) -> None:
+    """Started with the setting off, restarted with it on, then off: Spark's layout throughout,
+    the model's final results, and no marker."""
+    run = SwitchedRun(spark, tmp_path, lambda df: final(sliding(df)), "update", started_off=True)
+    assert switched(run, state_side) == ["windows"] * 3
+    assert not (run.ckpt / "state" / "0" / MARKER).exists()
+    assert run.emitted() == model()
+    assert {b: run.first[b] for b in run.replayed} == run.replayed
+
+
+def test_sliced_checkpoint_restarted_with_windows_it_cannot_slice_fails_naming_why(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """The same state schema, but a slide that does not divide the size: the sliced state cannot be
+    read as Spark's, so the restart fails and says why, and the checkpoint is left as it was."""
+    run = SwitchedRun(spark, tmp_path, lambda df: final(sliding(df)), "update")
+    run.start(True)
+    run.feed(BATCHES[0])
+    run.stop()
+    commits = sorted(p.name for p in (run.ckpt / "commits").iterdir())
+    run.build = lambda df: final(sliding(df, SIZE, 25))
+    run.start(True)
+    with pytest.raises(StreamingQueryException, match=r"keeps the state of its aggregation .* per slice.*cannot run "
+                                                      r"sliced now: it is not a sliding-window aggregation"):
+        run.feed(BATCHES[1])
+    run.query = None
+    assert sorted(p.name for p in (run.ckpt / "commits").iterdir()) == commits
+
+
+@pytest.mark.parametrize("shape", ["tumbling", "window_only", "collect_list"])
+def test_aggregations_sliced_state_cannot_serve_keep_sparks_layout(
+        spark: SparkSession, tmp_path: Path, shape: str) -> None:
+    """Tumbling windows, a window without keys, and an aggregate with no merge expression keep
+    Spark's state, with the setting on, and no marker is written."""
+    window = F.window("ts", f"{SIZE} seconds", f"{SLIDE} seconds")
+    if shape == "tumbling":
+        build = lambda df: final(aggregates(df, F.window("ts", f"{SIZE} seconds")))  # noqa: E731
+    elif shape == "window_only":
+        build = lambda df: final(df.withWatermark("ts", "10 seconds").groupBy(window)  # noqa: E731
+                                 .agg(F.count("*").alias("n"), F.sum("v").alias("total"), F.max("v").alias("top"),
+                                      F.lit("*").alias("user")))
+    else:
+        build = lambda df: final(df.withWatermark("ts", "10 seconds").groupBy(window, "user")  # noqa: E731
+                                 .agg(F.count("*").alias("n"), F.sum("v").alias("total"), F.max("v").alias("top"),
+                                      F.collect_list("v").alias("vs")))
+    run = SwitchedRun(spark, tmp_path, build, "update")
+    run.start(True)
+    try:
+        run.feed(BATCHES[0])
+        assert state_side(run.plan()) == "windows"
+    finally:
+        run.stop()
+    assert not (run.ckpt / "state" / "0" / MARKER).exists()
+
+
+def test_killed_sliced_state_query_restarted_emits_each_final_result_exactly_once(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """SIGKILL a sliced-state final-results query's whole process (driver JVM included) mid-stream and
+    restart it here on its checkpoint with the setting off (the checkpoint keeps the layout): with a
+    sink idempotent per batch id, every final result of the hour-long windows sliding by 20 minutes
+    arrives exactly once, with its count."""
+    from conftest import drain_to_files, kill_after_batches, write_hourly_files
+    from suppress_kill_child import file_sink, final_results
+    from test_slicing import ts
+
+    provider = state_store_providers()["rocksdb"]
+    src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    hours = 8
+    write_hourly_files(src, hours, ts)
+    kill_after_batches("suppress_kill_child.py", [str(src), str(ckpt), str(out), provider, "20 minutes", f"{KEY}=true"],
+                       out, batches=4)
+    assert len(list(out.glob("*.json"))) < 2 * hours  # killed mid-stream, not after the end
+    assert (ckpt / "state" / "0" / MARKER).is_file()
+
+    drain_to_files(spark, final_results(spark, str(src), "20 minutes"), file_sink(str(out)), ckpt,
+                   {"spark.sql.streaming.stateStore.providerClass": provider, KEY: "false"})
+
+    got: Counter = Counter()
+    for path in sorted(out.glob("*.json")):
+        for r in json.load(open(path)):
+            start = datetime.fromisoformat(r["start"]).replace(tzinfo=timezone.utc)
+            got[(int((start - T0).total_seconds()), r["user"], r["count"])] += 1
+    # write_hourly_files: hour h holds users a, b, c, a (the first 2 + h % 3) at 15, 16, 17, 18 minutes
+    events = [(h * 3600 + 900 + i * 60, user) for h in range(hours) for i, user in enumerate(["a", "b", "c", "a"][: 2 + h % 3])]
+    watermark = max(t for t, _ in events) - 600
+    windows = Counter((s, user) for t, user in events for s in windows_of(t, 3600, 1200))
+    expected = Counter({(s, user, n): 1 for (s, user), n in windows.items() if s + 3600 <= watermark})
+    assert len(expected) >= 3 * (hours - 2) and got == expected
+
+
+def test_marker_names_what_it_pins(spark: SparkSession, tmp_path: Path) -> None:
+    run = SwitchedRun(spark, tmp_path, lambda df: final(sliding(df)), "update")
+    run.start(True)
+    try:
+        run.feed(BATCHES[0])
+    finally:
+        run.stop()
+    assert re.search(r"operator 0 is kept per slice", (run.ckpt / "state" / "0" / MARKER).read_text())
+
+
+def test_explain_of_a_streaming_dataframe_shows_the_sliced_plan_and_writes_nothing(
+        spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Spark plans `explain()` of a streaming DataFrame with a checkpoint named "<unknown>": the plan
+    is what a new checkpoint gets, and no marker is written (relative to the JVM's directory)."""
+    (tmp_path / "in").mkdir()
+    events = spark.readStream.schema("ts timestamp, user string, v long").json(str(tmp_path / "in"))
+    jvm_dir = Path(spark.sparkContext._jvm.System.getProperty("user.dir"))
+    plans = {}
+    for on in (True, False):
+        spark.conf.set(KEY, str(on).lower())
+        try:
+            sliding(events).explain()
+        finally:
+            spark.conf.unset(KEY)
+        plans[on] = state_side(capsys.readouterr().out)
+    assert plans == {True: "sliced", False: "windows"}
+    assert not (jvm_dir / "<unknown>").exists()
