@@ -7,10 +7,7 @@ against a model of windows and the watermark, restarts that leave the last batch
 """
 from __future__ import annotations
 
-import json
 import re
-from collections import Counter
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -19,8 +16,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sluice._conf import state_store_providers
-from test_slicing import (BATCHES, SIZE, SLICING_KEY, SLIDE, T0, Run, aggregates, final, model,  # noqa: F401
-                          store, switched, windows_of)
+from test_slicing import (BATCHES, SIZE, SLIDE, Run, aggregates, final, killed_and_restarted, model,  # noqa: F401
+                          store, switched)
 
 KEY = "spark.sluice.window.slicing.state"
 MARKER = "_sluice_sliced_state"
@@ -151,35 +148,8 @@ def test_killed_sliced_state_query_restarted_emits_each_final_result_exactly_onc
     restart it here on its checkpoint with the setting off (the checkpoint keeps the layout): with a
     sink idempotent per batch id, every final result of the hour-long windows sliding by 20 minutes
     arrives exactly once, with its count."""
-    from conftest import drain_to_files, kill_after_batches, write_hourly_files
-    from suppress_kill_child import file_sink, final_results
-    from test_slicing import ts
-
-    provider = state_store_providers()["rocksdb"]
-    src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "out"
-    src.mkdir()
-    out.mkdir()
-    hours = 8
-    write_hourly_files(src, hours, ts)
-    kill_after_batches("suppress_kill_child.py", [str(src), str(ckpt), str(out), provider, "20 minutes", f"{KEY}=true"],
-                       out, batches=4)
-    assert len(list(out.glob("*.json"))) < 2 * hours  # killed mid-stream, not after the end
+    ckpt = killed_and_restarted(spark, tmp_path, state_store_providers()["rocksdb"], [f"{KEY}=true"], {KEY: "false"})
     assert (ckpt / "state" / "0" / MARKER).is_file()
-
-    drain_to_files(spark, final_results(spark, str(src), "20 minutes"), file_sink(str(out)), ckpt,
-                   {"spark.sql.streaming.stateStore.providerClass": provider, KEY: "false"})
-
-    got: Counter = Counter()
-    for path in sorted(out.glob("*.json")):
-        for r in json.load(open(path)):
-            start = datetime.fromisoformat(r["start"]).replace(tzinfo=timezone.utc)
-            got[(int((start - T0).total_seconds()), r["user"], r["count"])] += 1
-    # write_hourly_files: hour h holds users a, b, c, a (the first 2 + h % 3) at 15, 16, 17, 18 minutes
-    events = [(h * 3600 + 900 + i * 60, user) for h in range(hours) for i, user in enumerate(["a", "b", "c", "a"][: 2 + h % 3])]
-    watermark = max(t for t, _ in events) - 600
-    windows = Counter((s, user) for t, user in events for s in windows_of(t, 3600, 1200))
-    expected = Counter({(s, user, n): 1 for (s, user), n in windows.items() if s + 3600 <= watermark})
-    assert len(expected) >= 3 * (hours - 2) and got == expected
 
 
 def test_marker_names_what_it_pins(spark: SparkSession, tmp_path: Path) -> None:

@@ -237,20 +237,29 @@ def test_killed_sliced_query_restarted_emits_each_final_result_exactly_once(spar
     """SIGKILL a sliced final-results query's whole process (driver JVM included) mid-stream, restart
     it here on its checkpoint, sliced: with a sink idempotent per batch id, every final result of the
     hour-long windows sliding by 20 minutes arrives exactly once, with its count."""
+    killed_and_restarted(spark, tmp_path, state_store_providers()["in_memory_window"], [], {SLICING_KEY: "true"})
+
+
+def killed_and_restarted(spark: SparkSession, tmp_path: Path, provider: str, child_settings: list[str],
+                         restart_settings: dict[str, str]) -> Path:
+    """Hour-long windows sliding by 20 minutes, their final results: the query runs sliced in a child
+    process (with `child_settings`, key=value) SIGKILLed mid-stream, then is restarted here on its
+    checkpoint with `restart_settings`. Asserts that every final result arrived exactly once, with its
+    count; returns the checkpoint."""
     from conftest import drain_to_files, kill_after_batches, write_hourly_files
     from suppress_kill_child import file_sink, final_results
 
-    provider = state_store_providers()["in_memory_window"]
     src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "out"
     src.mkdir()
     out.mkdir()
     hours = 8
     write_hourly_files(src, hours, ts)
-    kill_after_batches("suppress_kill_child.py", [str(src), str(ckpt), str(out), provider, "20 minutes"], out, batches=4)
+    kill_after_batches("suppress_kill_child.py", [str(src), str(ckpt), str(out), provider, "20 minutes", *child_settings],
+                       out, batches=4)
     assert len(list(out.glob("*.json"))) < 2 * hours  # killed mid-stream, not after the end
 
     drain_to_files(spark, final_results(spark, str(src), "20 minutes"), file_sink(str(out)), ckpt,
-                   {"spark.sql.streaming.stateStore.providerClass": provider, SLICING_KEY: "true"})
+                   {"spark.sql.streaming.stateStore.providerClass": provider, **restart_settings})
 
     got: Counter = Counter()
     for path in sorted(out.glob("*.json")):
@@ -263,6 +272,7 @@ def test_killed_sliced_query_restarted_emits_each_final_result_exactly_once(spar
     windows = Counter((s, user) for t, user in events for s in windows_of(t, 3600, 1200))
     expected = Counter({(s, user, n): 1 for (s, user), n in windows.items() if s + 3600 <= watermark})
     assert len(expected) >= 3 * (hours - 2) and got == expected
+    return ckpt
 
 
 @pytest.mark.parametrize("time_type,offset", [("timestamp", 0), ("timestamp_ntz", 7)])
