@@ -92,7 +92,8 @@ private[sluice] object SlicedStateRule extends Logging {
     }
     chain match {
       case None => fail("it is not a sliding-window aggregation (window size a multiple of the slide) of hash-aggregated buffers")
-      case Some((m1, exchange, partial, (expand, windows, window))) =>
+      case Some((m1, exchange, partial, side)) =>
+        val (windows, window) = (side.windows, side.window)
         val grouping = save.keyExpressions
         val functions = m1.aggregateExpressions.map(_.aggregateFunction)
         val keys = grouping.filterNot(_.exprId == window.exprId)
@@ -102,7 +103,7 @@ private[sluice] object SlicedStateRule extends Logging {
         else if (!sameColumns(grouping, partial.output) || partial.output.size != save.output.size)
           fail("its state key is not the partial aggregation's grouping")
         else {
-          val bySlice = SlicingRule.perSlice(partial, expand, windows)
+          val bySlice = SlicingRule.perSlice(partial, side)
           val n = exchange.outputPartitioning.numPartitions
           Right(SlicedWindowExec(save.stateInfo.get, late, evict, grouping, window, windows.shiftsFromFirst,
             windows.windows.indices.map(i => windows.fromFirst(i, window)), functions.map(_.asInstanceOf[DeclarativeAggregate]),

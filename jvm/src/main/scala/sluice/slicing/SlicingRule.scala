@@ -33,41 +33,58 @@ import sluice.spark.SwitchedRewrite
  * over such an Expand (the window size a multiple of the slide: otherwise a filter between them drops
  * the windows a row is not in). It leaves alone an aggregation whose functions read the window column.
  */
+/** The map side of a sliding-window aggregation: the windows' Expand and a projection between them, if any. */
+private[slicing] final case class MapSide(expand: ExpandExec, between: Option[ProjectExec], windows: SlidingWindows,
+    window: Attribute)
+
 private[sluice] object SlicingRule {
   def rule(session: SparkSession): ColumnarRule =
     SwitchedRewrite(session, SluiceConf.WindowSlicing) { case agg: HashAggregateExec => sliced(agg).getOrElse(agg) }
 
   /** The sliced map side replacing `agg`, where `agg` is a partial aggregation over sliding windows. */
-  def sliced(agg: HashAggregateExec): Option[SparkPlan] =
-    sliceable(agg).map { case (expand, windows, window) => slice(agg, expand, windows, window) }
+  def sliced(agg: HashAggregateExec): Option[SparkPlan] = sliceable(agg).map(slice(agg, _))
 
   /**
-   * The Expand, its sliding windows and its window column, where `agg` is a map-side partial
-   * aggregation by window (and keys) directly over them that does not read the window otherwise.
+   * The windows below `agg`, where `agg` is a map-side partial aggregation by window (and keys) over
+   * the sliding windows' Expand that does not read the window otherwise. Spark may put a projection
+   * between them (its grouping expressions pulled out, `bid.auction AS _groupingexpression`); one
+   * that passes the window on and reads it nowhere else is kept.
    */
-  def sliceable(agg: HashAggregateExec): Option[(ExpandExec, SlidingWindows, Attribute)] = agg.child match {
-    case expand: ExpandExec if isMapSide(agg) =>
+  def sliceable(agg: HashAggregateExec): Option[MapSide] = {
+    val below = agg.child match {
+      case expand: ExpandExec => Some((expand, None))
+      case p: ProjectExec => p.child match {
+        case expand: ExpandExec => Some((expand, Some(p)))
+        case _ => None
+      }
+      case _ => None
+    }
+    below.filter(_ => isMapSide(agg)).flatMap { case (expand, between) =>
       SlidingWindows.of(expand.projections, expand.output).flatMap { windows =>
         val window = expand.output(windows.column)
-        val groupsByWindow = agg.groupingExpressions.exists {
+        def isWindow(e: Expression) = e match {
           case a: Attribute => a.exprId == window.exprId
           case _ => false
         }
+        val passedOn = between.forall(p => p.projectList.exists(isWindow) && p.projectList.forall(_.deterministic) &&
+          p.projectList.forall(e => isWindow(e) || !e.references.contains(window)))
+        val groupsByWindow = agg.groupingExpressions.exists(isWindow)
         val windowReadElsewhere =
-          agg.groupingExpressions.exists(g => !g.isInstanceOf[Attribute] && g.references.contains(window)) ||
+          agg.groupingExpressions.exists(g => !isWindow(g) && g.references.contains(window)) ||
             agg.aggregateExpressions.exists(_.references.contains(window))
-        if (!groupsByWindow || windowReadElsewhere) None else Some((expand, windows, window))
+        if (!passedOn || !groupsByWindow || windowReadElsewhere) None else Some(MapSide(expand, between, windows, window))
       }
-    case _ => None
+    }
   }
 
   private def isMapSide(agg: HashAggregateExec): Boolean =
     agg.requiredChildDistributionExpressions.isEmpty &&
       agg.aggregateExpressions.forall(a => a.mode == Partial && !a.isDistinct)
 
-  private def slice(agg: HashAggregateExec, expand: ExpandExec, windows: SlidingWindows, window: Attribute): SparkPlan = {
-    val bySlice = perSlice(agg, expand, windows)
-    val first = bySlice.output.find(_.exprId == window.exprId).get
+  private def slice(agg: HashAggregateExec, side: MapSide): SparkPlan = {
+    val bySlice = perSlice(agg, side)
+    val first = bySlice.output.find(_.exprId == side.window.exprId).get
+    val windows = side.windows
     val intoWindows = ExpandExec(
       projections = windows.windows.indices.map(i => bySlice.output.map(a => if (a.exprId == first.exprId) windows.fromFirst(i, first) else a)),
       output = bySlice.output,
@@ -79,18 +96,22 @@ private[sluice] object SlicingRule {
   }
 
   /**
-   * `agg` (a partial aggregation by window and keys over `expand`) aggregating by first window and
-   * keys instead: its output has the same columns, the window column holding each row's first window.
+   * `agg` (a partial aggregation by window and keys over the windows of `side`) aggregating by first
+   * window and keys instead: its output has the same columns, the window column holding each row's
+   * first window.
    */
-  def perSlice(agg: HashAggregateExec, expand: ExpandExec, windows: SlidingWindows): HashAggregateExec = {
-    // The Expand's columns once, with the first window where the window was: the aggregation's own
-    // expressions read them by the same attributes.
+  def perSlice(agg: HashAggregateExec, side: MapSide): HashAggregateExec = {
+    val (expand, windows) = (side.expand, side.windows)
+    // The Expand's columns once, with the first window where the window was: the expressions above
+    // read them by the same attributes.
     val columns: Seq[NamedExpression] = expand.output.zip(expand.projections.head).zipWithIndex.map {
       case ((out, _), j) if j == windows.column => as(out, windows.windows.head)
       case ((out, a: Attribute), _) if a.exprId == out.exprId => a
       case ((out, e), _) => as(out, e)
     }
-    agg.withNewChildren(Seq(ProjectExec(columns, expand.child))).asInstanceOf[HashAggregateExec]
+    val firstWindows = ProjectExec(columns, expand.child)
+    agg.withNewChildren(Seq(side.between.fold[SparkPlan](firstWindows)(_.withNewChildren(Seq(firstWindows)))))
+      .asInstanceOf[HashAggregateExec]
   }
 
   /** `e` under the attribute `out`: the same id, name and metadata (the watermark's delay). */
