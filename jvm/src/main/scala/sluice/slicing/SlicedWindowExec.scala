@@ -114,37 +114,53 @@ private[slicing] case class SlicedWindowExec(
         }
       }
 
-      // The windows closing now, formed per (window, keys) from the slices in the store's order.
-      val closing = new java.util.LinkedHashMap[UnsafeRow, UnsafeRow]()
+      // The slices with a window closing now, gathered per key (the grouping without the window) in
+      // the store's order: each key's windows are formed from its own few slices, and its rows go out
+      // before the next key's are formed.
+      val keysOf = UnsafeProjection.create(keyAttributes, keyCols)
+      val slicesOf = new java.util.LinkedHashMap[UnsafeRow, ArrayBuffer[UnsafeRow]]()
       val done = ArrayBuffer.empty[UnsafeRow]
+      def closesNow(end: Long): Boolean = shift.exists { d => val e = end + d; e > late && e <= evict }
       longMetric("allRemovalsTimeMs") += timeTakenMs {
         rows.iterator().foreach { case (key, buffer) =>
           val end = firstEnd(key)
-          var i = 0
-          while (i < shift.length) {
-            val e = end + shift(i)
-            if (e > late && e <= evict) {
-              val k = windowKeys(i)(key)
-              val sofar = closing.get(k)
-              closing.put(if (sofar == null) k.copy() else k, merged(sofar, buffer).copy())
-            }
-            i += 1
+          if (closesNow(end)) {
+            // the slice's state row: its key, then its buffer
+            val slice = outputRow(joined(key, buffer)).copy()
+            val k = keysOf(key)
+            val list = slicesOf.get(k)
+            if (list == null) slicesOf.put(k.copy(), ArrayBuffer(slice)) else list += slice
           }
           if (end + lastShift <= evict) done += key.copy()
         }
         done.foreach { k => rows.remove(k); removed += 1 }
       }
 
-      // What closed is already gathered (the windows' rows are complete): the rows stream out as the
-      // sink takes them, and the store commits once they are all out.
+      // Per key: each window closing now (by its end), merged from the key's slices in it.
+      val sliceKey = UnsafeProjection.create(keyCols, output)
+      val sliceBuffer = UnsafeProjection.create(bufferCols, output)
       var emitted = 0L
-      val formed = closing.entrySet().iterator()
-      val out = new Iterator[InternalRow] {
-        override def hasNext: Boolean = formed.hasNext
-        override def next(): InternalRow = {
-          val e = formed.next()
+      val out = scala.jdk.CollectionConverters.CollectionHasAsScala(slicesOf.values()).asScala.iterator.flatMap { slices =>
+        val windowsByEnd = new java.util.TreeMap[java.lang.Long, (UnsafeRow, UnsafeRow)]()
+        slices.foreach { slice =>
+          val key = sliceKey(slice).copy()
+          val buffer = sliceBuffer(slice)
+          val end = firstEnd(key)
+          var i = 0
+          while (i < shift.length) {
+            val e = end + shift(i)
+            if (e > late && e <= evict) {
+              val sofar = windowsByEnd.get(e)
+              windowsByEnd.put(e,
+                if (sofar == null) (windowKeys(i)(key).copy(), merged(null, buffer).copy())
+                else (sofar._1, merged(sofar._2, buffer).copy()))
+            }
+            i += 1
+          }
+        }
+        scala.jdk.CollectionConverters.CollectionHasAsScala(windowsByEnd.values()).asScala.iterator.map { case (k, b) =>
           emitted += 1
-          outputRow(joined(e.getKey, e.getValue))
+          outputRow(joined(k, b))
         }
       }
       StatefulOperatorSupport.onCompletion(out) {
