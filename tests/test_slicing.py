@@ -173,6 +173,17 @@ def switched(run: Run, plan_of: Callable[[str], Any]) -> list[Any]:
     return plans
 
 
+def fed_sliced(run: Run) -> str:
+    """Feeds BATCHES to `run` with slicing on, stops it, and returns its last physical plan."""
+    try:
+        run.start(True)
+        for events in BATCHES:
+            run.feed(events)
+        return run.plan()
+    finally:
+        run.stop()
+
+
 def final(df: DataFrame) -> DataFrame:
     return suppress(df, Suppressed.until_window_closes(BufferConfig.unbounded()))
 
@@ -213,13 +224,7 @@ def test_grouping_by_an_expression_is_sliced(spark: SparkSession, tmp_path: Path
     the windows and the partial aggregation, and the map side is still sliced."""
     window = F.window("ts", f"{SIZE} seconds", f"{SLIDE} seconds")
     run = Run(spark, tmp_path, lambda df: final(aggregates(df, window, F.lower("user"))), "update")
-    try:
-        run.start(True)
-        for events in BATCHES:
-            run.feed(events)
-        plan = run.plan()
-    finally:
-        run.stop()
+    plan = fed_sliced(run)
     assert "_groupingexpression" in plan and map_side(plan) == SLICED, plan
     assert run.emitted() == model()
 
@@ -240,13 +245,7 @@ def test_aggregations_slicing_cannot_serve_keep_their_plan_and_results(
                      F.max(F.col("window.end")).alias("end")).where(F.col("end") == F.col("window.end")).drop("end"))
 
     run = Run(spark, tmp_path, build, "append")
-    try:
-        run.start(True)
-        for events in BATCHES:
-            run.feed(events)
-        plan = run.plan()
-    finally:
-        run.stop()
+    plan = fed_sliced(run)
     assert map_side(plan) == (["partial"] if shape == "tumbling" else UNSLICED), plan
     assert run.emitted() == model(size, slide)
 
