@@ -1,6 +1,7 @@
 package sluice.slicing
 
 import scala.collection.mutable.ArrayBuffer
+import scala.jdk.CollectionConverters._
 
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.InternalRow
@@ -118,15 +119,14 @@ private[slicing] case class SlicedWindowExec(
       // the store's order: each key's windows are formed from its own few slices, and its rows go out
       // before the next key's are formed.
       val keysOf = UnsafeProjection.create(keyAttributes, keyCols)
-      val slicesOf = new java.util.LinkedHashMap[UnsafeRow, ArrayBuffer[UnsafeRow]]()
+      val slicesOf = new java.util.LinkedHashMap[UnsafeRow, ArrayBuffer[(UnsafeRow, UnsafeRow)]]()
       val done = ArrayBuffer.empty[UnsafeRow]
       def closesNow(end: Long): Boolean = shift.exists { d => val e = end + d; e > late && e <= evict }
       longMetric("allRemovalsTimeMs") += timeTakenMs {
         rows.iterator().foreach { case (key, buffer) =>
           val end = firstEnd(key)
           if (closesNow(end)) {
-            // the slice's state row: its key, then its buffer
-            val slice = outputRow(joined(key, buffer)).copy()
+            val slice = (key.copy(), buffer.copy())
             val k = keysOf(key)
             val list = slicesOf.get(k)
             if (list == null) slicesOf.put(k.copy(), ArrayBuffer(slice)) else list += slice
@@ -137,14 +137,10 @@ private[slicing] case class SlicedWindowExec(
       }
 
       // Per key: each window closing now (by its end), merged from the key's slices in it.
-      val sliceKey = UnsafeProjection.create(keyCols, output)
-      val sliceBuffer = UnsafeProjection.create(bufferCols, output)
       var emitted = 0L
-      val out = scala.jdk.CollectionConverters.CollectionHasAsScala(slicesOf.values()).asScala.iterator.flatMap { slices =>
+      val out = slicesOf.values().asScala.iterator.flatMap { slices =>
         val windowsByEnd = new java.util.TreeMap[java.lang.Long, (UnsafeRow, UnsafeRow)]()
-        slices.foreach { slice =>
-          val key = sliceKey(slice).copy()
-          val buffer = sliceBuffer(slice)
+        slices.foreach { case (key, buffer) =>
           val end = firstEnd(key)
           var i = 0
           while (i < shift.length) {
@@ -158,7 +154,7 @@ private[slicing] case class SlicedWindowExec(
             i += 1
           }
         }
-        scala.jdk.CollectionConverters.CollectionHasAsScala(windowsByEnd.values()).asScala.iterator.map { case (k, b) =>
+        windowsByEnd.values().asScala.iterator.map { case (k, b) =>
           emitted += 1
           outputRow(joined(k, b))
         }
