@@ -519,13 +519,15 @@ def test_spark_itself_refuses_an_append_mode_session_window_in_real_time_mode(rt
          .trigger(realTime="5 seconds").start())
 
 
-@pytest.mark.parametrize("key", ["spark.sluice.window.slicing", "spark.sluice.aggregate.partial.hash"])
+@pytest.mark.parametrize("key", ["spark.sluice.window.slicing", "spark.sluice.window.slicing.state",
+                                 "spark.sluice.aggregate.partial.hash"])
 def test_the_plan_rewrites_leave_a_real_time_plan_as_spark_makes_it(rt, tmp_path: Path, key: str) -> None:
-    """Window slicing and partial aggregation by hash rewrite micro-batch plans only: switched on, a
-    real-time query over the shape each rewrites (sliding windows; max of a struct) runs the plan
-    Spark makes with it off, and counts every record in each of its windows."""
+    """Window slicing, sliced state and partial aggregation by hash rewrite micro-batch plans only:
+    switched on, a real-time query over the shape each rewrites (sliding windows; max of a struct)
+    runs the plan Spark makes with it off, counts every record in each of its windows, and leaves no
+    sliced-state marker in its checkpoint."""
     spark, broker = rt
-    sliding = key.endswith("slicing")
+    sliding = "slicing" in key
     src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
            .option("subscribe", "in").option("startingOffsets", "earliest").load())
     window = F.window("timestamp", "1 minute", "30 seconds") if sliding else F.window("timestamp", "1 minute")
@@ -538,7 +540,7 @@ def test_the_plan_rewrites_leave_a_real_time_plan_as_spark_makes_it(rt, tmp_path
     windows = 2 if sliding else 1
     plans = {}
     for on in (True, False):
-        name = f"rewrite_{'slicing' if sliding else 'hash'}_{str(on).lower()}"
+        name = f"rewrite_{key.split('.', 2)[2].replace('.', '_')}_{str(on).lower()}"
         kh.create_topic(spark, broker.bootstrap, name, 1)
         spark.conf.set(key, str(on).lower())
         try:
@@ -560,3 +562,4 @@ def test_the_plan_rewrites_leave_a_real_time_plan_as_spark_makes_it(rt, tmp_path
     below_exchange = plans[True].split("Exchange", 1)[1]
     assert ("Expand" if sliding else "max(") in below_exchange, below_exchange
     assert plans[True] == plans[False]
+    assert not list(tmp_path.rglob("_sluice_sliced_state"))

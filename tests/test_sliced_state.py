@@ -16,12 +16,13 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sluice._conf import state_store_providers
-from test_slicing import (BATCHES, SIZE, SLIDE, Run, aggregates, final, killed_and_restarted, model,  # noqa: F401
-                          store, switched)
+from sluice._conf import spec, state_store_providers
+from test_slicing import (BATCHES, SIZE, SLIDE, Run, aggregates, final, json_lines, killed_and_restarted,  # noqa: F401
+                          model, store, switched)
 
 KEY = "spark.sluice.window.slicing.state"
 MARKER = "_sluice_sliced_state"
+INTERVAL_KEY = "spark.sluice.commit.interval.ms"
 
 
 def state_side(plan: str) -> str:
@@ -76,10 +77,57 @@ def test_sliced_state_restarted_with_the_setting_off_keeps_its_layout_and_gives_
     assert {b: run.first[b] for b in run.replayed} == run.replayed
 
 
+class BoundRun(SwitchedRun):
+    """A SwitchedRun whose source takes no file count per micro-batch but the input bound, set below
+    the smallest file's bytes: each micro-batch reads one file, however many were fed together."""
+
+    def source(self) -> DataFrame:
+        smallest = min(len(json_lines(events).encode()) for events in BATCHES)
+        return (self.spark.readStream.schema("ts timestamp, user string, v long")
+                .option("sluice.maxBytesPerTrigger", str(smallest - 1)).json(str(self.src)))
+
+
+@pytest.mark.parametrize("delegate", ["hdfs", "in_memory_window"])
+def test_sliced_state_under_the_record_cache_a_commit_interval_and_the_input_bound(
+        spark: SparkSession, tmp_path: Path, delegate: str) -> None:
+    """Sliced state behind the record cache with an hour's commit interval (write-behind: the cache
+    writes its delegate once an hour; and the emission cache's interval), fed two files at a time that
+    the input bound splits into a micro-batch each; stopped with its last batch uncommitted and
+    restarted with a 1 ms interval (whatever was held is due): the model's final results, each once,
+    and the replayed batch emits what it emitted the first time."""
+    confs = {"spark.sql.streaming.stateStore.providerClass": spec()["caching_provider"],
+             "spark.sluice.statestore.cache.delegate": delegate}
+    run = BoundRun(spark, tmp_path, lambda df: final(sliding(df)), "update")
+    sides, rows = [], []
+    try:
+        for k, v in confs.items():
+            spark.conf.set(k, v)
+        for interval, batches in (("1h", BATCHES[:4]), ("1ms", BATCHES[4:])):
+            spark.conf.set(INTERVAL_KEY, interval)
+            run.start(True)
+            for i in range(0, len(batches), 2):
+                run.feed(*batches[i:i + 2])
+            sides.append(state_side(run.plan()))
+            rows.append([p["numInputRows"] for p in run.query.recentProgress if p["numInputRows"]])
+            run.stop(forget_last_commit=interval == "1h")
+    finally:
+        if run.query is not None:
+            run.stop()
+        for k in [*confs, INTERVAL_KEY]:
+            spark.conf.unset(k)
+    assert sides == ["sliced"] * 2
+    # one file per micro-batch (the last batch before the stop, the one replayed, read no file: the
+    # watermark's batch after file 3)
+    sizes = [len(events) for events in BATCHES]
+    assert rows == [sizes[:4], sizes[4:]], rows
+    assert run.emitted() == model(feeds=[2, 2, 2, 1])
+    assert len(run.replayed) == 1 and {b: run.first[b] for b in run.replayed} == run.replayed
+
+
 def test_state_rows_are_per_slice_not_per_window(spark: SparkSession, tmp_path: Path) -> None:
     """One key's events in one slice: Spark keeps a state row per window they are in (SIZE / SLIDE),
-    sliced state one row."""
-    totals = {}
+    sliced state one row, and reports the smaller store (Spark's progress, operator by name)."""
+    totals, memory = {}, {}
     for on in (False, True):
         run = SwitchedRun(spark, tmp_path / str(on), lambda df: final(sliding(df)), "update")
         run.start(on)
@@ -87,10 +135,14 @@ def test_state_rows_are_per_slice_not_per_window(spark: SparkSession, tmp_path: 
             run.feed([(t, "a", 1) for t in (41, 45, 52)])  # one slice, [40, 60); watermark 42
             # progress of the batches that ran (an idle trigger reports no state operator)
             states = [p["stateOperators"][0] for p in run.query.recentProgress if p["stateOperators"]]
-            totals[on] = (states[-1]["numRowsTotal"], sum(s["numRowsUpdated"] for s in states))
+            totals[on] = (states[-1]["operatorName"], states[-1]["numRowsTotal"],
+                          sum(s["numRowsUpdated"] for s in states))
+            memory[on] = states[-1]["memoryUsedBytes"]
         finally:
             run.stop()
-    assert totals == {False: (SIZE // SLIDE, SIZE // SLIDE), True: (1, 1)}, totals
+    assert totals == {False: ("stateStoreSave", SIZE // SLIDE, SIZE // SLIDE),
+                      True: ("slicedWindowAggregate", 1, 1)}, totals
+    assert 0 < memory[True] < memory[False], memory
 
 
 def test_checkpoint_started_with_sparks_layout_keeps_it(spark: SparkSession, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 from collections import Counter
@@ -63,18 +64,24 @@ def windows_of(t: int, size: int, slide: int) -> list[int]:
     return [s for s in (last - i * slide for i in range(math.ceil(size / slide))) if s <= t < s + size]
 
 
-def model(size: int = SIZE, slide: int = SLIDE) -> dict[tuple[int, str], tuple[int, int, int]]:
+def model(size: int = SIZE, slide: int = SLIDE, feeds: Optional[list[int]] = None) -> dict[tuple[int, str], tuple[int, int, int]]:
     """Final results, (count, sum, max) per window start and user: the events that were not late
-    when they arrived (their window ended after the watermark of the batches before them); a window
-    is emitted once the watermark reaches its end."""
-    wm = 0
+    when they arrived; a window is emitted once the watermark reaches its end. `feeds`: how many of
+    BATCHES were written at once (default one at a time); the query reads one per micro-batch and,
+    after each feed, runs a batch without data that moves the watermark on. As in Spark, a micro-batch
+    drops an event as late by the watermark of the micro-batch before it (its watermark for late
+    events), so two batches read back to back drop by the same watermark."""
+    wm = last = 0  # the watermark the next micro-batch runs with; that of the last one run
     values: dict[tuple[int, str], list[int]] = {}
-    for batch in BATCHES:
-        for t, user, v in batch:
-            for s in windows_of(t, size, slide):
-                if s + size > wm:
-                    values.setdefault((s, user), []).append(v)
-        wm = max(wm, max(t for t, _, _ in batch) - DELAY)
+    first = 0
+    for n in feeds or [1] * len(BATCHES):
+        for batch in BATCHES[first:first + n]:
+            for t, user, v in batch:
+                for s in windows_of(t, size, slide):
+                    if s + size > last:
+                        values.setdefault((s, user), []).append(v)
+            last, wm = wm, max(wm, max(t for t, _, _ in batch) - DELAY)
+        last, first = wm, first + n
     return {k: (len(vs), sum(vs), max(vs)) for k, vs in values.items() if k[0] + size <= wm}
 
 
@@ -110,10 +117,14 @@ class Run:
         self.replayed: dict[int, list[tuple]] = {}
         self.query: Any = None
 
+    def source(self) -> DataFrame:
+        """The input: one file per micro-batch."""
+        return (self.spark.readStream.schema("ts timestamp, user string, v long")
+                .option("maxFilesPerTrigger", 1).json(str(self.src)))
+
     def start(self, slicing: bool) -> None:
         self.spark.conf.set(SLICING_KEY, str(slicing).lower())
-        events = (self.spark.readStream.schema("ts timestamp, user string, v long")
-                  .option("maxFilesPerTrigger", 1).json(str(self.src)))
+        events = self.source()
 
         def sink(batch: DataFrame, batch_id: int) -> None:
             (self.replayed if batch_id in self.first else self.first)[batch_id] = sorted(result_rows(batch))
@@ -124,11 +135,14 @@ class Run:
         finally:
             self.spark.conf.unset(SLICING_KEY)
 
-    def feed(self, events: list[tuple]) -> None:
-        tmp = self.src / f".{self.files:05d}.tmp"
-        tmp.write_text(json_lines(events))
-        tmp.rename(self.src / f"{self.files:05d}.json")
-        self.files += 1
+    def feed(self, *batches: list[tuple]) -> None:
+        """Writes a file of each batch's events, in order, then waits until the query has read them."""
+        for events in batches:
+            tmp = self.src / f".{self.files:05d}.tmp"
+            tmp.write_text(json_lines(events))
+            os.utime(tmp, (1_700_000_000 + self.files,) * 2)  # the file source takes files in this order
+            tmp.rename(self.src / f"{self.files:05d}.json")
+            self.files += 1
         self.query.processAllAvailable()
 
     def plan(self) -> str:

@@ -74,22 +74,15 @@ private[sluice] object SlicedStateRule extends Logging {
       case (Some(l), Some(e)) => (l, e)
       case _ => return fail("it has no watermark")
     }
-    val chain = save.child match {
-      case m2: HashAggregateExec if merges(m2) => m2.child match {
-        case r: StateStoreRestoreExec => r.child match {
-          case m1: HashAggregateExec if merges(m1) => m1.child match {
-            case x: ShuffleExchangeExec => x.child match {
-              case p: HashAggregateExec => SlicingRule.sliceable(p).map(s => (m1, x, p, s))
-              case _ => None
-            }
-            case _ => None
-          }
-          case _ => None
-        }
-        case _ => None
-      }
-      case _ => None
-    }
+    // save <- merge <- restore <- merge (m1) <- exchange <- partial, over a sliceable map side
+    val chain = for {
+      m2 <- Some(save.child).collect { case a: HashAggregateExec if merges(a) => a }
+      restore <- Some(m2.child).collect { case r: StateStoreRestoreExec => r }
+      m1 <- Some(restore.child).collect { case a: HashAggregateExec if merges(a) => a }
+      exchange <- Some(m1.child).collect { case x: ShuffleExchangeExec => x }
+      partial <- Some(exchange.child).collect { case p: HashAggregateExec => p }
+      side <- SlicingRule.sliceable(partial)
+    } yield (m1, exchange, partial, side)
     chain match {
       case None => fail("it is not a sliding-window aggregation (window size a multiple of the slide) of hash-aggregated buffers")
       case Some((m1, exchange, partial, side)) =>
