@@ -46,6 +46,8 @@ import kafka_harness as kh  # noqa: E402
 import sluice  # noqa: E402
 from sluice import BufferConfig, Suppressed, suppress  # noqa: E402
 
+from bench import RT_QUERIES  # noqa: E402  (bench.py, beside this file)
+
 L = T.LongType()
 S = T.StringType()
 PERSON = T.StructType([T.StructField(n, t) for n, t in [
@@ -142,8 +144,6 @@ def build(spark: SparkSession, q: str, source, late: str, stamp_emit: bool = Fal
 
 source_bootstrap = ""
 output_topic = ""
-# The queries the real-time side runs: tumbling windows under suppress, written to the Kafka sink.
-RT_QUERIES = ("count", "q7", "q8")
 
 
 def sink_producer_metrics(spark: SparkSession) -> dict:
