@@ -81,10 +81,9 @@ class BoundRun(SwitchedRun):
     """A SwitchedRun whose source takes no file count per micro-batch but the input bound, set below
     the smallest file's bytes: each micro-batch reads one file, however many were fed together."""
 
-    def source(self) -> DataFrame:
+    def source_options(self) -> dict[str, str]:
         smallest = min(len(json_lines(events).encode()) for events in BATCHES)
-        return (self.spark.readStream.schema("ts timestamp, user string, v long")
-                .option("sluice.maxBytesPerTrigger", str(smallest - 1)).json(str(self.src)))
+        return {"sluice.maxBytesPerTrigger": str(smallest - 1)}
 
 
 @pytest.mark.parametrize("delegate", ["hdfs", "in_memory_window"])

@@ -117,14 +117,14 @@ class Run:
         self.replayed: dict[int, list[tuple]] = {}
         self.query: Any = None
 
-    def source(self) -> DataFrame:
-        """The input: one file per micro-batch."""
-        return (self.spark.readStream.schema("ts timestamp, user string, v long")
-                .option("maxFilesPerTrigger", 1).json(str(self.src)))
+    def source_options(self) -> dict[str, str]:
+        """How the file source takes its input: one file per micro-batch."""
+        return {"maxFilesPerTrigger": "1"}
 
     def start(self, slicing: bool) -> None:
         self.spark.conf.set(SLICING_KEY, str(slicing).lower())
-        events = self.source()
+        events = (self.spark.readStream.schema("ts timestamp, user string, v long")
+                  .options(**self.source_options()).json(str(self.src)))
 
         def sink(batch: DataFrame, batch_id: int) -> None:
             (self.replayed if batch_id in self.first else self.first)[batch_id] = sorted(result_rows(batch))

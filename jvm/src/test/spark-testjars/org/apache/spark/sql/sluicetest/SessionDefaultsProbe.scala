@@ -6,6 +6,7 @@ import java.nio.file.Files
 import scala.jdk.CollectionConverters._
 
 import org.apache.spark.sql.QueryTest
+import org.apache.spark.sql.functions.{col, window}
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.streaming.Trigger
 import org.apache.spark.sql.test.SharedSparkSession
@@ -47,17 +48,17 @@ class SessionDefaultsProbe extends QueryTest with SharedSparkSession {
 
     val cache = metrics.contains("cacheHits")
     val rocksdb = metrics.exists(_.startsWith("rocksdb"))
-    val window = metrics.contains("windowStoreSegments")
+    val windowStore = metrics.contains("windowStoreSegments")
     expect match {
       case "spark" =>
-        assert(!cache && !window && sluiceStrategies.isEmpty, "sluice is on in the baseline")
+        assert(!cache && !windowStore && sluiceStrategies.isEmpty, "sluice is on in the baseline")
       case "cache-hdfs" => assert(cache && !rocksdb, s"not the record cache over HDFS: $metrics")
       case "cache-rocksdb" => assert(cache && rocksdb, s"not the record cache over RocksDB: $metrics")
-      case "windowstore" => assert(window && !cache, s"not the window store: $metrics")
+      case "windowstore" => assert(windowStore && !cache, s"not the window store: $metrics")
       case "rewrites" =>
-        assert(!cache && !window, s"not Spark's own provider: $metrics")
+        assert(!cache && !windowStore, s"not Spark's own provider: $metrics")
         val sliding = spark.range(100).selectExpr("timestamp_seconds(id) as ts")
-          .groupBy(org.apache.spark.sql.functions.window(org.apache.spark.sql.functions.col("ts"), "10 seconds", "5 seconds")).count()
+          .groupBy(window(col("ts"), "10 seconds", "5 seconds")).count()
         assert(sliding.collect().map(_.getLong(1)).sum == 200, "a sliding-window count lost rows")
         // merge_count: the partial merge of the sliced map side (unsliced, a count is partial or final)
         val plan = sliding.queryExecution.executedPlan.toString
@@ -91,8 +92,7 @@ class SessionDefaultsProbe extends QueryTest with SharedSparkSession {
     val ckpt = dir.resolve("sliced-ckpt")
     val q = spark.readStream.schema("t long, k string").json(in.toString)
       .selectExpr("timestamp_seconds(t) as ts", "k").withWatermark("ts", "0 seconds")
-      .groupBy(org.apache.spark.sql.functions.window(org.apache.spark.sql.functions.col("ts"), "10 seconds", "5 seconds"),
-        org.apache.spark.sql.functions.col("k")).count()
+      .groupBy(window(col("ts"), "10 seconds", "5 seconds"), col("k")).count()
       .writeStream.format("memory").queryName("sluice_probe_sliced").outputMode("append")
       .option("checkpointLocation", ckpt.toString).trigger(Trigger.AvailableNow()).start()
     q.awaitTermination()
