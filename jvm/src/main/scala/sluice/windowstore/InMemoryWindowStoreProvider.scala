@@ -263,10 +263,10 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
         throw new IOException(s"$path is not a $ProviderName file (bad header)")
       }
       val scratch = new Array[Byte](8)
-      val remove: UnsafeRow => Unit =
-        if (isSnapshot) _ => throw new IOException(s"$path is corrupt (remove in snapshot)")
-        else map.rawRemove
-      while (RowTable.readRecord(in, scratch, keySchema.length, valueSchema.length, map.rawPut, remove)) {}
+      def corrupt(what: String) = new IOException(s"$path is corrupt ($what in snapshot)")
+      val remove: UnsafeRow => Unit = if (isSnapshot) _ => throw corrupt("remove") else map.rawRemove
+      val clear: Long => Unit = if (isSnapshot) _ => throw corrupt("cleared window") else map.rawClear
+      while (RowTable.readRecord(in, scratch, keySchema.length, valueSchema.length, map.rawPut, remove, clear)) {}
       map.streamTime = math.max(map.streamTime, in.readLong())
       map.expire()
     } catch {

@@ -29,9 +29,10 @@ import org.apache.spark.unsafe.array.ByteArrayMethods
  * the live records into new pages. A frozen view reads records it does not own: records retired
  * while one is open are held back until no view is open (see [[freeze]]).
  *
- * Single writer. An iterator taken before a rehash keeps reading the slots it started on and
- * re-checks each entry against the current table, so removes during iteration (as Spark's
- * operators do) are seen.
+ * Single writer. [[entries]] hands out records in location order, which is the pages' order: a
+ * scan reads memory forward instead of jumping to a random record per slot (a window's final
+ * results are read by such a scan, millions of entries at once). Changes made while it runs (Spark's
+ * operators remove the entry just handed out) are told to it, see [[entries]].
  */
 private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   import RowTable._
@@ -61,6 +62,11 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   private val held = new LocationStack
   /** Heap held by the stacks' arrays. */
   private var stackBytes = 0L
+  /** Iterators of [[entries]] still running and told of changes; see [[endIterations]]. */
+  private var running: List[InLocationOrder] = Nil
+  private var iterationEpoch = 0
+  /** Rehashes so far: slot indexes an iteration noted are valid while this has not moved. */
+  private var rehashes = 0
 
   /** Location of the record the last put appended (the change log keeps it). */
   def lastWritten: Long = _lastWritten
@@ -92,6 +98,7 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
       setSlot(slots, slot, slotOf(hash, loc))
       _lastReplacedBytes = recordBytes(prev).toInt
       _liveBytes += recordBytes(loc) - _lastReplacedBytes
+      if (running ne Nil) running.foreach(_.replaced(prev, loc))
       prev
     } else {
       insert(-slot - 1, hash, loc)
@@ -102,14 +109,18 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   /** Clears the key's slot; returns the removed location or [[Absent]]. */
   def remove(key: UnsafeRow): Long = {
     own()
-    val slot = find(key, key.hashCode())
+    // The entry an iteration just handed out (Spark's eviction removes each as it gets it): its
+    // slot is known, so the remove writes the slot without reading it, hashing or comparing.
+    val it = handedOut(key)
+    val slot = if (it != null) it.lastSlot else find(key, key.hashCode())
     if (slot < 0) Absent
     else {
-      val prev = locOf(slotAt(slots, slot))
+      val prev = if (it != null) it.lastLoc else locOf(slotAt(slots, slot))
       setSlot(slots, slot, Tombstone)
       live -= 1
       _lastReplacedBytes = recordBytes(prev).toInt
       _liveBytes -= _lastReplacedBytes
+      if (running ne Nil) running.foreach(_.replaced(prev, Absent))
       prev
     }
   }
@@ -118,6 +129,7 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
    *  how a rollback undoes a put or a remove without copying anything. */
   def restore(keyLoc: Long, loc: Long): Unit = {
     own()
+    endIterations() // a rollback: no iteration of the version goes on
     val key = keyAt(keyLoc)
     if (loc == Absent) remove(key)
     else {
@@ -250,40 +262,148 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
     shared = false
   }
 
-  /** Live entries as (key, value) rows, weakly consistent (see the class doc). */
-  def entries(): Iterator[(UnsafeRow, UnsafeRow)] = new Iterator[(UnsafeRow, UnsafeRow)] {
-    // A table's pages only grow (compaction builds a new table), so current pages cover them.
-    private val start = slots
-    private val n = capacityOf(start)
-    private var i = 0
-    private var nextKey: UnsafeRow = _
-    private var nextValue: UnsafeRow = _
+  /**
+   * Live entries as (key, value) rows, in location order. Weakly consistent: an entry live when
+   * the iteration starts is handed out once, with the value it has when the iteration reaches it,
+   * unless it is removed before; entries put later may or may not be. The iteration learns of
+   * every overwrite and remove while it runs, so it hands out neither a replaced record nor one
+   * twice; the table's owner ends that with [[endIterations]] when a version opens or closes, and
+   * an iteration still going then checks each record against the table instead.
+   */
+  def entries(): Iterator[(UnsafeRow, UnsafeRow)] = {
+    val it = new InLocationOrder(liveEntries())
+    running = it :: running
+    it
+  }
 
-    private def advance(): Unit = {
-      nextKey = null
-      while (nextKey == null && i < n) {
-        val loc = locOf(slotAt(start, i))
-        i += 1
-        if (loc >= 0) {
-          if (start eq slots) {
-            nextKey = keyAt(loc)
-            nextValue = valueAt(loc)
-          } else {
-            // The table was rehashed since: its current state decides.
-            val key = keyAt(loc)
-            val value = get(key)
-            if (value != null) { nextKey = key; nextValue = value }
-          }
+  /** Iterations started before no longer hear of changes (see [[entries]]). They look each
+   *  remaining key up instead, which is exact as long as no record they have yet to reach is
+   *  retired and written over by another key (retiring happens after a version commits). */
+  def endIterations(): Unit = if (running ne Nil) {
+    running = Nil
+    iterationEpoch += 1
+  }
+
+  /** The running iteration that last handed out `key` (this very row), if nothing replaced its
+   *  record since and no rehash moved its slot; else null. */
+  private def handedOut(key: UnsafeRow): InLocationOrder = {
+    var l = running
+    while (l ne Nil) {
+      val it = l.head
+      if ((it.lastKey eq key) && it.rehashes == rehashes) return it
+      l = l.tail
+    }
+    null
+  }
+
+  /** The live entries as `location << 32 | slot`, by location ascending (a radix sort on the
+   *  location, which is below 2^31). */
+  private def liveEntries(): Array[Long] = {
+    val entries = new Array[Long](live)
+    var n = 0
+    val count = capacity
+    var i = 0
+    while (i < count) {
+      val loc = locOf(slotAt(slots, i))
+      if (loc >= 0) { entries(n) = loc << 32 | i; n += 1 }
+      i += 1
+    }
+    if (n < 256) java.util.Arrays.sort(entries, 0, n)
+    else {
+      val tmp = new Array[Long](n)
+      radixPass(entries, tmp, n, 32)
+      radixPass(tmp, entries, n, 48)
+    }
+    entries
+  }
+
+  private final class InLocationOrder(entries: Array[Long]) extends Iterator[(UnsafeRow, UnsafeRow)] {
+    private val epoch = iterationEpoch
+    val rehashes: Int = RowTable.this.rehashes
+    private var pos = 0
+    /** Indexes into `entries` whose record was replaced before the iteration reached it. */
+    private var gone: java.util.BitSet = null
+    /** New records of keys overwritten before the iteration reached them, handed out last. */
+    private var moved: Array[Long] = null
+    private var movedCount = 0
+    private var movedPos = 0
+    private var nextLoc = Absent
+    private var nextSlot = -1
+    /** The row last handed out as a key, its record and slot (see [[handedOut]]). */
+    var lastKey: UnsafeRow = null
+    var lastLoc: Long = Absent
+    var lastSlot: Int = -1
+
+    /** The key's record at `prev` was replaced by `now` ([[Absent]]: removed). */
+    def replaced(prev: Long, now: Long): Unit = {
+      if (prev == lastLoc) lastKey = null
+      // Spark's operators replace the entry just handed out, which lies behind the position.
+      if (pos < entries.length && prev >= (entries(pos) >>> 32)) {
+        val i = indexOf(prev)
+        if (i >= 0) {
+          if (gone == null) gone = new java.util.BitSet(entries.length)
+          gone.set(i)
+          if (now != Absent) addMoved(now)
+          return
         }
       }
+      var j = movedPos
+      while (j < movedCount) {
+        if (moved(j) == prev) { moved(j) = now; return }
+        j += 1
+      }
     }
+
+    /** The index at or after `pos` of the entry at `loc`, or -1. */
+    private def indexOf(loc: Long): Int = {
+      var lo = pos
+      var hi = entries.length - 1
+      while (lo <= hi) {
+        val mid = (lo + hi) >>> 1
+        val at = entries(mid) >>> 32
+        if (at < loc) lo = mid + 1 else if (at > loc) hi = mid - 1 else return mid
+      }
+      -1
+    }
+
+    private def addMoved(loc: Long): Unit = {
+      if (moved == null) moved = new Array[Long](8)
+      else if (movedCount == moved.length) moved = java.util.Arrays.copyOf(moved, movedCount * 2)
+      moved(movedCount) = loc
+      movedCount += 1
+    }
+
+    /** The live record of the key at `loc`: `loc` itself while the iteration is told of changes,
+     *  else looked up ([[Absent]] if the key is gone). */
+    private def current(loc: Long): Long = if (epoch == iterationEpoch) loc else liveLocation(keyAt(loc))
+
+    private def advance(): Unit = {
+      while (nextLoc == Absent && pos < entries.length) {
+        if (gone == null || !gone.get(pos)) {
+          nextLoc = current(entries(pos) >>> 32)
+          nextSlot = if (nextLoc == (entries(pos) >>> 32)) entries(pos).toInt else -1
+        }
+        pos += 1
+      }
+      while (nextLoc == Absent && movedPos < movedCount) {
+        val loc = moved(movedPos)
+        movedPos += 1
+        if (loc != Absent) { nextLoc = current(loc); nextSlot = -1 }
+      }
+      if (nextLoc == Absent && epoch == iterationEpoch) running = running.filterNot(_ eq this)
+    }
+
     // Lazy, so that keys removed after next() returned are not handed out later.
-    override def hasNext: Boolean = { if (nextKey == null) advance(); nextKey != null }
+    override def hasNext: Boolean = { if (nextLoc == Absent) advance(); nextLoc != Absent }
     override def next(): (UnsafeRow, UnsafeRow) = {
       if (!hasNext) throw new NoSuchElementException
-      val r = (nextKey, nextValue)
-      nextKey = null
-      r
+      val loc = nextLoc
+      nextLoc = Absent
+      val key = keyAt(loc)
+      lastKey = if (nextSlot >= 0 && epoch == iterationEpoch) key else null
+      lastLoc = loc
+      lastSlot = nextSlot
+      (key, valueAt(loc))
     }
   }
 
@@ -364,6 +484,7 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
    *  the old one. */
   private def rehash(): Unit = {
     val n = if (live > capacity * MaxLoad / 2) capacity * 2 else capacity
+    rehashes += 1
     val old = slots
     val oldCapacity = capacityOf(old)
     slots = emptySlots(n)
@@ -469,18 +590,24 @@ private[windowstore] object RowTable {
   }
 
   /**
-   * Reads one record written by `writeRecord`, `writeRemoval` or `writeEnd`:
+   * Reads one record written by `writeRecord`, `writeRemoval`, `writeClear` or `writeEnd`:
    * `[key size][value size][key bytes][value bytes]`, sizes as 4-byte ints in the platform's byte
-   * order (as in UnsafeRow bytes), value size -1 for a removal (no value bytes), key size -1 for
-   * the end. Calls `put` or `remove` with rows over a fresh array; returns false at the end.
+   * order (as in UnsafeRow bytes), value size -1 for a removal (no value bytes), key size -2 for
+   * a cleared window (then 8 bytes: its start), key size -1 for the end. Calls `put`, `remove` or
+   * `clear` with rows over a fresh array; returns false at the end.
    */
   def readRecord(in: InputStream, scratch: Array[Byte], keyFields: Int, valueFields: Int,
-      put: (UnsafeRow, UnsafeRow) => Unit, remove: UnsafeRow => Unit): Boolean = {
+      put: (UnsafeRow, UnsafeRow) => Unit, remove: UnsafeRow => Unit, clear: Long => Unit): Boolean = {
     readFully(in, scratch, Header)
     val k = Platform.getInt(scratch, Platform.BYTE_ARRAY_OFFSET)
     val v = Platform.getInt(scratch, Platform.BYTE_ARRAY_OFFSET + 4)
     if (k == -1) false
-    else {
+    else if (k == ClearedWindow) {
+      if (v != 8) throw new IOException(s"corrupt record header (cleared window, $v bytes)")
+      readFully(in, scratch, 8)
+      clear(Platform.getLong(scratch, Platform.BYTE_ARRAY_OFFSET))
+      true
+    } else {
       if (k < 0 || v < -1) throw new IOException(s"corrupt record header (key size $k, value size $v)")
       val bytes = new Array[Byte](k + math.max(v, 0))
       readFully(in, bytes, bytes.length)
@@ -494,6 +621,15 @@ private[windowstore] object RowTable {
       }
       true
     }
+  }
+
+  /** Writes that every entry of the window starting at `start` is gone (scratch: 8 bytes or more). */
+  def writeClear(out: OutputStream, start: Long, scratch: Array[Byte]): Unit = {
+    Platform.putInt(scratch, Platform.BYTE_ARRAY_OFFSET, ClearedWindow)
+    Platform.putInt(scratch, Platform.BYTE_ARRAY_OFFSET + 4, 8)
+    out.write(scratch, 0, Header)
+    Platform.putLong(scratch, Platform.BYTE_ARRAY_OFFSET, start)
+    out.write(scratch, 0, 8)
   }
 
   def writeEnd(out: OutputStream, scratch: Array[Byte]): Unit = {
@@ -537,6 +673,8 @@ private[windowstore] object RowTable {
   private val Empty = -1L
   private val Tombstone = -2L
   private val Header = 8
+  /** The key size that marks a cleared window's record. */
+  private val ClearedWindow = -2
   private val InitialSlots = 16
   private val MaxLoad = 0.6
   private val MinPage = 4096
@@ -573,6 +711,22 @@ private[windowstore] object RowTable {
   @inline private def addr(off: Int): Long = Platform.BYTE_ARRAY_OFFSET + off
   @inline private def align(n: Int): Int = (n + 7) & ~7
   @inline private def sizeClass(alignedSize: Int): Int = alignedSize >>> 3
+  /** One pass of an LSD radix sort: `from`'s first n values into `to`, stably by 16 bits at `shift`. */
+  private def radixPass(from: Array[Long], to: Array[Long], n: Int, shift: Int): Unit = {
+    val counts = new Array[Int](1 << 16)
+    var i = 0
+    while (i < n) { counts(((from(i) >>> shift) & 0xFFFF).toInt) += 1; i += 1 }
+    var sum = 0
+    i = 0
+    while (i < counts.length) { val c = counts(i); counts(i) = sum; sum += c; i += 1 }
+    i = 0
+    while (i < n) {
+      val d = ((from(i) >>> shift) & 0xFFFF).toInt
+      to(counts(d)) = from(i)
+      counts(d) += 1
+      i += 1
+    }
+  }
   /** Murmur3's low bits are well mixed already; folding the high bits in costs nothing. */
   @inline private def spread(h: Int): Int = h ^ (h >>> 16)
 }

@@ -18,6 +18,8 @@ private[windowstore] final class Segment(val start: Long, keyFields: Int, valueF
   var live: Boolean = true
   /** The change log that last listed this segment as touched. */
   var touchedBy: ChangeLog = null
+  /** The change log whose commit found this segment empty (written as one cleared window). */
+  var emptiedBy: ChangeLog = null
   /** Its number in the prefix index's anchors while the map may still refer to it, else -1. */
   var id: Int = -1
 }
@@ -25,28 +27,51 @@ private[windowstore] final class Segment(val start: Long, keyFields: Int, valueF
 /**
  * The open version's changes, in order, as parallel arrays (no object per change): the segment,
  * the location the change wrote (Absent for a remove, Dropped for a segment that expiry dropped),
- * the location it replaced (Absent for a new key) and the replaced record's size.
+ * the location it replaced (Absent for a new key) and the replaced record's size. The arrays are
+ * chunks of a fixed size, so a version of millions of changes (a window's eviction) grows without
+ * copying what it holds.
  */
 private[windowstore] final class ChangeLog {
-  var segments = new Array[Segment](1024)
-  var written = new Array[Long](1024)
-  var replaced = new Array[Long](1024)
-  var replacedBytes = new Array[Int](1024)
+  import ChangeLog._
+  private var segments = new Array[Array[Segment]](4)
+  private var writtenLocs = new Array[Array[Long]](4)
+  private var replacedLocs = new Array[Array[Long]](4)
+  private var replacedSizes = new Array[Array[Int]](4)
   var size = 0
   /** Key and value bytes the version's puts wrote. */
   var bytesWritten = 0L
 
+  def segment(i: Int): Segment = segments(i >>> ChunkBits)(i & ChunkMask)
+  def written(i: Int): Long = writtenLocs(i >>> ChunkBits)(i & ChunkMask)
+  def replaced(i: Int): Long = replacedLocs(i >>> ChunkBits)(i & ChunkMask)
+  def replacedBytes(i: Int): Int = replacedSizes(i >>> ChunkBits)(i & ChunkMask)
+
   def add(seg: Segment, newLoc: Long, prevLoc: Long, prevBytes: Int): Unit = {
-    if (size == written.length) {
-      segments = java.util.Arrays.copyOf(segments, size * 2)
-      written = java.util.Arrays.copyOf(written, size * 2)
-      replaced = java.util.Arrays.copyOf(replaced, size * 2)
-      replacedBytes = java.util.Arrays.copyOf(replacedBytes, size * 2)
+    val c = size >>> ChunkBits
+    val j = size & ChunkMask
+    if (j == 0) {
+      if (c == segments.length) {
+        segments = java.util.Arrays.copyOf(segments, c * 2)
+        writtenLocs = java.util.Arrays.copyOf(writtenLocs, c * 2)
+        replacedLocs = java.util.Arrays.copyOf(replacedLocs, c * 2)
+        replacedSizes = java.util.Arrays.copyOf(replacedSizes, c * 2)
+      }
+      // The first chunk small: most versions change a few keys.
+      val n = if (c == 0) 1024 else Chunk
+      segments(c) = new Array[Segment](n)
+      writtenLocs(c) = new Array[Long](n)
+      replacedLocs(c) = new Array[Long](n)
+      replacedSizes(c) = new Array[Int](n)
+    } else if (c == 0 && j == segments(0).length) {
+      segments(0) = java.util.Arrays.copyOf(segments(0), Chunk)
+      writtenLocs(0) = java.util.Arrays.copyOf(writtenLocs(0), Chunk)
+      replacedLocs(0) = java.util.Arrays.copyOf(replacedLocs(0), Chunk)
+      replacedSizes(0) = java.util.Arrays.copyOf(replacedSizes(0), Chunk)
     }
-    segments(size) = seg
-    written(size) = newLoc
-    replaced(size) = prevLoc
-    replacedBytes(size) = prevBytes
+    segments(c)(j) = seg
+    writtenLocs(c)(j) = newLoc
+    replacedLocs(c)(j) = prevLoc
+    replacedSizes(c)(j) = prevBytes
     size += 1
     if (seg.touchedBy ne this) {
       seg.touchedBy = this
@@ -56,6 +81,13 @@ private[windowstore] final class ChangeLog {
 
   /** The segments this version touched, each once. */
   val touched = new scala.collection.mutable.ArrayBuffer[Segment]()
+}
+
+private[windowstore] object ChangeLog {
+  /** Changes per chunk: 2^14, so a chunk of longs is 128 KiB, below half of G1's smallest region. */
+  private val ChunkBits = 14
+  private val Chunk = 1 << ChunkBits
+  private val ChunkMask = Chunk - 1
 }
 
 /**
@@ -196,6 +228,7 @@ private[windowstore] final class SegmentedStateMap(
 
   def begin(): Unit = {
     require(log == null, "a version is already open")
+    allSegments.foreach(_.table.endIterations()) // iterations a caller left unfinished
     log = new ChangeLog
     streamTimeAtOpen = streamTime
     _droppedPuts = 0L
@@ -204,25 +237,39 @@ private[windowstore] final class SegmentedStateMap(
 
   /** Writes the open version's changes in order as records (see [[RowTable.readRecord]]), then
    *  closes the version. Replaying them and then expiring by the final stream time yields the
-   *  committed state. */
+   *  committed state. A window the version emptied is one record, not a removal per key: an
+   *  aggregation evicts a closed window's keys all in the same batch. No other change touches
+   *  its segment, so where that record stands among them does not matter. */
   def commit(out: java.io.OutputStream): Unit = {
     require(log != null, "no open version")
     expire() // by the stream time the version reached (see put)
     val ops = log
     val scratch = new Array[Byte](8)
+    ops.touched.foreach { seg =>
+      if (seg.live && seg.start != NoWindow && seg.table.isEmpty) {
+        seg.emptiedBy = ops
+        RowTable.writeClear(out, seg.start, scratch)
+      }
+    }
     var i = 0
     while (i < ops.size) {
-      val t = ops.segments(i).table
+      val seg = ops.segment(i)
       val written = ops.written(i)
-      if (written >= 0) t.writeRecord(out, written)
-      else if (written == Absent) t.writeRemoval(out, ops.replaced(i), scratch)
+      if (seg.emptiedBy eq ops) ()
+      else if (written >= 0) seg.table.writeRecord(out, written)
+      else if (written == Absent) seg.table.writeRemoval(out, ops.replaced(i), scratch)
       i += 1
     }
     log = null
+    // Retired records are written over by later puts: no iteration may still hand them out.
+    ops.touched.foreach(_.table.endIterations())
     i = 0
     while (i < ops.size) {
-      val seg = ops.segments(i)
-      if (ops.replaced(i) >= 0 && seg.live) seg.table.retire(ops.replaced(i), ops.replacedBytes(i), maybeViewed = true)
+      val seg = ops.segment(i)
+      // (an emptied segment leaves the map in tidy: its records go with it)
+      if (ops.replaced(i) >= 0 && seg.live && (seg.emptiedBy ne ops)) {
+        seg.table.retire(ops.replaced(i), ops.replacedBytes(i), maybeViewed = true)
+      }
       i += 1
     }
     tidy(ops)
@@ -234,7 +281,7 @@ private[windowstore] final class SegmentedStateMap(
       log = null
       var i = ops.size - 1
       while (i >= 0) {
-        val seg = ops.segments(i)
+        val seg = ops.segment(i)
         val written = ops.written(i)
         val replaced = ops.replaced(i)
         if (written == Dropped) link(seg)
@@ -254,7 +301,7 @@ private[windowstore] final class SegmentedStateMap(
       // between versions).
       i = 0
       while (i < ops.size) {
-        val seg = ops.segments(i)
+        val seg = ops.segment(i)
         if (ops.written(i) >= 0 && seg.live) seg.table.retire(ops.written(i), maybeViewed = false)
         i += 1
       }
@@ -352,6 +399,13 @@ private[windowstore] final class SegmentedStateMap(
   }
 
   def rawRemove(key: UnsafeRow): Unit = remove(key)
+
+  /** Applies a recovered cleared window: its segment and every entry in it go. */
+  def rawClear(start: Long): Unit = {
+    if (start == NoWindow) throw new java.io.IOException("corrupt record (a cleared window without a start)")
+    val seg = segmentOf(start, create = false)
+    if (seg != null) unlink(seg)
+  }
 
   def iterator(): Iterator[UnsafeRowPair] = pairs(allSegments)
 

@@ -199,6 +199,26 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
     assert(contents(p.getReadStore(2)) == before + ("d@9" -> 6L))
   }
 
+  test("a version of more changes than one change-log chunk rolls back, and commits") {
+    val p = newProvider(tempDir())
+    commitVersion(p, 0)(s => (0 until 30000).foreach(i => s.put(wkey(s"k$i", i % 3), value(i))))
+    val before = contents(p.getReadStore(1))
+    def change(s: StateStore): Unit = (0 until 30000).foreach { i =>
+      if (i % 2 == 0) s.remove(wkey(s"k$i", i % 3)) else s.put(wkey(s"k$i", i % 3), value(-i))
+      s.put(wkey(s"n$i", 7), value(i))
+    }
+    val s = p.getStore(1)
+    change(s)
+    s.abort()
+    assert(contents(p.getReadStore(1)) == before)
+    commitVersion(p, 1)(change)
+    val expected = (0 until 30000).flatMap { i =>
+      (if (i % 2 == 0) None else Some(s"k$i@${i % 3}" -> -i.toLong)) ++ Some(s"n$i@7" -> i.toLong)
+    }.toMap
+    assert(contents(p.getReadStore(2)) == expected)
+    assert(contents(newProvider(p.stateStoreId.checkpointRootLocation).getReadStore(2)) == expected)
+  }
+
   for ((files, conf) <- fileKinds) test(s"$files: deltas and snapshots restore any retained version in a new provider") {
     val dir = tempDir()
     val p = newProvider(dir, s = settings(snapshotInterval = 2), hadoopConf = conf())
@@ -225,6 +245,32 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
     assert(contents(store5) == expected(5))
     store5.abort()
     assert(contents(fresh.getReadStore(6)) == expected(6))
+  }
+
+  test("a window a version empties is one record in its delta, and recovers as emptied") {
+    val dir = tempDir()
+    val p = newProvider(dir)
+    commitVersion(p, 0) { s =>
+      (0 until 2000).foreach(i => s.put(wkey(f"user-$i%05d", 0), value(i)))
+      (0 until 10).foreach(i => s.put(wkey(s"u$i", 10), value(i)))
+    }
+    // Version 2: window 0 evicted key by key as Spark's append-mode save does (a key put and
+    // removed within the version too); window 10 loses one key and gains one.
+    commitVersion(p, 1) { s =>
+      s.put(wkey("late", 0), value(-1))
+      s.iterator().map(_.key.copy()).toList.filter(k => k.getStruct(1, 2).getLong(0) == 0L).foreach(k => s.remove(k))
+      s.remove(wkey("u3", 10))
+      s.put(wkey("u99", 10), value(99))
+    }
+    val expected = (0 until 10).filter(_ != 3).map(i => s"u$i@10" -> i.toLong).toMap + ("u99@10" -> 99L)
+    assert(contents(p.getReadStore(2)) == expected)
+    val delta = java.nio.file.Files.size(java.nio.file.Paths.get(dir, "0", "0", "2.wdelta"))
+    val perKey = java.nio.file.Files.size(java.nio.file.Paths.get(dir, "0", "0", "1.wdelta")) / 2010
+    assert(delta < 20 * perKey, s"version 2's delta is $delta bytes; one removal per key would be about ${2000 * perKey}")
+    val fresh = newProvider(dir)
+    assert(contents(fresh.getReadStore(2)) == expected)
+    assert(fresh.liveMap.numSegments == 1)
+    assert(contents(fresh.getReadStore(1)).size == 2010)
   }
 
   for ((files, conf) <- fileKinds) test(s"$files: maintenance deletes files not needed for minBatchesToRetain versions") {

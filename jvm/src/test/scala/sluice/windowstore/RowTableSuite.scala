@@ -94,6 +94,62 @@ class RowTableSuite extends AnyFunSuite {
     assert(seen.distinct.size == seen.size)
   }
 
+  test("entries come in the order their records were written (the pages' order), not the slots'") {
+    val t = newTable()
+    val names = (0 until 5000).map(i => s"k${(i * 7919) % 5000}")
+    names.zipWithIndex.foreach { case (n, i) => t.put(key(n), value(i)) }
+    assert(t.entries().map(_._1.getUTF8String(0).toString).toSeq == names)
+  }
+
+  test("changes made while iterating: each key live at the start is handed out once, with its value " +
+    "then, unless removed first; nothing removed is handed out") {
+    for (seed <- 1 to 20) {
+      val rnd = new Random(seed)
+      val t = newTable()
+      val model = scala.collection.mutable.HashMap[String, Long]()
+      (0 until 3000).foreach { i =>
+        val k = s"k${rnd.nextInt(4000)}"
+        t.put(key(k), value(i)); model(k) = i
+        if (rnd.nextInt(5) == 0) { val r = s"k${rnd.nextInt(4000)}"; t.remove(key(r)); model.remove(r) }
+      }
+      val atStart = model.keySet.toSet
+      val removedSome = scala.collection.mutable.HashSet[String]()
+      val seen = scala.collection.mutable.ArrayBuffer[String]()
+      val it = t.entries()
+      var step = 0L
+      // Late in some runs the table's owner ends the iteration's hearing of changes (a version
+      // closing): from then on it checks each record against the table instead.
+      val endAt = if (seed % 2 == 0) rnd.nextInt(2000) else -1
+      while (it.hasNext) {
+        val (k, v) = it.next()
+        val name = k.getUTF8String(0).toString
+        assert(model.get(name).contains(v.getLong(0)), s"seed $seed: $name handed out with a value it does not have")
+        seen += name
+        step += 1
+        if (step == endAt) t.endIterations()
+        rnd.nextInt(8) match {
+          // The entry just handed out, removed through the row handed out (Spark's eviction): the
+          // table then knows its slot. Removed twice, the second finds nothing.
+          case 0 =>
+            assert(t.remove(k) != RowTable.Absent); model.remove(name); removedSome += name
+            if (rnd.nextBoolean()) assert(t.remove(k) == RowTable.Absent)
+          case 6 => // new keys first, enough for a rehash now and then, which moves the slot
+            (0 until 50).foreach(j => { val r = s"m$step-$j"; t.put(key(r), value(j)); model(r) = j })
+            t.remove(k); model.remove(name); removedSome += name
+          case 1 => t.put(k.copy(), value(-step)); model(name) = -step
+          case 2 => val r = s"k${rnd.nextInt(4000)}"; t.remove(key(r)); if (model.remove(r).isDefined) removedSome += r
+          case 3 => val r = s"k${rnd.nextInt(4000)}"; t.put(key(r), value(1000000 + step)); model(r) = 1000000 + step
+          case 4 => val r = s"n$step"; t.put(key(r), value(step)); model(r) = step // a new key
+          case _ =>
+        }
+      }
+      assert(seen.distinct.size == seen.size, s"seed $seed: a key handed out twice")
+      val missed = atStart -- removedSome -- seen
+      assert(missed.isEmpty, s"seed $seed: live all along, never handed out: ${missed.take(5)}")
+      assert(contents(t) == model.toMap, s"seed $seed")
+    }
+  }
+
   test("a frozen view keeps the entries as of freeze while the writer goes on") {
     val t = newTable()
     (0 until 1000).foreach(i => t.put(key(s"k$i"), value(i)))
@@ -115,7 +171,7 @@ class RowTableSuite extends AnyFunSuite {
     val scratch = new Array[Byte](8)
     while (RowTable.readRecord(in, scratch, 1, 1,
       (k, v) => out(k.getUTF8String(0).toString) = v.getLong(0),
-      k => out.remove(k.getUTF8String(0).toString))) {}
+      k => out.remove(k.getUTF8String(0).toString), start => out("cleared@" + start) = start)) {}
     out.toMap
   }
   private def endMarker: Array[Byte] = {
@@ -129,10 +185,11 @@ class RowTableSuite extends AnyFunSuite {
     val removed = t.remove(key("a"))
     val bytes = new java.io.ByteArrayOutputStream()
     t.writeRecord(bytes, a); t.writeRecord(bytes, b); t.writeRemoval(bytes, removed, new Array[Byte](8))
-    assert(read(bytes.toByteArray) == Map("bb" * 50 -> 2L))
+    RowTable.writeClear(bytes, 42L, new Array[Byte](8))
+    assert(read(bytes.toByteArray) == Map("bb" * 50 -> 2L, "cleared@42" -> 42L))
     val firstRecord = 8 + key("a").getSizeInBytes + value(1).getSizeInBytes
     val truncated = new java.io.ByteArrayInputStream(bytes.toByteArray.take(firstRecord - 3))
-    intercept[java.io.EOFException](RowTable.readRecord(truncated, new Array[Byte](8), 1, 1, (_, _) => (), _ => ()))
+    intercept[java.io.EOFException](RowTable.readRecord(truncated, new Array[Byte](8), 1, 1, (_, _) => (), _ => (), _ => ()))
   }
 
   test("tables of several slot chunks: rehash, removes, compaction and a frozen view") {
