@@ -191,7 +191,7 @@ def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, to
         cmd = [sys.executable, str(HERE / "spark_side.py"), "--query", q, "--bootstrap", bs, "--input", topic,
                "--output", out, "--checkpoint", str(work / f"ckpt-{name}"), "--lateness-ms", str(late),
                "--heap", a.heap, "--trigger", a.trigger, "--max-offsets", str(a.max_offsets),
-               "--json-decoder", a.json_decoder, "--window-slicing", a.window_slicing, "--sliced-state", a.sliced_state, "--partial-hash", a.partial_hash] + (["--stamp-emit", f"--extra-jar={HERE / 'target' / 'sendstamp.jar'}"] if a.stamp_emit else []) + [f"--sink-option={o}" for o in a.sink_option] + [f"--source-option={o}" for o in a.source_option] + [f"--spark-conf={o}" for o in a.spark_conf]
+               "--json-decoder", a.json_decoder, "--window-slicing", a.window_slicing, "--sliced-state", a.sliced_state, "--partial-hash", a.partial_hash, "--state-merge", a.state_merge] + (["--stamp-emit", f"--extra-jar={HERE / 'target' / 'sendstamp.jar'}"] if a.stamp_emit else []) + [f"--sink-option={o}" for o in a.sink_option] + [f"--source-option={o}" for o in a.source_option] + [f"--spark-conf={o}" for o in a.spark_conf]
         cmd += [f"--java-option={o}" for o in jfr(a, name)]
         cmd += (["--realtime", a.rt_checkpoint, "--cores", str(a.rt_cores), "--shuffle-wait-ms", str(a.rt_shuffle_wait_ms)]
                 if side == RT else ["--cores", "2"])
@@ -512,6 +512,9 @@ def main() -> None:
     ap.add_argument("--partial-hash", default="on", choices=["on", "off"],
                     help="sluice's aggregate_partial_hash (spark.sluice.aggregate.partial.hash): q7's max(struct) "
                          "aggregated by hash before the shuffle instead of sorted")
+    ap.add_argument("--state-merge", default="on", choices=["on", "off"],
+                    help="sluice's aggregate_state_merge (spark.sluice.aggregate.state.merge): each key's restored "
+                         "state merged into the batch's aggregate per row, not in a second hash aggregation")
     ap.add_argument("--sink-option", action="append", default=[],
                     help="KEY=VALUE, repeatable: an option of the Spark sides' Kafka sink (e.g. kafka.linger.ms=0)")
     ap.add_argument("--source-option", action="append", default=[],
@@ -598,6 +601,8 @@ def settings_of(a: argparse.Namespace, count_records: int) -> dict[str, Any]:
             f"{a.window_slicing} (spark.sluice.window.slicing: q5's sliding windows), window_slicing_state "
             f"{a.sliced_state} (spark.sluice.window.slicing.state: q5's state per slice), aggregate_partial_hash "
             f"{a.partial_hash} (spark.sluice.aggregate.partial.hash: q7's max(struct) before the shuffle), "
+            f"aggregate_state_merge {a.state_merge} (spark.sluice.aggregate.state.merge: restored state merged per "
+            "row: the count, q5 without sliced state, q7, q8's none), "
             "Kafka source options "
             f"{', '.join(a.source_option) or 'none beyond the subscription (Spark defaults)'}",
         RT: f"the {SL} pipeline with trigger(realTime='{a.rt_checkpoint}') (checkpoint interval), "

@@ -17,7 +17,8 @@ sliding windows: formed from per-slice partial aggregates (``window_slicing=True
 their state kept per slice, each window formed from its slices when it closes (``window_slicing_state=True``;
 ``--sliced-state off``).
 q7's ``max(struct)``: aggregated by hash before the shuffle, not sorted (``aggregate_partial_hash=True``;
-``--partial-hash off``).
+``--partial-hash off``). Each key's restored state merged into the batch's aggregate per row, not in a
+second hash aggregation (``aggregate_state_merge=True``; ``--state-merge off``).
 
 Real-time (the `sluice-rt` side, ``--realtime``; the count, q7 and q8, the queries of tumbling windows
 under suppress written to the Kafka sink): the same pipeline with
@@ -178,6 +179,8 @@ def main() -> None:
                     help="sluice's window_slicing_state option: q5's state per slice, windows formed when they close")
     ap.add_argument("--partial-hash", default="on", choices=["on", "off"],
                     help="sluice's aggregate_partial_hash option: q7's max(struct) aggregated by hash before the shuffle")
+    ap.add_argument("--state-merge", default="on", choices=["on", "off"],
+                    help="sluice's aggregate_state_merge option: restored state merged into the batch's aggregate per row")
     ap.add_argument("--sink-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka sink "
                     "(e.g. kafka.linger.ms=0)")
     ap.add_argument("--source-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka source "
@@ -221,7 +224,7 @@ def main() -> None:
     # Real-time mode runs on Spark's RocksDB provider only (Spark refuses any other): no state store set.
     options = {"json_decoder": args.json_decoder, "window_slicing": args.window_slicing == "on",
                "window_slicing_state": args.sliced_state == "on",
-               "aggregate_partial_hash": args.partial_hash == "on"}
+               "aggregate_partial_hash": args.partial_hash == "on", "aggregate_state_merge": args.state_merge == "on"}
     if not rt:
         options["state_store"] = "in_memory_window"
     spark = sluice.configure(builder, **options).getOrCreate()

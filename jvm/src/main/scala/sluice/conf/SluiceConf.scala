@@ -204,14 +204,17 @@ object SluiceConf {
   /** Whether a new checkpoint's sliding-window final results keep their state per slice (pinned in it). */
   val WindowSlicingState: ConfEntry[Boolean] = boolean("window.slicing.state")
 
-  // --- partial aggregation by hash (sluice.aggregate) ---
+  // --- aggregation plans (sluice.aggregate) ---
   /** Whether a partial aggregation Spark would sort for runs as an object-hash aggregation instead. */
   val AggregatePartialHash: ConfEntry[Boolean] = boolean("aggregate.partial.hash")
+  /** Whether a streaming aggregation merges restored state into the batch's aggregate per row, not by hash. */
+  val AggregateStateMerge: ConfEntry[Boolean] = boolean("aggregate.state.merge")
 
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
     Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes, CommitIntervalMs) ++
-    Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder, WindowSlicing, WindowSlicingState, AggregatePartialHash)
+    Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder, WindowSlicing, WindowSlicingState, AggregatePartialHash,
+      AggregateStateMerge)
   require(entries.map(_.key).toSet == spec.get("keys").elements().asScala.map(Prefix + _.get("name").asText()).toSet,
     "every key of sluice/conf.json has an entry here, and no other")
 

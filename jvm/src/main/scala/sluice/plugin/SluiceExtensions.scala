@@ -31,6 +31,9 @@ class SluiceExtensions extends (SparkSessionExtensions => Unit) {
     ext.injectColumnar(sluice.slicing.SlicingRule.rule(_))
     // partial aggregations by hash where Spark would sort (spark.sluice.aggregate.partial.hash)
     ext.injectColumnar(sluice.aggregate.PartialHashRule.rule(_))
+    // restored state merged per row (spark.sluice.aggregate.state.merge); after sliced state, which
+    // takes the merges it would replace
+    ext.injectColumnar(sluice.aggregate.StateMergeRule.rule(_))
     // from_json decoded from the record's bytes (spark.sluice.json.decoder=sluice)
     ext.injectOptimizerRule(sluice.json.internal.JsonDecodeRule(_))
   }

@@ -66,7 +66,8 @@ class SessionDefaultsProbe extends QueryTest with SharedSparkSession {
         slicedState(dir)
         println(s"sluice-probe: rewrites slicing=${spark.conf.get("spark.sluice.window.slicing")} " +
           s"partialHash=${spark.conf.get("spark.sluice.aggregate.partial.hash")} " +
-          s"slicedState=${spark.conf.get("spark.sluice.window.slicing.state")}")
+          s"slicedState=${spark.conf.get("spark.sluice.window.slicing.state")} " +
+          s"stateMerge=${spark.conf.get("spark.sluice.aggregate.state.merge")}")
       case other => fail(s"unknown sluice.probe.expect: $other")
     }
     if (expect != "spark") {
