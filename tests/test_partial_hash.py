@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from test_slicing import BATCHES, DELAY, SIZE, T0, Run, final, json_lines, model, store, switched  # noqa: F401 (store: a fixture)
+from test_slicing import BATCHES, DELAY, SIZE, T0, SwitchedRun, final, json_lines, model, store, switched  # noqa: F401 (store: a fixture)
 
 KEY = "spark.sluice.aggregate.partial.hash"
 
@@ -38,17 +38,6 @@ def map_side(plan: str) -> str:
     return "hash" if found.group(1) == "ObjectHashAggregate" else "sort"
 
 
-class SwitchedRun(Run):
-    """A Run whose start sets this feature's key instead of window slicing's."""
-
-    def start(self, on: bool) -> None:
-        self.spark.conf.set(KEY, str(on).lower())
-        try:
-            super().start(False)
-        finally:
-            self.spark.conf.unset(KEY)
-
-
 @pytest.mark.parametrize("store,mode", [("hdfs", "append"), ("rocksdb", "final"), ("in_memory_window", "final")],
                          indirect=["store"])
 def test_partial_hash_restarted_on_and_off_gives_the_final_results(
@@ -57,9 +46,9 @@ def test_partial_hash_restarted_on_and_off_gives_the_final_results(
     batch the stop left uncommitted under the other setting, and the replay emits what it emitted."""
     window = F.window("ts", f"{SIZE} seconds")
     if mode == "append":
-        run = SwitchedRun(spark, tmp_path, lambda df: rows(aggregates(df, window)), "append")
+        run = SwitchedRun(spark, tmp_path, lambda df: rows(aggregates(df, window)), "append", KEY)
     else:
-        run = SwitchedRun(spark, tmp_path, lambda df: rows(final(aggregates(df, window))), "update")
+        run = SwitchedRun(spark, tmp_path, lambda df: rows(final(aggregates(df, window))), "update", KEY)
     plans = switched(run, map_side)
     assert plans == ["hash", "sort", "hash"], plans
     expected = model(SIZE, SIZE)

@@ -32,7 +32,7 @@ def state_side(plan: str) -> str:
     return "sliced" if sliced else "windows"
 
 
-class SwitchedRun(Run):
+class SlicedStateRun(Run):
     """A Run whose start sets sliced state (on, or off if `started_off` flips it) and, with
     `map_side_slicing`, window slicing too."""
 
@@ -65,7 +65,7 @@ def test_sliced_state_restarted_with_the_setting_off_keeps_its_layout_and_gives_
     between the windows and the aggregation, as in Nexmark q5)."""
     user = None if key == "column" else F.lower("user")
     build = (lambda df: sliding(df, user=user)) if mode == "append" else (lambda df: final(sliding(df, user=user)))
-    run = SwitchedRun(spark, tmp_path, build, "append" if mode == "append" else "update",
+    run = SlicedStateRun(spark, tmp_path, build, "append" if mode == "append" else "update",
                       map_side_slicing=map_side_slicing)
     plans = switched(run, state_side)
     assert plans == ["sliced"] * 3, plans
@@ -77,8 +77,8 @@ def test_sliced_state_restarted_with_the_setting_off_keeps_its_layout_and_gives_
     assert {b: run.first[b] for b in run.replayed} == run.replayed
 
 
-class BoundRun(SwitchedRun):
-    """A SwitchedRun whose source takes no file count per micro-batch but the input bound, set below
+class BoundRun(SlicedStateRun):
+    """A SlicedStateRun whose source takes no file count per micro-batch but the input bound, set below
     the smallest file's bytes: each micro-batch reads one file, however many were fed together."""
 
     def source_options(self) -> dict[str, str]:
@@ -128,7 +128,7 @@ def test_state_rows_are_per_slice_not_per_window(spark: SparkSession, tmp_path: 
     sliced state one row, and reports the smaller store (Spark's progress, operator by name)."""
     totals, memory = {}, {}
     for on in (False, True):
-        run = SwitchedRun(spark, tmp_path / str(on), lambda df: final(sliding(df)), "update")
+        run = SlicedStateRun(spark, tmp_path / str(on), lambda df: final(sliding(df)), "update")
         run.start(on)
         try:
             run.feed([(t, "a", 1) for t in (41, 45, 52)])  # one slice, [40, 60); watermark 42
@@ -147,7 +147,7 @@ def test_state_rows_are_per_slice_not_per_window(spark: SparkSession, tmp_path: 
 def test_checkpoint_started_with_sparks_layout_keeps_it(spark: SparkSession, tmp_path: Path) -> None:
     """Started with the setting off, restarted with it on, then off: Spark's layout throughout,
     the model's final results, and no marker."""
-    run = SwitchedRun(spark, tmp_path, lambda df: final(sliding(df)), "update", started_off=True)
+    run = SlicedStateRun(spark, tmp_path, lambda df: final(sliding(df)), "update", started_off=True)
     assert switched(run, state_side) == ["windows"] * 3
     assert not (run.ckpt / "state" / "0" / MARKER).exists()
     assert run.emitted() == model()
@@ -158,7 +158,7 @@ def test_sliced_checkpoint_restarted_with_windows_it_cannot_slice_fails_naming_w
         spark: SparkSession, tmp_path: Path) -> None:
     """The same state schema, but a slide that does not divide the size: the sliced state cannot be
     read as Spark's, so the restart fails and says why, and the checkpoint is left as it was."""
-    run = SwitchedRun(spark, tmp_path, lambda df: final(sliding(df)), "update")
+    run = SlicedStateRun(spark, tmp_path, lambda df: final(sliding(df)), "update")
     run.start(True)
     run.feed(BATCHES[0])
     run.stop()
@@ -188,7 +188,7 @@ def test_aggregations_sliced_state_cannot_serve_keep_sparks_layout(
         build = lambda df: final(df.withWatermark("ts", "10 seconds").groupBy(window, "user")  # noqa: E731
                                  .agg(F.count("*").alias("n"), F.sum("v").alias("total"), F.max("v").alias("top"),
                                       F.collect_list("v").alias("vs")))
-    run = SwitchedRun(spark, tmp_path, build, "update")
+    run = SlicedStateRun(spark, tmp_path, build, "update")
     run.start(True)
     try:
         run.feed(BATCHES[0])
@@ -209,7 +209,7 @@ def test_killed_sliced_state_query_restarted_emits_each_final_result_exactly_onc
 
 
 def test_marker_names_what_it_pins(spark: SparkSession, tmp_path: Path) -> None:
-    run = SwitchedRun(spark, tmp_path, lambda df: final(sliding(df)), "update")
+    run = SlicedStateRun(spark, tmp_path, lambda df: final(sliding(df)), "update")
     run.start(True)
     try:
         run.feed(BATCHES[0])

@@ -168,6 +168,22 @@ class Run:
         return out
 
 
+class SwitchedRun(Run):
+    """A Run whose start sets another plan rewrite's boolean setting, `key`, instead of window slicing's."""
+
+    def __init__(self, spark: SparkSession, root: Path, build: Callable[[DataFrame], DataFrame], mode: str,
+                 key: str) -> None:
+        super().__init__(spark, root, build, mode)
+        self.key = key
+
+    def start(self, on: bool) -> None:
+        self.spark.conf.set(self.key, str(on).lower())
+        try:
+            super().start(False)
+        finally:
+            self.spark.conf.unset(self.key)
+
+
 def switched(run: Run, plan_of: Callable[[str], Any]) -> list[Any]:
     """Feeds BATCHES to `run` with its feature on for three batches, off after a restart, on again
     after another; each stop leaves its last batch uncommitted, so the restart replays it under the

@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from test_slicing import BATCHES, DELAY, SIZE, Run, aggregates, final, model, store, switched  # noqa: F401 (store: a fixture)
+from test_slicing import BATCHES, DELAY, SIZE, SwitchedRun, aggregates, final, model, store, switched  # noqa: F401 (store: a fixture)
 
 KEY = "spark.sluice.aggregate.state.merge"
 
@@ -25,17 +25,6 @@ def merge_side(plan: str) -> str:
     return "per row" if "StateMerge" in plan else "hash"
 
 
-class SwitchedRun(Run):
-    """A Run whose start sets this feature's key instead of window slicing's."""
-
-    def start(self, on: bool) -> None:
-        self.spark.conf.set(KEY, str(on).lower())
-        try:
-            super().start(False)
-        finally:
-            self.spark.conf.unset(KEY)
-
-
 @pytest.mark.parametrize("store,mode", [("hdfs", "append"), ("rocksdb", "final"), ("in_memory_window", "final"),
                                         ("cache", "final")], indirect=["store"])
 def test_state_merged_per_row_restarted_on_and_off_gives_the_final_results(
@@ -44,9 +33,9 @@ def test_state_merged_per_row_restarted_on_and_off_gives_the_final_results(
     batch the stop left uncommitted under the other setting, and the replay emits what it emitted."""
     window = F.window("ts", f"{SIZE} seconds")
     if mode == "append":
-        run = SwitchedRun(spark, tmp_path, lambda df: aggregates(df, window), "append")
+        run = SwitchedRun(spark, tmp_path, lambda df: aggregates(df, window), "append", KEY)
     else:
-        run = SwitchedRun(spark, tmp_path, lambda df: final(aggregates(df, window)), "update")
+        run = SwitchedRun(spark, tmp_path, lambda df: final(aggregates(df, window)), "update", KEY)
     assert switched(run, merge_side) == ["per row", "hash", "per row"]
     expected = model(SIZE, SIZE)
     assert len(expected) >= 8
@@ -57,7 +46,7 @@ def test_state_merged_per_row_restarted_on_and_off_gives_the_final_results(
 def batch_by_batch(spark: SparkSession, root: Path, build, mode: str, on: bool) -> tuple[dict, list, str]:
     """Every micro-batch's rows of `build` over BATCHES (one file each), with a restart after the
     third batch; and each batch's state rows (total, updated) as the progress reports them."""
-    run = SwitchedRun(spark, root, build, mode)
+    run = SwitchedRun(spark, root, build, mode, KEY)
     progress = []
     try:
         run.start(on)
