@@ -1,10 +1,11 @@
 package sluice.aggregate
 
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.expressions.aggregate.{DeclarativeAggregate, PartialMerge}
 
 import sluice.conf.SluiceConf
-import sluice.spark.PlanTypes.{ColumnarRule, HashAggregateExec, SparkPlan, StateStoreRestoreExec}
+import sluice.spark.PlanTypes.{BaseAggregateExec, ColumnarRule, HashAggregateExec, SparkPlan, StateStoreRestoreExec}
 import sluice.spark.SwitchedRewrite
 
 /**
@@ -25,7 +26,8 @@ import sluice.spark.SwitchedRewrite
  * A [[SwitchedRewrite]] (so not of real-time plans). It takes a merge, by the restore's keys, of
  * declarative aggregate functions (count, sum, avg, min, max, first, ...) without filters, directly
  * over a restore with keys (a global aggregation's restore emits its stored row alone when the batch
- * is empty), whose input columns are the keys and then those functions' buffers.
+ * is empty) of an aggregation by those keys, whose columns are the keys and then those functions'
+ * buffers.
  */
 private[sluice] object StateMergeRule {
   def rule(session: SparkSession): ColumnarRule =
@@ -33,7 +35,9 @@ private[sluice] object StateMergeRule {
 
   /** The per-row merge in place of `merge`, where it is the second merge over a restore. */
   def perRow(merge: HashAggregateExec): Option[SparkPlan] = merge.child match {
-    case restore: StateStoreRestoreExec if restore.keyExpressions.nonEmpty && restore.stateInfo.isDefined =>
+    // The restore's input must be an aggregation by its keys: one row per key, which the merge relies on.
+    case restore: StateStoreRestoreExec if restore.keyExpressions.nonEmpty && restore.stateInfo.isDefined &&
+        byKeys(restore.child, restore.keyExpressions) =>
       val keys = restore.keyExpressions
       val functions = merge.aggregateExpressions.map(_.aggregateFunction)
       val declarative = functions.collect { case d: DeclarativeAggregate => d }
@@ -45,5 +49,10 @@ private[sluice] object StateMergeRule {
         merge.output.map(_.exprId) == restore.output.map(_.exprId)
       if (shaped) Some(StateMergeExec(keys, declarative, restore)) else None
     case _ => None
+  }
+
+  private def byKeys(plan: SparkPlan, keys: Seq[Attribute]): Boolean = plan match {
+    case a: BaseAggregateExec => a.groupingExpressions.map(_.toAttribute.exprId) == keys.map(_.exprId)
+    case _ => false
   }
 }
