@@ -520,10 +520,11 @@ def test_spark_itself_refuses_an_append_mode_session_window_in_real_time_mode(rt
 
 
 @pytest.mark.parametrize("key", ["spark.sluice.window.slicing", "spark.sluice.window.slicing.state",
-                                 "spark.sluice.aggregate.partial.hash"])
+                                 "spark.sluice.aggregate.partial.hash", "spark.sluice.aggregate.state.merge"])
 def test_the_plan_rewrites_leave_a_real_time_plan_as_spark_makes_it(rt, tmp_path: Path, key: str) -> None:
-    """Window slicing, sliced state and partial aggregation by hash rewrite micro-batch plans only:
-    switched on, a real-time query over the shape each rewrites (sliding windows; max of a struct)
+    """Window slicing, sliced state, partial aggregation by hash and state merged per row rewrite
+    micro-batch plans only: switched on, a real-time query over the shape each rewrites (sliding
+    windows; max of a struct; a keyed aggregation)
     runs the plan Spark makes with it off, counts every record in each of its windows, and leaves no
     sliced-state marker in its checkpoint."""
     spark, broker = rt
