@@ -2,11 +2,12 @@ package sluice.aggregate
 
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference, ExprId, Expression, JoinedRow,
-  UnsafeProjection, UnsafeRow}
+import org.apache.spark.sql.catalyst.expressions.{Attribute, ExprId, Expression, JoinedRow, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.catalyst.expressions.aggregate.DeclarativeAggregate
 import org.apache.spark.sql.catalyst.plans.physical.Partitioning
 
+import sluice.spark.AggregateBuffers
+import sluice.spark.AggregateBuffers.substitute
 import sluice.spark.PlanTypes.{SparkPlan, UnaryExecNode}
 
 /**
@@ -66,11 +67,7 @@ private[aggregate] case class StateMergeExec(
   /** Each function's buffer after merging into its initial values the stored row's buffer
    *  (`storedBuffers`, when given), then the batch row's (the functions' input buffers). */
   private def mergedExpressions(fns: Seq[DeclarativeAggregate], storedBuffers: Option[Seq[Attribute]]): Seq[Expression] = {
-    val storedOf = storedBuffers.map { s =>
-      fns.scanLeft(0)(_ + _.inputAggBufferAttributes.length).zip(fns).map { case (from, f) =>
-        f -> s.slice(from, from + f.inputAggBufferAttributes.length)
-      }.toMap
-    }
+    val storedOf = storedBuffers.map(s => fns.zip(AggregateBuffers.slices(fns, s)).toMap)
     fns.flatMap { f =>
       val buffer = f.aggBufferAttributes.map(_.exprId)
       val initial = buffer.zip(f.initialValues).toMap
@@ -82,10 +79,6 @@ private[aggregate] case class StateMergeExec(
       }
       f.mergeExpressions.map(substitute(_, start))
     }
-  }
-
-  private def substitute(e: Expression, by: Map[ExprId, Expression]): Expression = e.transformUp {
-    case a: AttributeReference if by.contains(a.exprId) => by(a.exprId)
   }
 
   override def simpleString(maxFields: Int): String =

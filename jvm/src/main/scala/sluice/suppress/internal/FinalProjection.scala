@@ -1,8 +1,10 @@
 package sluice.suppress.internal
 
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, ExprId, Expression, NamedExpression}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, ExprId, Expression, NamedExpression}
 import org.apache.spark.sql.catalyst.expressions.aggregate.{DeclarativeAggregate, Final}
 
+import sluice.spark.AggregateBuffers
+import sluice.spark.AggregateBuffers.substitute
 import sluice.spark.PlanTypes.{BaseAggregateExec, ProjectExec, SparkPlan, StateStoreSaveExec}
 
 /**
@@ -36,8 +38,7 @@ private[internal] object FinalProjection {
     // aggregation reads them by position from initialInputBufferOffset).
     val buffers = agg.child.output.drop(agg.initialInputBufferOffset)
     if (buffers.length != declarative.map(_.inputAggBufferAttributes.length).sum) return None
-    val slices = declarative.scanLeft(0)(_ + _.inputAggBufferAttributes.length).zip(declarative)
-      .map { case (from, f) => buffers.slice(from, from + f.inputAggBufferAttributes.length) }
+    val slices = AggregateBuffers.slices(declarative, buffers)
 
     val results: Map[ExprId, Expression] = agg.aggregateAttributes.zip(declarative.zip(slices)).map {
       case (result, (f, row)) =>
@@ -57,7 +58,4 @@ private[internal] object FinalProjection {
     Some(ProjectExec(projectList, agg.child))
   }
 
-  private def substitute(e: Expression, by: Map[ExprId, Expression]): Expression = e.transformUp {
-    case a: AttributeReference if by.contains(a.exprId) => by(a.exprId)
-  }
 }
