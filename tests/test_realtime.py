@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 import kafka_harness as kh
 import realtime_kill_child
 import sluice
+from sluice import input as sluice_input
 from conftest import KAFKA_FETCH_MAX_WAIT_MS, executor_consumer_metrics, kill_when, stop_session
 from realtime_kill_child import (BASE, BATCH, all_counts, expected_finals, file_rows, first_batch_committed,
                                  produce_events, timed_counts, windowed_counts, windowed_finals)
@@ -564,3 +565,35 @@ def test_the_plan_rewrites_leave_a_real_time_plan_as_spark_makes_it(rt, tmp_path
     assert ("Expand" if sliding else "max(") in below_exchange, below_exchange
     assert plans[True] == plans[False]
     assert not list(tmp_path.rglob("_sluice_sliced_state"))
+
+
+def test_the_direct_kafka_reader_leaves_real_time_reads_to_sparks_reader(rt, tmp_path: Path) -> None:
+    """input.kafka.direct reads micro-batches only: a source loaded with it on, under the real-time
+    trigger, reads through Spark's reader (the source's metrics count no direct record) and counts
+    every record once."""
+    spark, broker = rt
+    spark.conf.set("spark.sluice.input.kafka.direct", "true")
+    try:
+        df = _counts(spark, broker)  # the setting is read when the source is loaded
+    finally:
+        spark.conf.unset("spark.sluice.input.kafka.direct")
+    q = _start(spark, broker, df, "direct_rt", tmp_path)
+    try:
+        def emitted() -> list[dict]:
+            return [json.loads(r.value) for r in spark.read.format("kafka")
+                    .option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", "direct_rt")
+                    .option("startingOffsets", "earliest").load().selectExpr("cast(value as string) value").collect()]
+        deadline = time.monotonic() + 120
+        while len(out := emitted()) < RECORDS:  # real-time mode emits one updated row per input row
+            assert q.isActive and time.monotonic() < deadline, q.exception()
+            time.sleep(0.5)
+        latest: dict[str, int] = {}
+        for r in out:
+            latest[r["key"]] = max(latest.get(r["key"], 0), r["count"])
+        assert sum(latest.values()) == RECORDS  # every record counted once
+        while not (metrics := [p["sources"][0]["metrics"] for p in q.recentProgress if p["sources"]]):
+            assert q.isActive and time.monotonic() < deadline + 60, q.exception()  # the first batch's end
+            time.sleep(0.5)
+        assert metrics and all(m[sluice_input.DIRECT_RECORDS_METRIC] == "0" for m in metrics), metrics
+    finally:
+        q.stop()

@@ -58,7 +58,7 @@ class LayeringSuite extends AnyFunSuite {
     val fromBridge = edges.collect { case (Bridge, to, why) if to != Bridge => why }
     assert(fromBridge.isEmpty, fromBridge.mkString("\n"))
     val bridgeClasses = classes.keys.filter(n => layerOf(n).contains(Bridge))
-      .map(n => n.stripPrefix(BridgePackage + "/").takeWhile(_ != '$')).toSet
+      .map(n => n.split('/').last.takeWhile(_ != '$')).toSet
     assert(bridgeClasses == BridgeAdapters, s"the bridge's classes differ from its declared adapters")
   }
 
@@ -113,19 +113,24 @@ class LayeringSuite extends AnyFunSuite {
 object LayeringSuite {
   val Bridge = "bridge"
   val BridgePackage = "org/apache/spark/sql/sluice"
+  /** The bridge's part in Spark's Kafka connector, whose reader parts are private to its package. */
+  val KafkaBridgePackage = "org/apache/spark/sql/kafka010/sluice"
 
   /** Lowest first: each layer may use only those before it. */
   val Layers: Seq[String] =
     Seq("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions", "cache", "input", "json", "slicing", "aggregate", "inspect", "connect", "plugin")
 
-  /** The bridge's classes: each adapts a Spark API that is `private[sql]` or `private[spark]`. */
+  /**
+   * The bridge's classes: each adapts a Spark API that is `private[sql]` or `private[spark]`, or (in
+   * [[KafkaBridgePackage]]) `private[kafka010]`.
+   */
   val BridgeAdapters: Set[String] = Set("StatefulOperatorSupport", "SluiceStatefulNode", "StreamContext",
     "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric", "SizeOperatorMetric",
-    "DatasetAccess")
+    "DatasetAccess", "DirectReads", "DirectReaderFactory", "DirectReader")
 
   /** Where Spark's internals may be named: the seam (shared and per-minor folders) and the bridge. */
   val SeamSourceDirs: Seq[String] = Seq("scala/sluice/spark/.*", "spark-[^/]+/sluice/spark/.*",
-    "scala/org/apache/spark/sql/sluice/.*")
+    "scala/org/apache/spark/sql/sluice/.*", "scala/org/apache/spark/sql/kafka010/sluice/.*")
 
   /** A Spark internal named in source: `sql.execution`, `sql.classic`, `sql.connect` (not the public
    *  `sql.connector`), `SQLConf`. */
@@ -142,7 +147,8 @@ object LayeringSuite {
   def layerOf(className: String): Option[String] = {
     val pkg = className.split('/').dropRight(1).toList
     pkg match {
-      case List("org", "apache", "spark", "sql", "sluice") => Some(Bridge)
+      case List("org", "apache", "spark", "sql", "sluice") | List("org", "apache", "spark", "sql", "kafka010", "sluice") =>
+        Some(Bridge)
       case "sluice" :: feature :: rest if Layers.contains(feature) && (rest == Nil || rest == List("internal")) =>
         Some(feature)
       case _ => None
@@ -153,7 +159,7 @@ object LayeringSuite {
     case (from, to, why) if Layers.indexOf(to) > Layers.indexOf(from) => s"$from uses $to above it: $why"
   }
 
-  private val ClassInDescriptor = """(?:^|[\[(;)<>]L?|^L)((?:org/apache/spark/sql/)?sluice/[\w/$]+)""".r
+  private val ClassInDescriptor = """(?:^|[\[(;)<>]L?|^L)((?:org/apache/spark/sql/(?:kafka010/)?)?sluice/[\w/$]+)""".r
 
   def classNamesIn(s: String): Seq[String] = ClassInDescriptor.findAllMatchIn(s).map(_.group(1)).toSeq
 

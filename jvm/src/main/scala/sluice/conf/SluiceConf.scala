@@ -124,6 +124,12 @@ object SluiceConf {
   /** What one poll of a Kafka partition may fetch, where the source does not say (0: Kafka's default). */
   val InputFetchMaxBytes: ConfEntry[Long] = bytes("input.fetch.max.bytes")
 
+  /**
+   * Whether a micro-batch's Kafka reader hands records over as rows pointing at their own fields,
+   * without Spark's copy into a generic row and then an unsafe row (read when a query starts).
+   */
+  val InputKafkaDirect: ConfEntry[Boolean] = boolean("input.kafka.direct")
+
   /** How often held emissions are flushed; 0 means at every micro-batch. */
   val CommitIntervalMs: ConfEntry[Long] = millis("commit.interval.ms")
 
@@ -175,6 +181,8 @@ object SluiceConf {
   val SourceMaxBytesOption: String = contract.get("input").get("source_option").asText()
   val SourceBytesMetric: String = contract.get("input").get("bytes_metric").asText()
   val SourceThrottledMetric: String = contract.get("input").get("throttled_metric").asText()
+  /** The key of a Kafka source's metrics counting the batch's records read by the direct reader. */
+  val SourceDirectRecordsMetric: String = contract.get("input").get("direct_records_metric").asText()
 
   // --- suppress (sluice.suppress) ---
   /**
@@ -212,7 +220,7 @@ object SluiceConf {
 
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
-    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes, CommitIntervalMs) ++
+    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes, InputKafkaDirect, CommitIntervalMs) ++
     Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder, WindowSlicing, WindowSlicingState, AggregatePartialHash,
       AggregateStateMerge)
   require(entries.map(_.key).toSet == spec.get("keys").elements().asScala.map(Prefix + _.get("name").asText()).toSet,

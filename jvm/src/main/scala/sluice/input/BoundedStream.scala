@@ -9,6 +9,8 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReaderFactory}
 import org.apache.spark.sql.connector.read.streaming._
 
+import org.apache.spark.sql.kafka010.sluice.DirectReads
+
 import sluice.conf.SluiceConf
 import sluice.spark.SourceTypes.LongOffset
 
@@ -30,6 +32,8 @@ private[input] sealed trait Lanes {
   def prepare(ranges: Map[String, (Long, Long)]): Unit = ()
   /** Takes in what tasks measured since the last call; returns its bytes. */
   def absorb(): Long = 0L
+  /** Records read by sluice's direct Kafka reader since the last call; None where it is not used. */
+  def directRecords(): Option[Long] = None
   /** The stream stops. */
   def close(): Unit = ()
 }
@@ -44,9 +48,13 @@ private[input] final class KafkaLanes(
     stream: MicroBatchStream,
     defaultRecordBytes: Long,
     sampler: Option[KafkaSampler] = None,
-    sizeFile: Option[SizeFile] = None) extends Lanes {
+    sizeFile: Option[SizeFile] = None,
+    direct: Boolean = false) extends Lanes {
   private val acc = new LaneSizeAccumulator
   SparkSession.active.sparkContext.register(acc, "sluice.input.kafkaRecordSizes")
+  private val directAcc = Option.when(direct)(
+    SparkSession.active.sparkContext.longAccumulator("sluice.input.kafkaDirectRecords"))
+  private var directSeen = 0L
   private var seen = Map.empty[String, SizeStats]
   private var estimates: Map[String, SizeStats] = sizeFile.map(_.read()).getOrElse(Map.empty)
   private var samples = Map.empty[String, Sample]
@@ -106,7 +114,12 @@ private[input] final class KafkaLanes(
   }
 
   override def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory =
-    new KafkaMeasuringReaderFactory(inner, acc)
+    new KafkaMeasuringReaderFactory(directAcc.map(DirectReads.factory(inner, _)).getOrElse(inner), acc)
+
+  override def directRecords(): Option[Long] = directAcc.map { a =>
+    val now = a.value.longValue
+    try now - directSeen finally directSeen = now
+  }
   override def knownBytes(start: Offset, end: Offset): Option[Long] = None
 
   override def absorb(): Long = synchronized {
@@ -228,7 +241,8 @@ final class BoundedMicroBatchStream private[input] (
     batchBytes += lanes.absorb()
     val bytes = Option(lastExecuted).flatMap { case (s, e) => lanes.knownBytes(s, e) }
       .getOrElse(batchBytes)
-    (own ++ BoundedMicroBatchStream.metricsOf(bytes, lastThrottled)).asJava
+    val direct = lanes.directRecords().map(n => BoundedMicroBatchStream.DirectRecordsMetric -> n.toString)
+    (own ++ BoundedMicroBatchStream.metricsOf(bytes, lastThrottled) ++ direct).asJava
   }
 
   // Real-time mode reads without batch ends: a byte bound per batch has nothing to bound there. The
@@ -255,6 +269,7 @@ final class BoundedMicroBatchStream private[input] (
 object BoundedMicroBatchStream {
   val BytesMetric: String = SluiceConf.SourceBytesMetric
   val ThrottledMetric: String = SluiceConf.SourceThrottledMetric
+  val DirectRecordsMetric: String = SluiceConf.SourceDirectRecordsMetric
 
   def metricsOf(bytes: Long, throttled: Int): Map[String, String] =
     Map(BytesMetric -> bytes.toString, ThrottledMetric -> throttled.toString)

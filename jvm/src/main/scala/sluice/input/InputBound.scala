@@ -37,8 +37,11 @@ private[input] object BudgetSpec {
 private[input] sealed trait StreamKind
 
 private[input] object StreamKind {
-  /** `fetchBytes`: what one poll of a partition may fetch where the source leaves it (0: Kafka's default). */
-  final case class Kafka(defaultRecordBytes: Long, fetchBytes: Long) extends StreamKind
+  /**
+   * `fetchBytes`: what one poll of a partition may fetch where the source leaves it (0: Kafka's default);
+   * `direct`: whether micro-batches read through sluice's direct reader (`input.kafka.direct`).
+   */
+  final case class Kafka(defaultRecordBytes: Long, fetchBytes: Long, direct: Boolean) extends StreamKind
   final case class Rate(rowsPerSecond: Long) extends StreamKind
 }
 
@@ -70,7 +73,7 @@ final class BoundedTable(val inner: Table with SupportsRead, kind: StreamKind, s
 
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
     val read = kind match {
-      case StreamKind.Kafka(_, fetchBytes) => KafkaFetch.withDefaults(options, fetchBytes, BoundedTable.microBatch)
+      case StreamKind.Kafka(_, fetchBytes, _) => KafkaFetch.withDefaults(options, fetchBytes, BoundedTable.microBatch)
       case _ => options
     }
     val builder = inner.newScanBuilder(read)
@@ -103,10 +106,10 @@ final class BoundedScan(inner: Scan, kind: StreamKind, spec: BudgetSpec,
   override def toMicroBatchStream(checkpointLocation: String): MicroBatchStream = {
     val stream = inner.toMicroBatchStream(checkpointLocation)
     val lanes: Option[Lanes] = (kind, stream) match {
-      case (StreamKind.Kafka(default, _), s) =>
+      case (StreamKind.Kafka(default, _, direct), s) =>
         val hadoopConf = SparkSession.active.sparkContext.hadoopConfiguration
         Some(new KafkaLanes(s, default, Some(new KafkaSampler(kafkaParams)),
-          Some(new SizeFile(checkpointLocation, hadoopConf))))
+          Some(new SizeFile(checkpointLocation, hadoopConf)), direct))
       case (StreamKind.Rate(rps), _: RateStreamMicroBatchStream) => Some(new RateLanes(rps))
       case _ => None
     }

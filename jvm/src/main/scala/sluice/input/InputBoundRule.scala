@@ -44,7 +44,7 @@ final class InputBoundRule(session: SparkSession) extends Rule[LogicalPlan] {
     r.source.map(_.getClass.getName) match {
       case Some(KafkaProvider) =>
         val fetch = KafkaFetch.fetchBytes(conf.inputFetchMaxBytes, bound.bytes)
-        Some(StreamKind.Kafka(DefaultKafkaRecordBytes, fetch))
+        Some(StreamKind.Kafka(DefaultKafkaRecordBytes, fetch, conf.get(SluiceConf.InputKafkaDirect)))
       case Some(RateProvider) =>
         Some(StreamKind.Rate(Option(r.extraOptions.get("rowsPerSecond")).map(_.trim.toLong).getOrElse(1L)))
       case _ => None

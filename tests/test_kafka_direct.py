@@ -1,0 +1,218 @@
+"""input.kafka.direct: a micro-batch's Kafka records handed over by sluice's direct reader, as rows
+pointing at the records' own fields, instead of Spark's copy of each into a generic and then an
+unsafe row. On a real broker: the rows are Spark's, the input bound still measures them, a source
+with headers keeps Spark's reader, and stateful final results are the same across restarts that
+switch the reader and replay a batch, on every state store."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+import kafka_harness as kh
+from conftest import sluice_session, stop_session
+from sluice import input as sluice_input
+from sluice._conf import spec, state_store_providers
+from test_slicing import BATCHES, DELAY, SIZE, T0, Run, final, model, ts
+
+KEY = "spark.sluice.input.kafka.direct"
+COLUMNS = ["partition", "offset", "key", "value", "topic", "timestamp", "timestampType"]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kh.Broker]:
+    b = kh.Broker(tmp_path_factory.mktemp("kafka")).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="module")
+def kspark(broker: kh.Broker) -> Iterator[SparkSession]:
+    jars = kh.connector_jars()
+    stop_session()
+    kh.ensure_driver_jars(jars)
+    yield sluice_session(conf={"spark.jars": ",".join(jars), "spark.sql.shuffle.partitions": "2"})
+    stop_session()
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest, kspark: SparkSession) -> Iterator[str]:
+    # "cache": sluice's record cache in front of its default delegate (RocksDB)
+    providers = {**state_store_providers(), "cache": spec()["caching_provider"]}
+    kspark.conf.set("spark.sql.streaming.stateStore.providerClass", providers[request.param])
+    yield request.param
+    kspark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+
+
+def source(spark: SparkSession, broker: kh.Broker, topic: str, direct: bool, **options: Any) -> DataFrame:
+    """The topic as a streaming DataFrame; the setting is read when the source is loaded."""
+    spark.conf.set(KEY, str(direct).lower())
+    try:
+        reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+                  .option("subscribe", topic).option("startingOffsets", "earliest"))
+        return reader.options(**{k: str(v) for k, v in options.items()}).load()
+    finally:
+        spark.conf.unset(KEY)
+
+
+def produce_mixed(spark: SparkSession, broker: kh.Broker, topic: str, n: int, partitions: int,
+                  headers: bool = False) -> None:
+    """`n` records round-robin over the partitions: null keys, null values and empty values among
+    them, values of different lengths; with `headers`, every third record carries two headers."""
+    cols = ["cast(pmod(id, {p}) as int) as partition".format(p=partitions),
+            "if(pmod(id, 7) = 3, null, cast(concat('k', id) as binary)) as key",
+            "case when pmod(id, 11) = 5 then null when pmod(id, 13) = 4 then cast('' as binary) "
+            "else cast(repeat(concat('v', id), 1 + cast(pmod(id, 9) as int)) as binary) end as value"]
+    if headers:
+        cols.append("if(pmod(id, 3) = 0, array(named_struct('key', 'h', 'value', cast(id as string)), "
+                    "named_struct('key', 'g', 'value', cast(null as binary))), null) as headers")
+    (spark.range(n, numPartitions=1).selectExpr(*cols)
+     .write.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic)
+     .option("includeHeaders", str(headers).lower()).save())
+
+
+class Batches:
+    """A foreachBatch sink keeping each batch's rows (the given columns, sorted) by batch id."""
+
+    def __init__(self, columns: list[str]) -> None:
+        self.columns = columns
+        self.rows: dict[int, list[tuple]] = {}
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        self.rows[batch_id] = sorted((tuple(r) for r in df.select(*self.columns).collect()), key=repr)
+
+    def all(self) -> list[tuple]:
+        return sorted((r for rows in self.rows.values() for r in rows), key=repr)
+
+
+def drain(df: DataFrame, sink: Callable[[DataFrame, int], None], checkpoint: Path) -> dict[int, dict[str, str]]:
+    """Runs the query until its input is processed; each batch with input's source metrics."""
+    q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint)).start()
+    try:
+        q.processAllAvailable()
+        return {p["batchId"]: p["sources"][0]["metrics"] for p in q.recentProgress if p["numInputRows"] > 0}
+    finally:
+        q.stop()
+
+
+def batch_read(spark: SparkSession, broker: kh.Broker, topic: str, columns: list[str], **options: str) -> list[tuple]:
+    """The topic read by Spark's batch Kafka source (its own reader, never sluice's)."""
+    df = (spark.read.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+          .option("subscribe", topic).options(**options).load())
+    return sorted((tuple(r) for r in df.select(*columns).collect()), key=repr)
+
+
+def test_the_direct_reader_hands_over_sparks_rows_and_the_bound_still_measures_them(
+        kspark: SparkSession, broker: kh.Broker, tmp_path: Path) -> None:
+    kh.create_topic(kspark, broker.bootstrap, "rows", 3)
+    produce_mixed(kspark, broker, "rows", 400, 3)
+    expected = batch_read(kspark, broker, "rows", COLUMNS)
+    assert len(expected) == 400
+    assert any(r[2] is None for r in expected) and any(r[3] is None for r in expected)
+    assert any(r[3] == bytearray() for r in expected)
+
+    runs = {}
+    for direct in (True, False):
+        sink = Batches(COLUMNS)
+        metrics = drain(source(kspark, broker, "rows", direct, maxOffsetsPerTrigger=90), sink, tmp_path / str(direct))
+        runs[direct] = (sink, metrics)
+    on, on_metrics = runs[True]
+    off, off_metrics = runs[False]
+    assert on.all() == expected and off.all() == expected
+    assert len(on.rows) >= 4 and on.rows == off.rows  # the same offsets per batch, the same rows
+    for batch_id, rows in on.rows.items():
+        m = on_metrics[batch_id]
+        assert int(m[sluice_input.DIRECT_RECORDS_METRIC]) == len(rows)
+        # the input bound measures key + value bytes from the rows the direct reader hands over
+        assert int(m[sluice_input.BYTES_METRIC]) == sum(len(r[2] or b"") + len(r[3] or b"") for r in rows)
+        assert m[sluice_input.BYTES_METRIC] == off_metrics[batch_id][sluice_input.BYTES_METRIC]
+    assert all(sluice_input.DIRECT_RECORDS_METRIC not in m for m in off_metrics.values())
+
+
+def test_a_source_with_headers_keeps_sparks_reader(kspark: SparkSession, broker: kh.Broker, tmp_path: Path) -> None:
+    kh.create_topic(kspark, broker.bootstrap, "headers", 2)
+    produce_mixed(kspark, broker, "headers", 60, 2, headers=True)
+    columns = COLUMNS + ["headers"]
+    expected = batch_read(kspark, broker, "headers", columns, includeHeaders="true")
+    assert sum(r[-1] is not None for r in expected) == 20
+    sink = Batches(columns)
+    metrics = drain(source(kspark, broker, "headers", True, includeHeaders="true"), sink, tmp_path / "cp")
+    assert sink.all() == expected
+    assert metrics and all(m[sluice_input.DIRECT_RECORDS_METRIC] == "0" for m in metrics.values())
+
+
+class KafkaRun(Run):
+    """test_slicing's Run over a Kafka topic: each feed produces its events (key the user, value the
+    event time and v as JSON), and the query reads them in one micro-batch; the direct reader is
+    on or off per start."""
+
+    def __init__(self, spark: SparkSession, broker: kh.Broker, root: Path, topic: str,
+                 build: Callable[[DataFrame], DataFrame], mode: str) -> None:
+        super().__init__(spark, root, build, mode)
+        self.broker, self.topic = broker, topic
+        self.segments: list[tuple[bool, list[dict[str, str]]]] = []
+        kh.create_topic(spark, broker.bootstrap, topic, 2)
+
+    def start(self, direct: bool) -> None:  # type: ignore[override]
+        raw = source(self.spark, self.broker, self.topic, direct)
+        events = raw.select(F.col("key").cast("string").alias("user"),
+                            F.from_json(F.col("value").cast("string"), "ts timestamp, v long").alias("e")
+                            ).select("e.ts", "user", "e.v")
+        seen = self.first, self.replayed
+
+        def sink(batch: DataFrame, batch_id: int) -> None:
+            rows = sorted(tuple(r) for r in batch.select(
+                F.col("window.start").cast("long") - int(T0.timestamp()), "user", "n", "total", "top").collect())
+            (seen[1] if batch_id in seen[0] else seen[0])[batch_id] = rows
+
+        self.query = (self.build(events).writeStream.outputMode(self.mode).foreachBatch(sink)
+                      .option("checkpointLocation", str(self.ckpt)).start())
+        self.segments.append((direct, []))
+
+    def feed(self, *batches: list[tuple]) -> None:
+        for events in batches:
+            rows = [(u, json.dumps({"ts": ts(t), "v": v})) for t, u, v in events]
+            (self.spark.createDataFrame(rows, "key string, value string").write.format("kafka")
+             .option("kafka.bootstrap.servers", self.broker.bootstrap).option("topic", self.topic).save())
+            self.query.processAllAvailable()
+
+    def stop(self, forget_last_commit: bool = False) -> None:
+        self.segments[-1][1].extend(p["sources"][0]["metrics"] for p in self.query.recentProgress
+                                    if p["numInputRows"] > 0)
+        super().stop(forget_last_commit)
+
+
+@pytest.mark.parametrize("store", ["hdfs", "rocksdb", "in_memory_window", "cache"], indirect=True)
+def test_final_results_across_restarts_that_switch_the_reader_and_replay_a_batch(
+        kspark: SparkSession, broker: kh.Broker, tmp_path: Path, store: str) -> None:
+    """Direct for three batches, Spark's reader after a restart, direct again after another; each
+    restart replays the batch the stop left uncommitted with the other reader, and the replay emits
+    what the batch emitted the first time. Final results: suppress until_window_closes."""
+    def build(df: DataFrame) -> DataFrame:
+        return final(df.withWatermark("ts", f"{DELAY} seconds").groupBy(F.window("ts", f"{SIZE} seconds"), "user")
+                     .agg(F.count("*").alias("n"), F.sum("v").alias("total"), F.max("v").alias("top")))
+
+    run = KafkaRun(kspark, broker, tmp_path, f"final_{store}", build, "update")
+    try:
+        for segment, (direct, batches) in enumerate([(True, BATCHES[:3]), (False, BATCHES[3:5]), (True, BATCHES[5:])]):
+            run.start(direct)
+            run.feed(*batches)
+            run.stop(forget_last_commit=segment < 2)
+    finally:
+        if run.query is not None:
+            run.stop()
+    expected = model(SIZE, SIZE)
+    assert len(expected) >= 8
+    assert run.emitted() == expected
+    assert len(run.replayed) == 2 and {b: run.first[b] for b in run.replayed} == run.replayed
+    # Each segment's batches with input: read by the direct reader exactly when it was on.
+    for direct, metrics in run.segments:
+        assert metrics
+        if direct:
+            assert all(int(m[sluice_input.DIRECT_RECORDS_METRIC]) > 0 for m in metrics), metrics
+        else:
+            assert all(sluice_input.DIRECT_RECORDS_METRIC not in m for m in metrics), metrics
