@@ -81,6 +81,24 @@ private[windowstore] final class ChangeLog {
 
   /** The segments this version touched, each once. */
   val touched = new scala.collection.mutable.ArrayBuffer[Segment]()
+
+  /** Bytes its arrays hold: a segment reference (compressed), two locations and a size per change. */
+  def heldBytes: Long =
+    if (segments == null) 0L else segments.iterator.takeWhile(_ != null).map(_.length * BytesPerChange).sum
+
+  /**
+   * Lets the arrays go once the version is committed or rolled back. The log object lives on as
+   * segments' `touchedBy` and `emptiedBy` marks, which are compared by identity only, until each
+   * of those segments is touched by a later version; its arrays (over 100 MB for a version that
+   * evicts millions of keys) must not live on with it.
+   */
+  def release(): Unit = {
+    segments = null
+    writtenLocs = null
+    replacedLocs = null
+    replacedSizes = null
+    touched.clearAndShrink()
+  }
 }
 
 private[windowstore] object ChangeLog {
@@ -88,6 +106,7 @@ private[windowstore] object ChangeLog {
   private val ChunkBits = 14
   private val Chunk = 1 << ChunkBits
   private val ChunkMask = Chunk - 1
+  private val BytesPerChange = 4L + 8L + 8L + 4L
 }
 
 /**
@@ -184,7 +203,11 @@ private[windowstore] final class SegmentedStateMap(
 
   def numKeys: Long = allSegments.map(_.table.size.toLong).sum
   def memoryBytes: Long = allSegments.map(_.table.memoryBytes + SegmentOverhead).sum +
-    (if (index == null) 0L else index.memoryBytes) + segmentsById.length * 8L
+    (if (index == null) 0L else index.memoryBytes) + segmentsById.length * 8L + changeLogBytes
+  /** The open version's change log, and any other a segment still refers to (none once released). */
+  private def changeLogBytes: Long =
+    (allSegments.flatMap(s => Iterator(s.touchedBy, s.emptiedBy)) ++ Iterator(log)).filter(_ != null)
+      .toSeq.distinct.map(_.heldBytes).sum
   def numSegments: Int = segments.size() + (if (plain.table.isEmpty) 0 else 1)
   /** Puts the open (or last) version dropped because their window had expired. */
   def droppedPuts: Long = _droppedPuts
@@ -273,6 +296,7 @@ private[windowstore] final class SegmentedStateMap(
       i += 1
     }
     tidy(ops)
+    ops.release()
   }
 
   def rollback(): Unit = {
@@ -309,6 +333,7 @@ private[windowstore] final class SegmentedStateMap(
       _droppedPuts = 0L
       _compactionBytes = 0L
       tidy(ops)
+      ops.release()
     }
   }
 

@@ -4,6 +4,7 @@ import java.nio.file.Files
 import java.time.Duration
 
 import org.apache.hadoop.conf.Configuration
+import org.scalatest.PrivateMethodTester
 import org.scalatest.funsuite.AnyFunSuite
 
 import org.apache.spark.sql.catalyst.InternalRow
@@ -13,7 +14,10 @@ import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types._
 import org.apache.spark.unsafe.types.UTF8String
 
-class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
+class InMemoryWindowStoreProviderSuite extends AnyFunSuite with PrivateMethodTester {
+  /** The change logs a map holds (the open version's, and any a segment still refers to). */
+  private def changeLogBytes(map: SegmentedStateMap): Long =
+    map.invokePrivate(PrivateMethod[Long](Symbol("changeLogBytes"))())
   private val windowType = StructType(Seq(
     StructField("start", TimestampType), StructField("end", TimestampType)))
   private val windowedKey = StructType(Seq(StructField("k", StringType), StructField("window", windowType)))
@@ -374,6 +378,28 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite {
     s.iterator().foreach(pair => if (pair.value.getLong(0) % 2 == 0) s.remove(pair.key))
     assert(contents(s).size == 50)
     s.commit()
+  }
+
+  test("a version's change log is counted while open and let go when it commits or rolls back") {
+    val n = 100000
+    def fill(map: SegmentedStateMap, put: (UnsafeRow, UnsafeRow) => Unit, v: Long): Unit =
+      for (i <- 0 until n) put(wkey(s"k${i % 5000}", (i / 5000) * 10L), value(v + i))
+    val plain = new SegmentedStateMap(windowedKey, 1, 0, 0L) // the same state, written without versions
+    fill(plain, plain.rawPut, 0L)
+    val map = new SegmentedStateMap(windowedKey, 1, 0, 0L)
+    map.begin()
+    fill(map, map.put, 0L)
+    val logBytes = 24L * n // a segment reference, two locations and a size per change
+    assert(map.memoryBytes >= plain.memoryBytes + logBytes)
+    map.commit(java.io.OutputStream.nullOutputStream())
+    assert(map.memoryBytes == plain.memoryBytes)
+    map.begin()
+    fill(map, map.put, 1L) // overwrites every key
+    assert(changeLogBytes(map) >= logBytes)
+    map.rollback()
+    // (the table side of memoryBytes moves on a rollback: the overwrites' records are garbage now)
+    assert(changeLogBytes(map) == 0L)
+    assert(map.numKeys == n)
   }
 
   test("Stores.inMemoryWindowStore validates as Kafka does") {
