@@ -126,11 +126,11 @@ object LayeringSuite {
    */
   val BridgeAdapters: Set[String] = Set("StatefulOperatorSupport", "SluiceStatefulNode", "StreamContext",
     "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric", "SizeOperatorMetric",
-    "DatasetAccess", "DirectReads", "DirectReaderFactory", "DirectReader")
+    "DatasetAccess", "DirectReads", "DirectReaderFactory", "DirectReader", "RealTimeReads")
 
   /** Where Spark's internals may be named: the seam (shared and per-minor folders) and the bridge. */
   val SeamSourceDirs: Seq[String] = Seq("scala/sluice/spark/.*", "spark-[^/]+/sluice/spark/.*",
-    "scala/org/apache/spark/sql/sluice/.*", "scala/org/apache/spark/sql/kafka010/sluice/.*")
+    "scala/org/apache/spark/sql/sluice/.*", "(?:scala|spark-[^/]+)/org/apache/spark/sql/kafka010/sluice/.*")
 
   /** A Spark internal named in source: `sql.execution`, `sql.classic`, `sql.connect` (not the public
    *  `sql.connector`), `SQLConf`. */

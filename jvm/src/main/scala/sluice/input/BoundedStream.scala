@@ -26,6 +26,8 @@ private[input] sealed trait Lanes {
   /** At most this many units of `lane` in one batch, given its even `share` of the budget. */
   def cap(lane: String, share: Double): Long = Long.MaxValue
   def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory = inner
+  /** Real-time reads: nothing to measure (no batch's bytes to bound), a reader of the lane's own. */
+  def realTimeReaderFactory(inner: PartitionReaderFactory): PartitionReaderFactory = inner
   /** Bytes of the batch that read from `start` to `end`, when known without measuring. */
   def knownBytes(start: Offset, end: Offset): Option[Long]
   /** Called with the range each lane with data waiting would read, before it is planned. */
@@ -114,7 +116,9 @@ private[input] final class KafkaLanes(
   }
 
   override def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory =
-    new KafkaMeasuringReaderFactory(directAcc.map(DirectReads.factory(inner, _)).getOrElse(inner), acc)
+    new KafkaMeasuringReaderFactory(realTimeReaderFactory(inner), acc)
+  override def realTimeReaderFactory(inner: PartitionReaderFactory): PartitionReaderFactory =
+    directAcc.map(DirectReads.factory(inner, _)).getOrElse(inner)
 
   override def directRecords(): Option[Long] = directAcc.map { a =>
     val now = a.value.longValue
@@ -231,7 +235,8 @@ final class BoundedMicroBatchStream private[input] (
   }
 
   override def createReaderFactory(): PartitionReaderFactory =
-    if (realTime) inner.createReaderFactory() else lanes.readerFactory(inner.createReaderFactory())
+    if (realTime) lanes.realTimeReaderFactory(inner.createReaderFactory())
+    else lanes.readerFactory(inner.createReaderFactory())
 
   override def metrics(latestConsumedOffset: Optional[Offset]): ju.Map[String, String] = {
     val own = inner match {

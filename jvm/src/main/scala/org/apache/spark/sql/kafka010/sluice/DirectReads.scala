@@ -3,27 +3,31 @@ package org.apache.spark.sql.kafka010.sluice
 import java.util.TimeZone
 
 import org.apache.kafka.clients.consumer.ConsumerRecord
+import org.apache.kafka.common.record.{TimestampType => KafkaTimestampType}
 
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.SpecificInternalRow
 import org.apache.spark.sql.catalyst.util.RebaseDateTime
 import org.apache.spark.sql.connector.metric.CustomTaskMetric
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
-import org.apache.spark.sql.kafka010.{KafkaBatchInputPartition, KafkaOffsetRangeLimit, KafkaRecordToRowConverter}
-import org.apache.spark.sql.kafka010.consumer.KafkaDataConsumer
+import org.apache.spark.sql.connector.read.streaming.PartitionOffset
+import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead.RecordStatus
+import org.apache.spark.sql.kafka010.{KafkaBatchInputPartition, KafkaOffsetRangeLimit, KafkaRecordToRowConverter,
+  KafkaSourcePartitionOffset}
+import org.apache.spark.sql.kafka010.consumer.{KafkaDataConsumer, KafkaDataConsumerIterator}
 import org.apache.spark.sql.vectorized.ColumnarBatch
 import org.apache.spark.unsafe.types.UTF8String
 import org.apache.spark.util.LongAccumulator
 
 /**
- * Kafka records handed to a micro-batch as rows over the records' own fields
- * (`spark.sluice.input.kafka.direct`; sluice.input builds the factory).
+ * Kafka records handed to a query as rows over the records' own fields, in micro-batches and in
+ * real time (`spark.sluice.input.kafka.direct`; sluice.input builds the factory).
  *
  * Spark's Kafka reader builds every record into a generic row (a Seq turned into an array, the
  * topic's name encoded again, a `java.sql.Timestamp`, the default time zone cloned) and then copies
  * that row into an `UnsafeRow`, key and value bytes included. The copy serves nobody: Spark's planner
- * puts a projection over every micro-batch scan to make unsafe rows (DataSourceV2Strategy, kept by
- * RemoveRedundantProjects), and that projection copies again, the columns the query reads. Here one
+ * puts a projection over every micro-batch and real-time scan to make unsafe rows
+ * (DataSourceV2Strategy, kept by RemoveRedundantProjects), and that projection copies again, the columns the query reads. Here one
  * mutable row per reader points at the current record's key and value arrays, so only the projection
  * copies, and only what it reads: a count by key never copies a value.
  *
@@ -56,12 +60,12 @@ private final class DirectReaderFactory(fallback: PartitionReaderFactory, record
 }
 
 /**
- * One topic-partition's offset range, as Spark's micro-batch reader reads it. Not a
- * `SupportsRealTimeRead`: real-time plans keep Spark's reader (sluice.input asks for this one only
- * for micro-batches).
+ * One topic-partition's offset range, read as Spark's reader reads it: in a micro-batch up to the
+ * range's end; in real time (`RealTimeReads`) from its start on, record by record as they come, each
+ * reported with its Kafka timestamp as its arrival time where that is a create or log-append time.
  */
 private final class DirectReader(p: KafkaBatchInputPartition, records: LongAccumulator)
-  extends PartitionReader[InternalRow] {
+  extends RealTimeReads[InternalRow] {
   import DirectReader._
 
   private val consumer = KafkaDataConsumer.acquire(p.offsetRange.topicPartition, p.executorKafkaParams)
@@ -72,6 +76,7 @@ private final class DirectReader(p: KafkaBatchInputPartition, records: LongAccum
   row.setInt(Partition, p.offsetRange.topicPartition.partition)
   private var nextOffset = from
   private var handed = 0L
+  private var realTimeRecords: KafkaDataConsumerIterator = _
 
   override def next(): Boolean = nextOffset < until && {
     val record = consumer.get(nextOffset, until, p.pollTimeoutMs, p.failOnDataLoss)
@@ -82,6 +87,24 @@ private final class DirectReader(p: KafkaBatchInputPartition, records: LongAccum
       true
     }
   }
+
+  override def nextRecord(timeoutMs: Long): RecordStatus = {
+    if (realTimeRecords == null) realTimeRecords = consumer.getIterator(nextOffset)
+    realTimeRecords.nextWithTimeout(timeoutMs) match {
+      case Some(record) =>
+        fill(record)
+        nextOffset = record.offset + 1
+        handed += 1
+        record.timestampType match {
+          case KafkaTimestampType.CREATE_TIME | KafkaTimestampType.LOG_APPEND_TIME =>
+            RecordStatus.newStatusWithArrivalTimeMs(record.timestamp)
+          case _ => RecordStatus.newStatusWithoutArrivalTime(true)
+        }
+      case None => RecordStatus.newStatusWithoutArrivalTime(false)
+    }
+  }
+
+  override def getOffset(): PartitionOffset = KafkaSourcePartitionOffset(p.offsetRange.topicPartition, nextOffset)
 
   private def fill(r: ConsumerRecord[Array[Byte], Array[Byte]]): Unit = {
     row.update(Key, r.key)
