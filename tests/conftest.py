@@ -168,6 +168,27 @@ def spark() -> Iterator[SparkSession]:
     yield sluice_session()
 
 
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real Kafka broker (kafka_harness.Broker) for the module's tests."""
+    import kafka_harness as kh
+
+    b = kh.Broker(tmp_path_factory.mktemp("kafka")).start()
+    yield b
+    b.stop()
+
+
+def kafka_session(conf: dict[str, str] | None = None, **options: Any) -> SparkSession:
+    """sluice_session with Spark's Kafka connector on the driver's class path (the py4j gateway is
+    relaunched with it, so no session may be running: the current one is stopped)."""
+    import kafka_harness as kh
+
+    jars = kh.connector_jars()
+    stop_session()
+    kh.ensure_driver_jars(jars)
+    return sluice_session(conf={"spark.jars": ",".join(jars), **(conf or {})}, **options)
+
+
 @pytest.fixture(params=["hdfs", "rocksdb"])
 def provider(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[str]:
     """Runs a test once per built-in state store provider (set per query, recorded in the checkpoint)."""

@@ -11,24 +11,14 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
 import kafka_harness as kh
-from conftest import KAFKA_FETCH_MAX_WAIT_MS, executor_consumer_metrics, sluice_session, stop_session
+from conftest import KAFKA_FETCH_MAX_WAIT_MS, executor_consumer_metrics, kafka_session, stop_session
 
 BOUND = 2 << 20  # spark.sluice.input.buffer.max.bytes for this module
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kh.Broker]:
-    b = kh.Broker(tmp_path_factory.mktemp("kafka")).start()
-    yield b
-    b.stop()
-
-
-@pytest.fixture(scope="module")
 def kspark(broker: kh.Broker) -> Iterator[SparkSession]:
-    jars = kh.connector_jars()
-    stop_session()
-    kh.ensure_driver_jars(jars)
-    yield sluice_session(conf={"spark.jars": ",".join(jars)}, input_buffer_max_bytes=str(BOUND))
+    yield kafka_session(input_buffer_max_bytes=str(BOUND))
     stop_session()
 
 

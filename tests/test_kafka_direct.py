@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import kafka_harness as kh
-from conftest import sluice_session, stop_session
+from conftest import kafka_session, stop_session
 from sluice import input as sluice_input
 from sluice._conf import spec, state_store_providers
 from test_slicing import BATCHES, DELAY, SIZE, T0, Run, final, model, ts
@@ -24,18 +24,8 @@ COLUMNS = ["partition", "offset", "key", "value", "topic", "timestamp", "timesta
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kh.Broker]:
-    b = kh.Broker(tmp_path_factory.mktemp("kafka")).start()
-    yield b
-    b.stop()
-
-
-@pytest.fixture(scope="module")
 def kspark(broker: kh.Broker) -> Iterator[SparkSession]:
-    jars = kh.connector_jars()
-    stop_session()
-    kh.ensure_driver_jars(jars)
-    yield sluice_session(conf={"spark.jars": ",".join(jars), "spark.sql.shuffle.partitions": "2"})
+    yield kafka_session(conf={"spark.sql.shuffle.partitions": "2"})
     stop_session()
 
 
