@@ -108,7 +108,9 @@ def test_the_direct_reader_hands_over_sparks_rows_and_the_bound_still_measures_t
     runs = {}
     for direct in (True, False):
         sink = Batches(COLUMNS)
-        metrics = drain(source(kspark, broker, "rows", direct, maxOffsetsPerTrigger=90), sink, tmp_path / str(direct))
+        # minPartitions: each batch splits a partition's range over several readers
+        metrics = drain(source(kspark, broker, "rows", direct, maxOffsetsPerTrigger=90, minPartitions=5), sink,
+                        tmp_path / str(direct))
         runs[direct] = (sink, metrics)
     on, on_metrics = runs[True]
     off, off_metrics = runs[False]

@@ -16,6 +16,8 @@ class SluiceConfSuite extends AnyFunSuite {
     assert(conf().get(SluiceConf.SuppressFused))
     assert(!conf("spark.sluice.suppress.fused" -> "FALSE").get(SluiceConf.SuppressFused))
     assert(conf("spark.sluice.suppress.fused" -> " true ").get(SluiceConf.SuppressFused))
+    assert(!conf().get(SluiceConf.InputKafkaDirect))
+    assert(conf("spark.sluice.input.kafka.direct" -> "True").get(SluiceConf.InputKafkaDirect))
   }
 
   test("byte sizes accept plain numbers and Spark byte strings") {
@@ -51,7 +53,8 @@ class SluiceConfSuite extends AnyFunSuite {
         "spark.sluice.input.buffer.max.bytes" -> "0",
         "spark.sluice.commit.interval.ms" -> "-5s",
         "spark.sluice.commit.interval.ms" -> "soon",
-        "spark.sluice.suppress.fused" -> "yes")) {
+        "spark.sluice.suppress.fused" -> "yes",
+        "spark.sluice.input.kafka.direct" -> "maybe")) {
       val e = intercept[SluiceConfException](conf(key -> value))
       assert(e.getMessage.contains(key), e.getMessage)
       assert(e.getMessage.contains(s"'$value'"), e.getMessage)
