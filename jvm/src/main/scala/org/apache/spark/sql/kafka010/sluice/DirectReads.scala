@@ -27,9 +27,10 @@ import org.apache.spark.util.LongAccumulator
  * topic's name encoded again, a `java.sql.Timestamp`, the default time zone cloned) and then copies
  * that row into an `UnsafeRow`, key and value bytes included. The copy serves nobody: Spark's planner
  * puts a projection over every micro-batch and real-time scan to make unsafe rows
- * (DataSourceV2Strategy, kept by RemoveRedundantProjects), and that projection copies again, the columns the query reads. Here one
- * mutable row per reader points at the current record's key and value arrays, so only the projection
- * copies, and only what it reads: a count by key never copies a value.
+ * (DataSourceV2Strategy, kept by RemoveRedundantProjects), and that projection copies again, the
+ * columns the query reads. Here one mutable row per reader points at the current record's key and
+ * value arrays, so only the projection copies, and only what it reads: a count by key never copies a
+ * value.
  *
  * The rows are the ones Spark's reader makes (same columns, same timestamp rebase), read through the
  * same pooled consumer from the same offsets with the same data-loss handling, and the reader reports
