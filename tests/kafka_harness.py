@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -43,6 +44,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class PortTaken(RuntimeError):
+    """The broker exited because one of its ports was taken."""
+
+
 class Broker:
     """One KRaft Kafka node in a temporary directory; `bootstrap` is its client address."""
 
@@ -54,7 +59,22 @@ class Broker:
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 90.0) -> "Broker":
+    def start(self, timeout: float = 90.0, attempts: int = 3) -> "Broker":
+        """Starts the node. A port that `_free_port` found free can be taken by another process before
+        the node binds it (pytest's workers start Spark and brokers side by side): the node then exits
+        saying so, and is started again on new ports, from an empty log directory."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                if attempt == attempts:
+                    raise
+                self.port, self.controller_port = _free_port(), _free_port()
+                self.bootstrap = f"127.0.0.1:{self.port}"
+                shutil.rmtree(self.workdir / "data", ignore_errors=True)
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> "Broker":
         self.workdir.mkdir(parents=True, exist_ok=True)
         props = self.workdir / "server.properties"
         props.write_text("\n".join([
@@ -90,13 +110,17 @@ class Broker:
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         subprocess.run(java + ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
                        check=True, capture_output=True)
+        log = self.workdir / "broker.log"
+        log_from = log.stat().st_size if log.exists() else 0
         out = open(self.workdir / "broker.out", "wb")
         self.proc = subprocess.Popen(java + ["kafka.Kafka", str(props)], stdout=out,
                                      stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"Kafka broker exited: {(self.workdir / 'broker.out').read_text()[-3000:]}")
+                logged = log.read_bytes()[log_from:].decode(errors="replace") if log.exists() else ""
+                said = f"{(self.workdir / 'broker.out').read_text()[-3000:]}{logged[-3000:]}"
+                raise (PortTaken if "Address already in use" in logged else RuntimeError)(f"Kafka broker exited: {said}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                     return self
