@@ -116,8 +116,10 @@ private[input] final class KafkaLanes(
   }
 
   override def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory =
-    new KafkaMeasuringReaderFactory(realTimeReaderFactory(inner), acc)
-  override def realTimeReaderFactory(inner: PartitionReaderFactory): PartitionReaderFactory =
+    new KafkaMeasuringReaderFactory(reader(inner), acc)
+  override def realTimeReaderFactory(inner: PartitionReaderFactory): PartitionReaderFactory = reader(inner)
+  /** The direct reader where `input.kafka.direct` is on, else Spark's (`inner`). */
+  private def reader(inner: PartitionReaderFactory): PartitionReaderFactory =
     directAcc.map(DirectReads.factory(inner, _)).getOrElse(inner)
 
   override def directRecords(): Option[Long] = directAcc.map { a =>
