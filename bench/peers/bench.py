@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import kafka_harness as kh  # noqa: E402
+from cpu_split import CpuSplit  # noqa: E402  (beside this file)
 from harness import Harness  # noqa: E402
 from pyspark.version import __version__ as PYSPARK_VERSION  # noqa: E402
 
@@ -81,6 +82,8 @@ class Side:
 FL, KS, KSL, SL, RT = "flink", "kafka-streams", "ks-lowlat", "sluice", "sluice-rt"
 SIDES = [FL, KS, KSL, SL, RT]
 SPARK_SIDES = (SL, RT)
+# The broker's JVM, whose threads each drain's CPU split counts beside the side's (set once it runs).
+BROKER_PIDS: list[int] = []
 QUERIES = ["count", "q5", "q7", "q8", "q11"]
 
 
@@ -214,11 +217,14 @@ def drain(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, data: D
                          timeout_s or a.timeout_s, "--idle-s", a.idle_s, "--query", q, *data.cut(a, q))
     try:
         s = start_side(side, q, a, work, bs, data.topic, out, name)
+        split = None
         try:
             config = s.wait("config", timeout=300)
             started = s.wait("started", timeout=300)
+            split = CpuSplit({"side": lambda: [s.proc.pid], "broker": lambda: BROKER_PIDS}).start()
             w = tool_result("watch", watcher)
         finally:
+            cpu = split.stop() if split else {}
             stopped = stop(s)
     finally:
         if watcher.poll() is None:
@@ -233,6 +239,7 @@ def drain(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, data: D
               "expected_rows": expected_rows, "differing_from_expected": c["differing_from_expected"],
               "complete": not w.get("timeout"), "dropped": stopped.get("dropped_records"),
               "rows_file": str(work / f"{name}.rows"), "config": config}
+    result["cpu_core_s"] = cpu
     result["warm_events_per_s"] = warm_rate(side, c.get("warm"), stopped.get("batches") or [], data, first, last)
     if stopped.get("failure"):
         result["failure"] = stopped["failure"]
@@ -266,6 +273,17 @@ def warm_rate(side: str, warm: dict[str, int] | None, batches: list[dict[str, An
         return None
     events = (warm["to_close_ms"] - warm["from_close_ms"]) * data.events / (last - first)
     return round(events * 1000 / (warm["to_append_ms"] - warm["from_append_ms"]))
+
+
+def cpu_summary(runs: list[dict[str, Any]]) -> str:
+    """The median core-seconds of each group of threads over `runs`, the side's then the broker's."""
+    parts = []
+    for part in ("side", "broker"):
+        groups = sorted({g for r in runs for g in r.get("cpu_core_s", {}).get(part, {})})
+        parts += [f"{'' if part == 'side' else 'broker '}{g} "
+                  f"{statistics.median(r.get('cpu_core_s', {}).get(part, {}).get(g, 0.0) for r in runs):.1f}"
+                  for g in groups]
+    return ", ".join(parts)
 
 
 def rate_keys(a: argparse.Namespace, rate: int) -> int:
@@ -566,6 +584,7 @@ def main() -> None:
     # The project's test broker starts group rebalances at once; --rebalance-delay-ms sets Kafka's
     # default 3 s instead (Kafka Streams' threads then join the first rebalance together).
     broker = kh.Broker(work / "broker", {"group.initial.rebalance.delay.ms": str(a.rebalance_delay_ms)}).start()
+    BROKER_PIDS.append(broker.proc.pid)
     try:
         run(a, queries, sides, search, work, broker.bootstrap)
     finally:
@@ -706,6 +725,9 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: lis
             med = {n: statistics.median(r["events_per_s"] for r in runs[n]) for n in names}
             print(f"   {q}: median drain events/s " + ", ".join(f"{n} {v:.0f}" for n, v in med.items())
                   + "; peak RSS MB " + ", ".join(f"{n} {[r['peak_rss_mb'] for r in runs[n]]}" for n in names))
+            # Not a target: where each side's CPU went during its drains (cpu_split.py).
+            print(f"   {q}: CPU core-s over the drain, median of runs (cpu_split.py): "
+                  + "; ".join(f"{n} {cpu_summary(runs[n])}" for n in names))
             warm_med = {n: statistics.median(r["warm_events_per_s"] for r in runs[n]) for n in names
                         if all(r.get("warm_events_per_s") for r in runs[n])}
             if warm_med:
