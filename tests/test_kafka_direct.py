@@ -137,6 +137,121 @@ def test_a_source_with_headers_keeps_sparks_reader(kspark: SparkSession, broker:
     assert metrics and all(m[sluice_input.DIRECT_RECORDS_METRIC] == "0" for m in metrics.values())
 
 
+BYTES_SERIALIZER = "org.apache.kafka.common.serialization.ByteArraySerializer"
+
+
+def produce_transactions(spark: SparkSession, broker: kh.Broker, topic: str, partitions: int) -> tuple[int, int]:
+    """Transactions of 1, 4, 7, 10 and 13 records round-robin over the partitions, every third aborted:
+    each commit or abort leaves an offset on every partition it wrote with no record visible at it,
+    and under read_committed an aborted transaction's records are not visible either. (records, the
+    committed ones)."""
+    jvm = spark._jvm
+    props = jvm.java.util.Properties()
+    for k, v in {"bootstrap.servers": broker.bootstrap, "transactional.id": f"sluice-{topic}",
+                 "key.serializer": BYTES_SERIALIZER, "value.serializer": BYTES_SERIALIZER}.items():
+        props.setProperty(k, v)
+    producer = jvm.org.apache.kafka.clients.producer.KafkaProducer(props)
+    n = committed = 0
+    try:
+        producer.initTransactions()
+        for t in range(15):
+            producer.beginTransaction()
+            size = 1 + 3 * (t % 5)
+            for _ in range(size):
+                producer.send(jvm.org.apache.kafka.clients.producer.ProducerRecord(
+                    topic, n % partitions, f"k{n}".encode(), f"v{n}".encode()))
+                n += 1
+            if t % 3 == 2:
+                producer.flush()  # written, then aborted (an abort drops what is not sent yet)
+                producer.abortTransaction()
+            else:
+                producer.commitTransaction()
+                committed += size
+    finally:
+        producer.close()
+    return n, committed
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_offsets_without_a_visible_record_are_skipped_as_sparks_reader_skips_them(
+        kspark: SparkSession, broker: kh.Broker, tmp_path: Path, isolation: str) -> None:
+    """Transaction markers (and, read committed, aborted records) between and at the ends of batches
+    whose ranges split partitions over several readers: the direct reader hands over Spark's rows."""
+    topic = f"tx_{isolation}"
+    kh.create_topic(kspark, broker.bootstrap, topic, 2)
+    records, committed = produce_transactions(kspark, broker, topic, 2)
+    options = {"kafka.isolation.level": isolation}
+    expected = batch_read(kspark, broker, topic, COLUMNS, **options)
+    assert len(expected) == (committed if isolation == "read_committed" else records)
+    runs = {}
+    for direct in (True, False):
+        sink = Batches(COLUMNS)
+        drain(source(kspark, broker, topic, direct, maxOffsetsPerTrigger=7, minPartitions=3, **options), sink,
+              tmp_path / str(direct))
+        runs[direct] = sink
+    assert runs[True].all() == expected
+    assert len(runs[True].rows) >= 5 and runs[True].rows == runs[False].rows
+
+
+def delete_records(spark: SparkSession, broker: kh.Broker, topic: str, before: int) -> None:
+    """Deletes partition 0's records before offset `before`, as retention would."""
+    jvm = spark._jvm
+    props = jvm.java.util.Properties()
+    props.setProperty("bootstrap.servers", broker.bootstrap)
+    admin = jvm.org.apache.kafka.clients.admin.AdminClient.create(props)
+    try:
+        tp = jvm.org.apache.kafka.common.TopicPartition(topic, 0)
+        # RecordsToDelete.beforeOffset(long) by reflection: py4j does not resolve a static method that
+        # shares its name with an instance method (RecordsToDelete.beforeOffset()).
+        cls = jvm.java.lang.Class.forName("org.apache.kafka.clients.admin.RecordsToDelete", True,
+                                          admin.getClass().getClassLoader())
+        method = next(m for m in cls.getMethods() if m.getName() == "beforeOffset" and m.getParameterCount() == 1)
+        args = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 1)
+        args[0] = jvm.java.lang.Long.valueOf(before)
+        admin.deleteRecords(jvm.java.util.Map.of(tp, method.invoke(None, args))).all().get()
+    finally:
+        admin.close()
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [False, True])
+def test_records_lost_to_retention_are_skipped_or_fail_the_query_as_in_sparks_reader(
+        kspark: SparkSession, broker: kh.Broker, tmp_path: Path, fail_on_data_loss: bool) -> None:
+    """A restarted query whose next batch starts at offsets retention deleted meanwhile: skipped as
+    Spark's reader skips them, or the query fails as Spark's fails."""
+    outcomes = {}
+    for direct in (True, False):
+        topic = f"lost_{fail_on_data_loss}_{direct}"
+        kh.create_topic(kspark, broker.bootstrap, topic, 1)
+        produce_mixed(kspark, broker, topic, 20, 1)
+        sink = Batches(COLUMNS[:4])
+
+        def run() -> str | None:
+            df = source(kspark, broker, topic, direct, maxOffsetsPerTrigger=20,
+                        failOnDataLoss=str(fail_on_data_loss).lower())
+            q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / str(direct))).start()
+            try:
+                q.processAllAvailable()
+                return None
+            except Exception as e:  # noqa: BLE001 (the query's failure is the outcome compared)
+                return type(e).__name__
+            finally:
+                q.stop()
+
+        assert run() is None and len(sink.rows) == 1
+        produce_mixed(kspark, broker, topic, 40, 1)  # offsets 20-59
+        delete_records(kspark, broker, topic, 30)
+        failure = run()
+        outcomes[direct] = (failure, {b: [r[1:] for r in rows] for b, rows in sink.rows.items()})
+    failure, rows = outcomes[True]
+    assert outcomes[True] == outcomes[False]
+    if fail_on_data_loss:
+        assert failure is not None
+    else:
+        assert failure is None
+        # the batch after the restart starts where retention left the log
+        assert sorted(r[0] for b in sorted(rows)[1:] for r in rows[b]) == list(range(30, 60))
+
+
 class KafkaRun(Run):
     """test_slicing's Run over a Kafka topic: each feed produces its events (key the user, value the
     event time and v as JSON), and the query reads them in one micro-batch; the direct reader is
