@@ -1,9 +1,8 @@
 package org.apache.spark.sql.kafka010.sluice
 
-import java.{util => ju}
 import java.util.TimeZone
 
-import org.apache.kafka.clients.consumer.{ConsumerRecord, OffsetOutOfRangeException}
+import org.apache.kafka.clients.consumer.ConsumerRecord
 import org.apache.kafka.common.record.{TimestampType => KafkaTimestampType}
 
 import org.apache.spark.sql.catalyst.InternalRow
@@ -16,10 +15,9 @@ import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead.Record
 import org.apache.spark.sql.kafka010.{KafkaBatchInputPartition, KafkaOffsetRangeLimit, KafkaRecordToRowConverter,
   KafkaSourcePartitionOffset}
 import org.apache.spark.sql.kafka010.consumer.{KafkaDataConsumer, KafkaDataConsumerIterator}
-import org.apache.spark.sql.kafka010.consumer.KafkaDataConsumer.AvailableOffsetRange
 import org.apache.spark.sql.vectorized.ColumnarBatch
 import org.apache.spark.unsafe.types.UTF8String
-import org.apache.spark.util.{LongAccumulator, UninterruptibleThread}
+import org.apache.spark.util.LongAccumulator
 
 /**
  * Kafka records handed to a query as rows over the records' own fields, in micro-batches and in
@@ -38,10 +36,6 @@ import org.apache.spark.util.{LongAccumulator, UninterruptibleThread}
  * same pooled consumer from the same offsets with the same data-loss handling, and the reader reports
  * Spark's two task metrics. The row is reused from record to record, as Spark's reader reuses its
  * `UnsafeRow`; a consumer keeping rows copies them, as it must already.
- *
- * A micro-batch's records are also taken from each fetch of the pooled consumer as a whole
- * ([[DirectReader]]'s `fromPolls`), with the decisions Spark's `KafkaDataConsumer.get` makes, rather
- * than one record per `get` call.
  *
  * In Spark's Kafka package because the input partition and the pooled consumer are private to it.
  */
@@ -85,73 +79,14 @@ private final class DirectReader(p: KafkaBatchInputPartition, records: LongAccum
   private var handed = 0L
   private var realTimeRecords: KafkaDataConsumerIterator = _
 
-  // The micro-batch read: `polled`, the records of the consumer's last fetch not handed over yet;
-  // `afterPoll`, its position after that fetch (-1: none), past any offsets it found no visible
-  // record at; `polledRange`, the partition's offset range the fetch looked up.
-  private var polled: ju.Iterator[ConsumerRecord[Array[Byte], Array[Byte]]] = ju.Collections.emptyIterator()
-  private var afterPoll = -1L
-  private var polledRange: AvailableOffsetRange = _
-
   override def next(): Boolean = nextOffset < until && {
-    val direct = fromPolls()
-    val record = if ((direct ne null) || nextOffset >= until) direct else {
-      // Spark's reader decides: an offset lost to retention, a record out of order.
-      polled = ju.Collections.emptyIterator()
-      afterPoll = -1L
-      consumer.get(nextOffset, until, p.pollTimeoutMs, p.failOnDataLoss)
-    }
+    val record = consumer.get(nextOffset, until, p.pollTimeoutMs, p.failOnDataLoss)
     record != null && {
       fill(record)
       nextOffset = record.offset + 1
       handed += 1
       true
     }
-  }
-
-  /**
-   * The record Spark's `get(nextOffset, ...)` would return, taken from whole fetches; null where the
-   * range ends first (`nextOffset` then at or past `until`) or where only `get` can tell.
-   *
-   * Spark's `get` fetches as this does (the consumer's `fetch`: a seek, a poll, the position after it
-   * and the partition's offset range), but then returns one record per call through several layers
-   * and the task thread's uninterruptible section. The decisions are its own, made from the same
-   * fetch: a record is the next record when its offset is the one asked for; offsets a fetch passed
-   * without a visible record (transaction markers, aborted or compacted records) are skipped, before
-   * the position after the fetch and, between two of its records, as long as the range's earliest
-   * offset is not past them; offsets retention deleted (data loss) are left to `get`.
-   */
-  private def fromPolls(): ConsumerRecord[Array[Byte], Array[Byte]] = {
-    while (!polled.hasNext) {
-      if (nextOffset < afterPoll) {
-        nextOffset = afterPoll
-        if (nextOffset >= until) return null
-      }
-      val (records, position, range) =
-        try uninterruptibly(consumer.getOrRetrieveConsumer().fetch(nextOffset, p.pollTimeoutMs))
-        catch {
-          case _: OffsetOutOfRangeException => return null // retention deleted the offset: `get` handles the loss
-        }
-      // Empty, the fetch moved past offsets without a visible record (it throws where it did not move).
-      polled = records.iterator()
-      afterPoll = position
-      polledRange = range
-    }
-    val record = polled.next()
-    if (record.offset == nextOffset) record
-    else if (record.offset > nextOffset && polledRange.earliest <= nextOffset) {
-      if (record.offset < until) record
-      else {
-        nextOffset = until
-        null
-      }
-    } else null
-  }
-
-  /** Runs `body` as Spark's reader runs its consumer calls: not interrupted by a task kill, which
-   *  can leave a Kafka consumer unusable (KAFKA-1894). */
-  private def uninterruptibly[T](body: => T): T = Thread.currentThread match {
-    case t: UninterruptibleThread => t.runUninterruptibly(body)
-    case _ => body
   }
 
   override def nextRecord(timeoutMs: Long): RecordStatus = {
