@@ -1,8 +1,10 @@
 """input.kafka.direct: a micro-batch's Kafka records handed over by sluice's direct reader, as rows
 pointing at the records' own fields, instead of Spark's copy of each into a generic and then an
-unsafe row. On a real broker: the rows are Spark's, the input bound still measures them, a source
-with headers keeps Spark's reader, and stateful final results are the same across restarts that
-switch the reader and replay a batch, on every state store."""
+unsafe row. On a real broker: the rows are Spark's (also where offsets hold no visible record, as
+transaction markers and aborted records, and where retention deleted offsets a batch was to read),
+the input bound still measures them, a source with headers keeps Spark's reader, and stateful final
+results are the same across restarts that switch the reader and replay a batch, on every state
+store."""
 from __future__ import annotations
 
 import json
