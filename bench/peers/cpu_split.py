@@ -32,8 +32,8 @@ def group(name: str) -> str:
     return next((g for g, prefixes in GROUPS if name.startswith(prefixes)), "other")
 
 
-def _descendants(roots: list[int]) -> list[int]:
-    """The processes `roots` and all their descendants (a Spark side is Python starting a JVM)."""
+def _children() -> dict[int, list[int]]:
+    """Every process's children, by parent pid."""
     children: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -43,6 +43,11 @@ def _descendants(roots: list[int]) -> list[int]:
                 children.setdefault(ppid, []).append(int(d.name))
             except (OSError, ValueError):
                 pass
+    return children
+
+
+def _descendants(roots: list[int], children: dict[int, list[int]]) -> list[int]:
+    """The processes `roots` and all their descendants (a Spark side is Python starting a JVM)."""
     out, todo = [], list(roots)
     while todo:
         p = todo.pop()
@@ -80,8 +85,9 @@ class CpuSplit:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _read(self, initial: bool) -> None:
+        children = _children()  # one pass over /proc per reading, for every part
         for part, roots in self.parts.items():
-            for pid in _descendants(roots()):
+            for pid in _descendants(roots(), children):
                 for key, (name, ticks) in _threads(pid).items():
                     if initial:
                         self.first[key] = ticks
