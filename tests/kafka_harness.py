@@ -4,6 +4,7 @@ bench/input; nothing here is mocked."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shutil
 import socket
@@ -11,6 +12,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any, Iterator
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
@@ -162,16 +164,38 @@ def create_topic(spark: SparkSession, bootstrap: str, topic: str, partitions: in
     create_topic_in(spark._jvm, bootstrap, topic, partitions)
 
 
-def create_topic_in(jvm, bootstrap: str, topic: str, partitions: int) -> None:
-    """Creates `topic` with the Kafka client of the JVM `jvm` (a py4j view; the connector on its class path)."""
+@contextlib.contextmanager
+def admin_in(jvm, bootstrap: str) -> Iterator[Any]:
+    """An admin client of the JVM `jvm` (a py4j view; the connector on its class path), closed after."""
     props = jvm.java.util.Properties()
     props.setProperty("bootstrap.servers", bootstrap)
     admin = jvm.org.apache.kafka.clients.admin.AdminClient.create(props)
     try:
-        new = jvm.org.apache.kafka.clients.admin.NewTopic(topic, partitions, 1)
-        admin.createTopics(jvm.java.util.List.of(new)).all().get()
+        yield admin
     finally:
         admin.close()
+
+
+def create_topic_in(jvm, bootstrap: str, topic: str, partitions: int) -> None:
+    """Creates `topic` with the Kafka client of the JVM `jvm`."""
+    with admin_in(jvm, bootstrap) as admin:
+        new = jvm.org.apache.kafka.clients.admin.NewTopic(topic, partitions, 1)
+        admin.createTopics(jvm.java.util.List.of(new)).all().get()
+
+
+def delete_records(spark: SparkSession, bootstrap: str, topic: str, before: int) -> None:
+    """Deletes partition 0's records before offset `before`, as retention would."""
+    jvm = spark._jvm
+    with admin_in(jvm, bootstrap) as admin:
+        tp = jvm.org.apache.kafka.common.TopicPartition(topic, 0)
+        # RecordsToDelete.beforeOffset(long) by reflection: py4j does not resolve a static method that
+        # shares its name with an instance method (RecordsToDelete.beforeOffset()).
+        cls = jvm.java.lang.Class.forName("org.apache.kafka.clients.admin.RecordsToDelete", True,
+                                          admin.getClass().getClassLoader())
+        method = next(m for m in cls.getMethods() if m.getName() == "beforeOffset" and m.getParameterCount() == 1)
+        args = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 1)
+        args[0] = jvm.java.lang.Long.valueOf(before)
+        admin.deleteRecords(jvm.java.util.Map.of(tp, method.invoke(None, args))).all().get()
 
 
 def produce(spark: SparkSession, bootstrap: str, topic: str, count: int, partitions: int,

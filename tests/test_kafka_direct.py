@@ -195,26 +195,6 @@ def test_offsets_without_a_visible_record_are_skipped_as_sparks_reader_skips_the
     assert len(runs[True].rows) >= 5 and runs[True].rows == runs[False].rows
 
 
-def delete_records(spark: SparkSession, broker: kh.Broker, topic: str, before: int) -> None:
-    """Deletes partition 0's records before offset `before`, as retention would."""
-    jvm = spark._jvm
-    props = jvm.java.util.Properties()
-    props.setProperty("bootstrap.servers", broker.bootstrap)
-    admin = jvm.org.apache.kafka.clients.admin.AdminClient.create(props)
-    try:
-        tp = jvm.org.apache.kafka.common.TopicPartition(topic, 0)
-        # RecordsToDelete.beforeOffset(long) by reflection: py4j does not resolve a static method that
-        # shares its name with an instance method (RecordsToDelete.beforeOffset()).
-        cls = jvm.java.lang.Class.forName("org.apache.kafka.clients.admin.RecordsToDelete", True,
-                                          admin.getClass().getClassLoader())
-        method = next(m for m in cls.getMethods() if m.getName() == "beforeOffset" and m.getParameterCount() == 1)
-        args = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 1)
-        args[0] = jvm.java.lang.Long.valueOf(before)
-        admin.deleteRecords(jvm.java.util.Map.of(tp, method.invoke(None, args))).all().get()
-    finally:
-        admin.close()
-
-
 @pytest.mark.parametrize("fail_on_data_loss", [False, True])
 def test_records_lost_to_retention_are_skipped_or_fail_the_query_as_in_sparks_reader(
         kspark: SparkSession, broker: kh.Broker, tmp_path: Path, fail_on_data_loss: bool) -> None:
@@ -241,7 +221,7 @@ def test_records_lost_to_retention_are_skipped_or_fail_the_query_as_in_sparks_re
 
         assert run() is None and len(sink.rows) == 1
         produce_mixed(kspark, broker, topic, 40, 1)  # offsets 20-59
-        delete_records(kspark, broker, topic, 30)
+        kh.delete_records(kspark, broker.bootstrap, topic, 30)
         failure = run()
         outcomes[direct] = (failure, {b: [r[1:] for r in rows] for b, rows in sink.rows.items()})
     failure, rows = outcomes[True]
