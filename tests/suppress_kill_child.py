@@ -1,6 +1,7 @@
 """Child process of test_suppress_kill: runs a final-results query until it is killed.
 
-argv: input folder, checkpoint, output folder, state store provider class[, slide[, key=value ...]].
+argv: input folder, checkpoint, output folder, state store provider class[, slide (may be empty)[,
+key=value ...]].
 Each batch's rows go to <output>/<batch id>.json, replaced atomically (an idempotent sink keyed by
 batch id). With a slide the hour-long windows slide by it, formed by window slicing
 (spark.sluice.window.slicing); each key=value after it is a further session setting.
@@ -33,7 +34,7 @@ def file_sink(out):
 
 if __name__ == "__main__":
     src, ckpt, out, provider = sys.argv[1:5]
-    slide = sys.argv[5] if len(sys.argv) > 5 else None
+    slide = (sys.argv[5] if len(sys.argv) > 5 else "") or None
     settings = dict(kv.split("=", 1) for kv in sys.argv[6:])
     spark = sluice_session(conf={"spark.sql.streaming.stateStore.providerClass": provider,
                                  **({SLICING_KEY: "true"} if slide else {}), **settings})

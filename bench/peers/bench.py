@@ -194,7 +194,7 @@ def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, to
         cmd = [sys.executable, str(HERE / "spark_side.py"), "--query", q, "--bootstrap", bs, "--input", topic,
                "--output", out, "--checkpoint", str(work / f"ckpt-{name}"), "--lateness-ms", str(late),
                "--heap", a.heap, "--trigger", a.trigger, "--max-offsets", str(a.max_offsets),
-               "--json-decoder", a.json_decoder, "--window-slicing", a.window_slicing, "--sliced-state", a.sliced_state, "--partial-hash", a.partial_hash, "--state-merge", a.state_merge, "--kafka-direct", a.kafka_direct] + (["--stamp-emit", f"--extra-jar={HERE / 'target' / 'sendstamp.jar'}"] if a.stamp_emit else []) + [f"--sink-option={o}" for o in a.sink_option] + [f"--source-option={o}" for o in a.source_option] + [f"--spark-conf={o}" for o in a.spark_conf]
+               "--json-decoder", a.json_decoder, "--window-slicing", a.window_slicing, "--sliced-state", a.sliced_state, "--partial-hash", a.partial_hash, "--state-merge", a.state_merge, "--kafka-direct", a.kafka_direct, "--checkpoint-direct", a.checkpoint_direct] + (["--stamp-emit", f"--extra-jar={HERE / 'target' / 'sendstamp.jar'}"] if a.stamp_emit else []) + [f"--sink-option={o}" for o in a.sink_option] + [f"--source-option={o}" for o in a.source_option] + [f"--spark-conf={o}" for o in a.spark_conf]
         cmd += [f"--java-option={o}" for o in jfr(a, name)]
         cmd += (["--realtime", a.rt_checkpoint, "--cores", str(a.rt_cores), "--shuffle-wait-ms", str(a.rt_shuffle_wait_ms)]
                 if side == RT else ["--cores", "2"])
@@ -536,6 +536,9 @@ def main() -> None:
     ap.add_argument("--kafka-direct", default="on", choices=["on", "off"],
                     help="sluice's input_kafka_direct (spark.sluice.input.kafka.direct): micro-batches read Kafka "
                          "records as rows over the records' own fields, without Spark's two copies")
+    ap.add_argument("--checkpoint-direct", default="on", choices=["on", "off"],
+                    help="sluice's checkpoint_local_direct (spark.sluice.checkpoint.local.direct): the local "
+                         "checkpoint's files written with java.nio, without Hadoop's chmod and readlink processes")
     ap.add_argument("--sink-option", action="append", default=[],
                     help="KEY=VALUE, repeatable: an option of the Spark sides' Kafka sink (e.g. kafka.linger.ms=0)")
     ap.add_argument("--source-option", action="append", default=[],
@@ -627,6 +630,8 @@ def settings_of(a: argparse.Namespace, count_records: int) -> dict[str, Any]:
             "row: the count, q5 without sliced state, q7, q8's none), "
             f"input_kafka_direct {a.kafka_direct} (spark.sluice.input.kafka.direct: records read without Spark's "
             "copies into a generic and an unsafe row), "
+            f"checkpoint_local_direct {a.checkpoint_direct} (spark.sluice.checkpoint.local.direct: the checkpoint's "
+            "files written with java.nio), "
             "Kafka source options "
             f"{', '.join(a.source_option) or 'none beyond the subscription (Spark defaults)'}",
         RT: f"the {SL} pipeline with trigger(realTime='{a.rt_checkpoint}') (checkpoint interval), "

@@ -20,7 +20,9 @@ q7's ``max(struct)``: aggregated by hash before the shuffle, not sorted (``aggre
 ``--partial-hash off``). Each key's restored state merged into the batch's aggregate per row, not in a
 second hash aggregation (``aggregate_state_merge=True``; ``--state-merge off``). Kafka records read
 by sluice's direct reader, without Spark's copies into a generic and an unsafe row
-(``input_kafka_direct=True``; ``--kafka-direct off``).
+(``input_kafka_direct=True``; ``--kafka-direct off``). The checkpoint's files written by sluice's checkpoint
+file manager with java.nio, without Hadoop's process per file (``checkpoint_local_direct=True``;
+``--checkpoint-direct off``).
 
 Real-time (the `sluice-rt` side, ``--realtime``; the count, q7 and q8, the queries of tumbling windows
 under suppress written to the Kafka sink): the same pipeline with
@@ -185,6 +187,8 @@ def main() -> None:
                     help="sluice's aggregate_state_merge option: restored state merged into the batch's aggregate per row")
     ap.add_argument("--kafka-direct", default="on", choices=["on", "off"],
                     help="sluice's input_kafka_direct option: Kafka records read as rows over their own fields")
+    ap.add_argument("--checkpoint-direct", default="on", choices=["on", "off"],
+                    help="sluice's checkpoint_local_direct option: the local checkpoint's files written with java.nio")
     ap.add_argument("--sink-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka sink "
                     "(e.g. kafka.linger.ms=0)")
     ap.add_argument("--source-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka source "
@@ -229,7 +233,8 @@ def main() -> None:
     options = {"json_decoder": args.json_decoder, "window_slicing": args.window_slicing == "on",
                "window_slicing_state": args.sliced_state == "on",
                "aggregate_partial_hash": args.partial_hash == "on", "aggregate_state_merge": args.state_merge == "on",
-               "input_kafka_direct": args.kafka_direct == "on"}
+               "input_kafka_direct": args.kafka_direct == "on",
+               "checkpoint_local_direct": args.checkpoint_direct == "on"}
     if not rt:
         options["state_store"] = "in_memory_window"
     spark = sluice.configure(builder, **options).getOrCreate()

@@ -130,6 +130,12 @@ object SluiceConf {
    */
   val InputKafkaDirect: ConfEntry[Boolean] = boolean("input.kafka.direct")
 
+  /**
+   * Whether Spark's checkpoint files on the local file system are written with java.nio, without
+   * Hadoop's process per file (read when the SparkContext starts).
+   */
+  val CheckpointLocalDirect: ConfEntry[Boolean] = boolean("checkpoint.local.direct")
+
   /** How often held emissions are flushed; 0 means at every micro-batch. */
   val CommitIntervalMs: ConfEntry[Long] = millis("commit.interval.ms")
 
@@ -220,7 +226,8 @@ object SluiceConf {
 
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
-    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes, InputKafkaDirect, CommitIntervalMs) ++
+    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes, InputKafkaDirect, CheckpointLocalDirect,
+      CommitIntervalMs) ++
     Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder, WindowSlicing, WindowSlicingState, AggregatePartialHash,
       AggregateStateMerge)
   require(entries.map(_.key).toSet == spec.get("keys").elements().asScala.map(Prefix + _.get("name").asText()).toSet,

@@ -13,6 +13,7 @@ import sluice.cache.CachingStateStoreProvider
 import sluice.cache.internal.SlotCaches
 import sluice.conf.{MemoryBudget, SlotBudget, SluiceConf, SluiceConfException}
 import sluice.spark.{SessionConf, SparkVersions}
+import sluice.state.LocalCheckpointFileManager
 import sluice.windowstore.InMemoryWindowStoreProvider
 
 /**
@@ -20,7 +21,8 @@ import sluice.windowstore.InMemoryWindowStoreProvider
  *
  * Driver part: when the SparkContext starts, refuses a Spark minor other than the one this jar is
  * built for, validates every `spark.sluice.*` key, and the session's state store conf where a
- * sluice provider would refuse it, so a bad value fails startup instead of a query minutes later.
+ * sluice provider would refuse it, so a bad value fails startup instead of a query minutes later;
+ * installs sluice's checkpoint file manager where `spark.sluice.checkpoint.local.direct` asks for it.
  * Executor part: owns the executor-wide record-cache budget and splits it over the task slots.
  */
 class SluicePlugin extends SparkPlugin {
@@ -73,6 +75,11 @@ class SluiceDriverPlugin extends DriverPlugin {
     val settings = sc.getConf.getAll
     val conf = SluiceConf.validated(settings)
     SluicePlugin.stateStoreRefusal(settings.toMap, conf).foreach(m => throw new SluiceConfException(m))
+    if (conf.get(SluiceConf.CheckpointLocalDirect)) {
+      LocalCheckpointFileManager.refusal(settings.toMap).foreach(m => throw new SluiceConfException(m))
+      // Spark reads the manager class from the Hadoop conf every session derives from this one.
+      sc.hadoopConfiguration.set(SessionConf.CheckpointFileManagerKey, classOf[LocalCheckpointFileManager].getName)
+    }
     SluiceConf.deprecationWarnings(conf.settings).foreach(w => log.warn(w))
     val cores = SluicePlugin.executorCores(sc.master, sc.getConf.getOption("spark.executor.cores").map(_.toInt))
     cores.map(c => Map(SluicePlugin.ExecutorCoresKey -> c.toString)).getOrElse(Map.empty[String, String]).asJava

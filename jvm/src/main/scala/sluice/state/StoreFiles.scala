@@ -1,13 +1,12 @@
 package sluice.state
 
 import java.io.{BufferedInputStream, BufferedOutputStream, File, FileInputStream, FileNotFoundException, FileOutputStream, InputStream, IOException, OutputStream}
-import java.nio.file.{Files, StandardCopyOption}
-import java.util.UUID
+import java.nio.file.Files
 
 import scala.util.control.NonFatal
 
 import org.apache.hadoop.conf.Configuration
-import org.apache.hadoop.fs.{LocalFileSystem, Path, RawLocalFileSystem}
+import org.apache.hadoop.fs.Path
 
 import sluice.spark.CheckpointTypes.CheckpointFileManager
 import sluice.spark.SessionConf
@@ -18,18 +17,10 @@ import sluice.spark.SessionConf
  * deltas and snapshots, the record cache's write-behind log). A written file appears whole or not
  * at all (written under a temporary name, then renamed).
  *
- * On the local file system the files are written with java.nio: Hadoop's local file system,
- * without its native library, starts a `chmod` or `stat` process for each file it creates or
- * renames, which costs more than the rest of a small store's commit (per-file times in
- * bench/windowstore/README.md), and a store commits one file per micro-batch. Durability is the same as Hadoop's local file
- * system gives Spark's own checkpoint files: a rename on one file system, no fsync (a killed
- * process loses nothing; a power cut may lose what the OS had not written, commit log included).
- * Any other file system, or a checkpoint file manager chosen with
- * `spark.sql.streaming.checkpointFileManagerClass`, goes through Spark's CheckpointFileManager.
- *
- * Both read what the other wrote: Hadoop's local file system keeps a checksum beside each file
- * (`.<name>.crc`), which the java.nio side never writes, removes before it replaces a file (a
- * stale checksum would fail a later read through Hadoop) and removes with the file.
+ * On the local file system the files are written with java.nio ([[LocalFiles]], which says why);
+ * any other file system, or a checkpoint file manager chosen with
+ * `spark.sql.streaming.checkpointFileManagerClass` (other than sluice's own, which writes local
+ * files the same way), goes through Spark's CheckpointFileManager.
  */
 private[sluice] sealed trait StoreFiles {
   def mkdirs(): Unit
@@ -49,14 +40,14 @@ private[sluice] object StoreFiles {
   private val ManagerClassKey = SessionConf.CheckpointFileManagerKey
   private val BufferBytes = 64 * 1024
 
-  def apply(dir: Path, hadoopConf: Configuration): StoreFiles =
-    dir.getFileSystem(hadoopConf) match {
-      case local: LocalFileSystem if hadoopConf.get(ManagerClassKey) == null =>
-        new Local(local.pathToFile(local.makeQualified(dir)))
-      case raw: RawLocalFileSystem if hadoopConf.get(ManagerClassKey) == null =>
-        new Local(raw.pathToFile(raw.makeQualified(dir)))
-      case _ => new ThroughSpark(dir, CheckpointFileManager.create(dir, hadoopConf))
-    }
+  def apply(dir: Path, hadoopConf: Configuration): StoreFiles = {
+    val local = if (localManager(hadoopConf)) LocalFiles.fileOf(dir.getFileSystem(hadoopConf), dir) else None
+    local.map(new Local(_)).getOrElse(new ThroughSpark(dir, CheckpointFileManager.create(dir, hadoopConf)))
+  }
+
+  /** Whether local files may be written with java.nio: no manager is chosen, or sluice's is. */
+  private def localManager(hadoopConf: Configuration): Boolean =
+    Option(hadoopConf.get(ManagerClassKey)).forall(_ == classOf[LocalCheckpointFileManager].getName)
 
   private final class Local(dir: File) extends StoreFiles {
     override def mkdirs(): Unit = Files.createDirectories(dir.toPath)
@@ -66,25 +57,20 @@ private[sluice] object StoreFiles {
       new BufferedInputStream(new FileInputStream(new File(dir, name)), BufferBytes)
 
     override def write(name: String)(body: OutputStream => Unit): Unit = {
-      val tmp = new File(dir, s".$name.${UUID.randomUUID()}.tmp")
+      val target = new File(dir, name)
+      val tmp = LocalFiles.tempFor(target)
       try {
         val out = new BufferedOutputStream(new FileOutputStream(tmp), BufferBytes)
         try body(out) finally out.close()
-        Files.deleteIfExists(checksum(name))
-        Files.move(tmp.toPath, new File(dir, name).toPath, StandardCopyOption.ATOMIC_MOVE)
+        LocalFiles.publish(tmp, target, overwrite = true)
       } catch {
         case e: Throwable =>
-          try Files.deleteIfExists(tmp.toPath) catch { case NonFatal(s) => e.addSuppressed(s) }
+          LocalFiles.discard(tmp, e)
           throw e
       }
     }
 
-    override def delete(name: String): Unit = {
-      Files.deleteIfExists(new File(dir, name).toPath)
-      Files.deleteIfExists(checksum(name))
-    }
-
-    private def checksum(name: String) = new File(dir, s".$name.crc").toPath
+    override def delete(name: String): Unit = LocalFiles.delete(new File(dir, name))
 
     override def toString: String = s"local files in $dir"
   }

@@ -1,0 +1,105 @@
+package sluice.state
+
+import java.io.{BufferedOutputStream, File, FileOutputStream, OutputStream}
+import java.nio.file.Files
+
+import scala.util.control.NonFatal
+
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.{FileStatus, FSDataInputStream, Path, PathFilter}
+
+import sluice.conf.SluiceConf
+import sluice.spark.CheckpointTypes.{CancellableFSDataOutputStream, CheckpointFileManager}
+import sluice.spark.SessionConf
+
+
+/**
+ * Spark's checkpoint file manager with the local file system's files written by [[LocalFiles]]
+ * (java.nio, no process per file): the offset and commit logs, the state stores' deltas, snapshots
+ * and changelogs, every file Spark writes atomically under a local checkpoint. Everything else
+ * (reads, listings, deletes, other file systems) is Spark's own manager's work, the one Spark would
+ * have chosen without this one.
+ *
+ * Installed by the plugin as `spark.sql.streaming.checkpointFileManagerClass` when
+ * `spark.sluice.checkpoint.local.direct` is on; Spark builds one per directory it manages, by
+ * reflection, with this constructor.
+ */
+final class LocalCheckpointFileManager(path: Path, hadoopConf: Configuration) extends CheckpointFileManager {
+  import LocalCheckpointFileManager._
+
+  private val spark: CheckpointFileManager = {
+    val conf = new Configuration(hadoopConf)
+    conf.unset(SessionConf.CheckpointFileManagerKey)
+    CheckpointFileManager.create(path, conf)
+  }
+
+  private val localFs = Some(path.getFileSystem(hadoopConf)).filter(fs => LocalFiles.fileOf(fs, path).isDefined)
+
+  private def local(p: Path): Option[File] =
+    if (Option(p.toUri.getScheme).forall(_ == "file")) localFs.flatMap(LocalFiles.fileOf(_, p)) else None
+
+  override def createAtomic(p: Path, overwriteIfPossible: Boolean): CancellableFSDataOutputStream =
+    local(p) match {
+      case Some(target) =>
+        Files.createDirectories(target.getParentFile.toPath)
+        val tmp = LocalFiles.tempFor(target)
+        new AtomicLocalStream(tmp, target, overwriteIfPossible,
+          new BufferedOutputStream(new FileOutputStream(tmp), BufferBytes))
+      case None => spark.createAtomic(p, overwriteIfPossible)
+    }
+
+  override def open(p: Path): FSDataInputStream = spark.open(p)
+  override def list(p: Path, filter: PathFilter): Array[FileStatus] = spark.list(p, filter)
+  override def mkdirs(p: Path): Unit = spark.mkdirs(p)
+  override def exists(p: Path): Boolean = spark.exists(p)
+  override def delete(p: Path): Unit = spark.delete(p)
+  override def isLocal: Boolean = spark.isLocal
+  override def createCheckpointDirectory(): Path = spark.createCheckpointDirectory()
+  override def close(): Unit = spark.close()
+  override def toString: String = s"sluice's local checkpoint files over $spark"
+}
+
+object LocalCheckpointFileManager {
+  private val BufferBytes = 64 * 1024
+
+  /**
+   * Why the SparkContext's settings `settings` cannot take this manager: they choose another one,
+   * as a Spark setting or a Hadoop one (`spark.hadoop.`), and one of the two must go.
+   */
+  def refusal(settings: Map[String, String]): Option[String] = {
+    val ours = classOf[LocalCheckpointFileManager].getName
+    Seq(SessionConf.CheckpointFileManagerKey, "spark.hadoop." + SessionConf.CheckpointFileManagerKey)
+      .flatMap(k => settings.get(k).map(k -> _.trim)).find(_._2 != ours).map { case (k, v) =>
+        s"${SluiceConf.CheckpointLocalDirect.key}=true installs sluice's checkpoint file manager, but $k=$v " +
+          s"chooses another; unset one of the two"
+      }
+  }
+
+  /**
+   * The file appears under its name when the stream closes, whole; a cancelled or failed stream
+   * leaves no file behind. Closing or cancelling a second time does nothing (Spark's metadata log
+   * cancels after a close that failed).
+   */
+  private final class AtomicLocalStream(tmp: File, target: File, overwrite: Boolean, out: OutputStream)
+      extends CancellableFSDataOutputStream(out) {
+    private var finished = false
+
+    override def close(): Unit = synchronized {
+      if (finished) return
+      finished = true
+      try super.close() catch {
+        case e: Throwable =>
+          LocalFiles.discard(tmp, e)
+          throw e
+      }
+      LocalFiles.publish(tmp, target, overwrite)
+    }
+
+    override def cancel(): Unit = synchronized {
+      if (finished) return
+      finished = true
+      try underlyingStream.close() catch { case NonFatal(_) => }
+      Files.deleteIfExists(tmp.toPath)
+    }
+  }
+}

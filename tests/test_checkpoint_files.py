@@ -1,0 +1,139 @@
+"""Checkpoint files written directly (``checkpoint_local_direct``): Spark's own checkpoint files on the
+local file system (offset and commit logs, state store files) written by sluice's checkpoint file
+manager with java.nio. The manager never writes Hadoop's checksum files (``.<name>.crc``), which
+Spark's own manager writes beside every file on the checksummed local file system these tests run
+on: a checkpoint without them was written by sluice's manager alone (RocksDB's SST files aside, which
+Spark's RocksDB provider copies with Hadoop's FileSystem API).
+
+Each query here is a final-results query (a windowed count under sluice's suppress), on Spark's
+HDFS-backed and RocksDB providers and sluice's in-memory window store, killed or stopped and
+restarted on its checkpoint, with the setting on, off and on again.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+import sluice
+from conftest import drain_to_files, fresh_builder, kill_after_batches, sluice_session, stop_session
+from suppress_kill_child import file_sink, final_results
+
+DIRECT = "spark.sluice.checkpoint.local.direct"
+MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
+PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
+PROVIDERS = {
+    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "windowstore": "sluice.windowstore.InMemoryWindowStoreProvider",
+}
+T0 = datetime(2026, 1, 1)
+
+
+def ts(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def write_hours(src: Path, hours: range) -> None:
+    """One file per micro-batch: file h holds 2 to 4 events (users a, b, c, a) in hour h, so it
+    closes hour h - 1 (as conftest.write_hourly_files, for a range of hours)."""
+    import os
+    for h in hours:
+        with open(src / f"{h:03d}.json", "w") as f:
+            for i, user in enumerate(["a", "b", "c", "a"][: 2 + h % 3]):
+                f.write(json.dumps({"ts": ts(h * 3600 + 900 + i * 60), "user": user, "v": 1}) + "\n")
+        os.utime(src / f"{h:03d}.json", (1_700_000_000 + h, 1_700_000_000 + h))
+
+
+def expected_finals(hours: int) -> Counter:
+    """Each closed hour's count per user, once: every hour but the last is closed by the next."""
+    expected: Counter = Counter()
+    for h in range(hours - 1):
+        users = ["a", "b", "c", "a"][: 2 + h % 3]
+        for user in set(users):
+            expected[((T0 + timedelta(hours=h)).isoformat(), user, users.count(user))] = 1
+    return expected
+
+
+def emitted(out: Path) -> Counter:
+    got: Counter = Counter()
+    for path in sorted(out.glob("*.json")):
+        for r in json.load(open(path)):
+            got[(r["start"], r["user"], r["count"])] += 1
+    return got
+
+
+def checksums(ckpt: Path) -> list[str]:
+    """Hadoop's checksum files (`.<name>.crc`) under `ckpt`, but those of RocksDB's SST files, which
+    Spark's RocksDB provider copies up with Hadoop's FileSystem API, not through the checkpoint file
+    manager. (Spark 4.1's HDFS-backed provider also writes checksums of its own, `<name>.crc`, through
+    the manager: those are files like any other.)"""
+    return sorted(str(p.relative_to(ckpt)) for p in ckpt.rglob(".*.crc") if "SSTs" not in p.parts)
+
+
+def session(direct: bool) -> SparkSession:
+    return sluice_session(checkpoint_local_direct=direct)
+
+
+@pytest.fixture(params=sorted(PROVIDERS))
+def provider(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def test_a_killed_query_restarts_on_files_written_directly(provider: str, tmp_path: Path) -> None:
+    """SIGKILL a query's whole process mid-stream, restart it here on the same checkpoint: every final
+    result arrives exactly once, and every checkpoint file was written by sluice's manager."""
+    src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    hours = 8
+    write_hours(src, range(hours))
+    kill_after_batches("suppress_kill_child.py", [str(src), str(ckpt), str(out), PROVIDERS[provider], "",
+                                                 f"{DIRECT}=true"], out, batches=4)
+    assert len(list(out.glob("*.json"))) < hours  # killed mid-stream, not after the end
+    assert (ckpt / "offsets").is_dir() and checksums(ckpt) == []
+
+    spark = session(direct=True)
+    drain_to_files(spark, final_results(spark, str(src)), file_sink(str(out)), ckpt, {PROVIDER_KEY: PROVIDERS[provider]})
+    assert emitted(out) == expected_finals(hours)
+    assert checksums(ckpt) == []
+    assert any((ckpt / "state").rglob("*")), "the state stores wrote their files under the checkpoint"
+
+
+def test_a_checkpoint_continues_with_the_setting_off_and_on_again(provider: str, tmp_path: Path) -> None:
+    """Files written directly are read by Spark's own manager and the other way round: the same
+    checkpoint runs with the setting on, off and on again, each run restarted on what the last wrote."""
+    src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+
+    def run(direct: bool, hours: range) -> None:
+        write_hours(src, hours)
+        spark = session(direct)
+        drain_to_files(spark, final_results(spark, str(src)), file_sink(str(out)), ckpt,
+                       {PROVIDER_KEY: PROVIDERS[provider]})
+
+    run(True, range(0, 3))
+    assert checksums(ckpt) == []
+    run(False, range(3, 6))
+    written_by_spark = checksums(ckpt)
+    assert any(c.startswith("offsets/") for c in written_by_spark), written_by_spark
+    run(True, range(6, 9))
+    assert checksums(ckpt) == written_by_spark, "nothing written since the restart has a checksum"
+    assert emitted(out) == expected_finals(9)
+
+
+def test_another_checkpoint_file_manager_is_refused_at_session_start() -> None:
+    stop_session()
+    builder = sluice.configure(fresh_builder().master("local[1]").config(MANAGER_KEY, "com.example.S3Manager"),
+                               checkpoint_local_direct=True)
+    with pytest.raises(sluice.SluiceConfError) as info:
+        builder.getOrCreate()
+    message = str(info.value)
+    assert f"{DIRECT}=true" in message and f"{MANAGER_KEY}=com.example.S3Manager" in message, message
+    assert "\n" not in message
+    assert SparkSession.getActiveSession() is None
