@@ -20,17 +20,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 import sluice
+from sluice._conf import state_store_providers
 from conftest import drain_to_files, fresh_builder, kill_after_batches, sluice_session, stop_session
 from suppress_kill_child import file_sink, final_results
 
 DIRECT = "spark.sluice.checkpoint.local.direct"
 MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
 PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
-PROVIDERS = {
-    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
-    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-    "windowstore": "sluice.windowstore.InMemoryWindowStoreProvider",
-}
+PROVIDERS = state_store_providers()  # hdfs, rocksdb, in_memory_window
 T0 = datetime(2026, 1, 1)
 
 

@@ -33,15 +33,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 import sluice
+from sluice._conf import state_store_providers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import Harness  # noqa: E402
 
-PROVIDERS = {
-    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
-    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-    "windowstore": "sluice.windowstore.InMemoryWindowStoreProvider",
-}
+PROVIDERS = {side: state_store_providers()[name]
+             for side, name in (("hdfs", "hdfs"), ("rocksdb", "rocksdb"), ("windowstore", "in_memory_window"))}
 PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
 
 
@@ -49,7 +47,7 @@ def session(direct: bool, partitions: int) -> SparkSession:
     return sluice.configure(
         SparkSession.builder.master("local[2]").appName("bench-checkpoint")
         .config("spark.sql.shuffle.partitions", str(partitions)).config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false"),
+        .config("spark.driver.memory", "2g").config("spark.ui.showConsoleProgress", "false"),
         checkpoint_local_direct=direct).getOrCreate()
 
 
@@ -98,7 +96,7 @@ def main() -> None:
         h = Harness("checkpoint_local", "Spark's checkpoint files on the local file system: Hadoop's local "
                     "file system (off) vs sluice's java.nio checkpoint file manager (on)",
                     {"query": "groupBy(k).count() (windowstore: window(ts, 10 s), k), update mode, noop sink, "
-                              "local[2], checkpoint on the local disk",
+                              "local[2], spark.driver.memory 2g, checkpoint on the local disk",
                      "shuffle partitions": args.partitions, "rows per batch": args.batch_rows,
                      "measured batches per run": args.batches - 1, "repeats": args.repeats,
                      "providers": {p: PROVIDERS[p] for p in providers},

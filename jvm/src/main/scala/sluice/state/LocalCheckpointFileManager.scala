@@ -27,7 +27,7 @@ import sluice.spark.SessionConf
 final class LocalCheckpointFileManager(path: Path, hadoopConf: Configuration) extends CheckpointFileManager {
   import LocalCheckpointFileManager._
 
-  private val spark: CheckpointFileManager = {
+  private val sparksOwn: CheckpointFileManager = {
     val conf = new Configuration(hadoopConf)
     conf.unset(SessionConf.CheckpointFileManagerKey)
     CheckpointFileManager.create(path, conf)
@@ -45,18 +45,18 @@ final class LocalCheckpointFileManager(path: Path, hadoopConf: Configuration) ex
         val tmp = LocalFiles.tempFor(target)
         new AtomicLocalStream(tmp, target, overwriteIfPossible,
           new BufferedOutputStream(new FileOutputStream(tmp), BufferBytes))
-      case None => spark.createAtomic(p, overwriteIfPossible)
+      case None => sparksOwn.createAtomic(p, overwriteIfPossible)
     }
 
-  override def open(p: Path): FSDataInputStream = spark.open(p)
-  override def list(p: Path, filter: PathFilter): Array[FileStatus] = spark.list(p, filter)
-  override def mkdirs(p: Path): Unit = spark.mkdirs(p)
-  override def exists(p: Path): Boolean = spark.exists(p)
-  override def delete(p: Path): Unit = spark.delete(p)
-  override def isLocal: Boolean = spark.isLocal
-  override def createCheckpointDirectory(): Path = spark.createCheckpointDirectory()
-  override def close(): Unit = spark.close()
-  override def toString: String = s"sluice's local checkpoint files over $spark"
+  override def open(p: Path): FSDataInputStream = sparksOwn.open(p)
+  override def list(p: Path, filter: PathFilter): Array[FileStatus] = sparksOwn.list(p, filter)
+  override def mkdirs(p: Path): Unit = sparksOwn.mkdirs(p)
+  override def exists(p: Path): Boolean = sparksOwn.exists(p)
+  override def delete(p: Path): Unit = sparksOwn.delete(p)
+  override def isLocal: Boolean = sparksOwn.isLocal
+  override def createCheckpointDirectory(): Path = sparksOwn.createCheckpointDirectory()
+  override def close(): Unit = sparksOwn.close()
+  override def toString: String = s"sluice's local checkpoint files over $sparksOwn"
 }
 
 object LocalCheckpointFileManager {
