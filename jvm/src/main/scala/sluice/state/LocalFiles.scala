@@ -1,7 +1,7 @@
 package sluice.state
 
 import java.io.File
-import java.nio.file.{FileAlreadyExistsException => NioFileExists, Files, StandardCopyOption}
+import java.nio.file.{FileAlreadyExistsException => NioFileExists, Files, FileSystemException, StandardCopyOption}
 import java.util.UUID
 
 import scala.util.control.NonFatal
@@ -16,8 +16,8 @@ import org.apache.hadoop.fs.{FileAlreadyExistsException, FileSystem, LocalFileSy
  * Why: without its native library (which Spark's distributions do not ship), Hadoop's local file
  * system starts a process for each file it creates or renames: `chmod` to set the new file's
  * permissions, `readlink` for each side of a rename, for the file and for its checksum. That is
- * about 25 ms a file on a small machine (bench/windowstore/README.md), more than the rest of a small
- * store's commit, and Spark writes several files every micro-batch.
+ * 25–30 ms a file on a small machine (bench/windowstore/README.md, bench/checkpoint/README.md), more
+ * than the rest of a small store's commit, and Spark writes several files every micro-batch.
  *
  * Durability is what Hadoop's local file system gives Spark: a rename within one directory, no
  * fsync (a killed process loses nothing; a power cut may lose what the OS had not written).
@@ -57,7 +57,8 @@ private[sluice] object LocalFiles {
           try { Files.createLink(target.toPath, tmp.toPath); true }
           catch {
             case e: NioFileExists => throw exists(target, e)
-            case _: UnsupportedOperationException => false
+            // A file system without hard links (EPERM on Linux, or no support in java.nio).
+            case _: FileSystemException | _: UnsupportedOperationException => false
           }
         // No hard links here: the check above and the rename are two steps, as in Hadoop's local rename.
         if (!linked) Files.move(tmp.toPath, target.toPath, StandardCopyOption.ATOMIC_MOVE)
