@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -352,15 +353,44 @@ def kill_when(script: str, args: list[str], ready: Callable[[], bool], timeout: 
         child.wait()
 
 
-def write_hourly_files(src: Path, hours: int, ts: Callable[[float], str]) -> None:
+HOURLY_USERS = ["a", "b", "c", "a"]
+
+
+def _hourly_users(h: int) -> list[str]:
+    return HOURLY_USERS[: 2 + h % 3]
+
+
+def write_hourly_files(src: Path, hours: int | range, ts: Callable[[float], str]) -> None:
     """Input of the suppress kill tests, one file per micro-batch: file h holds 2 to 4 events
     (users a, b, c, a) in hour h, so it closes hour h - 1; `ts` formats seconds after the module's T0.
-    The files are dated in order, as the file source takes them."""
-    for h in range(hours):
+    The files are dated in order, as the file source takes them. `hours`: a count from hour 0, or a
+    range of hours (to add files to a stream that has read the earlier ones)."""
+    for h in (range(hours) if isinstance(hours, int) else hours):
         with open(src / f"{h:03d}.json", "w") as f:
-            for i, user in enumerate(["a", "b", "c", "a"][: 2 + h % 3]):
+            for i, user in enumerate(_hourly_users(h)):
                 f.write(json.dumps({"ts": ts(h * 3600 + 900 + i * 60), "user": user, "v": 1}) + "\n")
         os.utime(src / f"{h:03d}.json", (1_700_000_000 + h, 1_700_000_000 + h))
+
+
+def hourly_finals(hours: int, hour_start: Callable[[int], str]) -> Counter:
+    """The final results of `hours` hourly files (write_hourly_files) under suppress_kill_child's query,
+    each once, as (hour start as `hour_start(h)` gives it, user, count): every hour but the last,
+    which stays open."""
+    expected: Counter = Counter()
+    for h in range(hours - 1):
+        users = _hourly_users(h)
+        for user in set(users):
+            expected[(hour_start(h), user, users.count(user))] = 1
+    return expected
+
+
+def emitted_finals(out: Path) -> Counter:
+    """The (start, user, count) rows in `out`'s batch files (suppress_kill_child.file_sink), counted."""
+    got: Counter = Counter()
+    for path in sorted(out.glob("*.json")):
+        for r in json.load(open(path)):
+            got[(r["start"], r["user"], r["count"])] += 1
+    return got
 
 
 class FileFedQuery:

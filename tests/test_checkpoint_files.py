@@ -11,8 +11,6 @@ restarted on its checkpoint, with the setting on, off and on again.
 """
 from __future__ import annotations
 
-import json
-from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -21,7 +19,8 @@ from pyspark.sql import SparkSession
 
 import sluice
 from sluice._conf import state_store_providers
-from conftest import drain_to_files, fresh_builder, kill_after_batches, sluice_session, stop_session
+from conftest import (drain_to_files, emitted_finals, fresh_builder, hourly_finals, kill_after_batches,
+                      sluice_session, stop_session, write_hourly_files)
 from suppress_kill_child import file_sink, final_results
 
 DIRECT = "spark.sluice.checkpoint.local.direct"
@@ -35,33 +34,8 @@ def ts(seconds: float) -> str:
     return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
-def write_hours(src: Path, hours: range) -> None:
-    """One file per micro-batch: file h holds 2 to 4 events (users a, b, c, a) in hour h, so it
-    closes hour h - 1 (as conftest.write_hourly_files, for a range of hours)."""
-    import os
-    for h in hours:
-        with open(src / f"{h:03d}.json", "w") as f:
-            for i, user in enumerate(["a", "b", "c", "a"][: 2 + h % 3]):
-                f.write(json.dumps({"ts": ts(h * 3600 + 900 + i * 60), "user": user, "v": 1}) + "\n")
-        os.utime(src / f"{h:03d}.json", (1_700_000_000 + h, 1_700_000_000 + h))
-
-
-def expected_finals(hours: int) -> Counter:
-    """Each closed hour's count per user, once: every hour but the last is closed by the next."""
-    expected: Counter = Counter()
-    for h in range(hours - 1):
-        users = ["a", "b", "c", "a"][: 2 + h % 3]
-        for user in set(users):
-            expected[((T0 + timedelta(hours=h)).isoformat(), user, users.count(user))] = 1
-    return expected
-
-
-def emitted(out: Path) -> Counter:
-    got: Counter = Counter()
-    for path in sorted(out.glob("*.json")):
-        for r in json.load(open(path)):
-            got[(r["start"], r["user"], r["count"])] += 1
-    return got
+def hour_start(h: int) -> str:
+    return (T0 + timedelta(hours=h)).isoformat()
 
 
 def checksums(ckpt: Path) -> list[str]:
@@ -88,7 +62,7 @@ def test_a_killed_query_restarts_on_files_written_directly(provider: str, tmp_pa
     src.mkdir()
     out.mkdir()
     hours = 8
-    write_hours(src, range(hours))
+    write_hourly_files(src, hours, ts)
     kill_after_batches("suppress_kill_child.py", [str(src), str(ckpt), str(out), PROVIDERS[provider], "",
                                                  f"{DIRECT}=true"], out, batches=4)
     assert len(list(out.glob("*.json"))) < hours  # killed mid-stream, not after the end
@@ -96,7 +70,7 @@ def test_a_killed_query_restarts_on_files_written_directly(provider: str, tmp_pa
 
     spark = session(direct=True)
     drain_to_files(spark, final_results(spark, str(src)), file_sink(str(out)), ckpt, {PROVIDER_KEY: PROVIDERS[provider]})
-    assert emitted(out) == expected_finals(hours)
+    assert emitted_finals(out) == hourly_finals(hours, hour_start)
     assert checksums(ckpt) == []
     assert any((ckpt / "state").rglob("*")), "the state stores wrote their files under the checkpoint"
 
@@ -109,7 +83,7 @@ def test_a_checkpoint_continues_with_the_setting_off_and_on_again(provider: str,
     out.mkdir()
 
     def run(direct: bool, hours: range) -> None:
-        write_hours(src, hours)
+        write_hourly_files(src, hours, ts)
         spark = session(direct)
         drain_to_files(spark, final_results(spark, str(src)), file_sink(str(out)), ckpt,
                        {PROVIDER_KEY: PROVIDERS[provider]})
@@ -121,7 +95,7 @@ def test_a_checkpoint_continues_with_the_setting_off_and_on_again(provider: str,
     assert any(c.startswith("offsets/") for c in written_by_spark), written_by_spark
     run(True, range(6, 9))
     assert checksums(ckpt) == written_by_spark, "nothing written since the restart has a checksum"
-    assert emitted(out) == expected_finals(9)
+    assert emitted_finals(out) == hourly_finals(9, hour_start)
 
 
 def test_another_checkpoint_file_manager_is_refused_at_session_start() -> None:

@@ -258,7 +258,7 @@ def test_fused_checkpoint_restarted_unfused_fails_with_a_clear_message(spark: Sp
 def test_kill_and_restart_fused_emits_each_final_result_exactly_once(spark: SparkSession, tmp_path: Path) -> None:
     """SIGKILL the whole process (driver JVM included) of a fused query mid-stream, restart it here
     on the same checkpoint: with a sink idempotent per batch id, every final result arrives once."""
-    from conftest import drain_to_files, kill_after_batches
+    from conftest import drain_to_files, emitted_finals, hourly_finals, kill_after_batches
     from suppress_kill_child import file_sink, final_results
 
     provider = PROVIDERS["in_memory_window"]
@@ -278,16 +278,7 @@ def test_kill_and_restart_fused_emits_each_final_result_exactly_once(spark: Spar
     drain_to_files(spark, final_results(spark, str(src)), file_sink(str(out)), ckpt,
                    {"spark.sql.streaming.stateStore.providerClass": provider})
 
-    got: Counter = Counter()
-    for path in sorted(out.glob("*.json")):
-        for r in json.load(open(path)):
-            got[(r["start"], r["user"], r["count"])] += 1
-    expected: Counter = Counter()
-    for h in range(hours - 1):  # the last hour stays open
-        users = ["a", "b", "c", "a"][: 2 + h % 3]
-        for user in set(users):
-            expected[((t0 + timedelta(hours=h)).isoformat(), user, users.count(user))] = 1
-    assert got == expected
+    assert emitted_finals(out) == hourly_finals(hours, lambda h: (t0 + timedelta(hours=h)).isoformat())
 
 
 def above_the_save(plan: str) -> list[str]:
