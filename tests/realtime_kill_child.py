@@ -65,10 +65,31 @@ def expected_finals(last: int, prefix: str = "k") -> set[tuple[str, int, int]]:
     return {(k, end, n) for (k, end), n in all_counts(last, prefix).items() if end <= BASE + last - 2}
 
 
+def epoch_texts(out: Path) -> dict[str, str]:
+    """What each of `EpochFiles`' files in `out` holds, by file name. A running query may rerun a batch
+    between the listing and the read: its file then moves to attempts/ and is left out here, the
+    rerun's own file taking its place (the callers poll, so the next read has it)."""
+    texts = {}
+    for f in sorted(out.glob("*.jsonl")):
+        try:
+            texts[f.name] = f.read_text()
+        except FileNotFoundError:
+            pass
+    return texts
+
+
 def file_rows(out: Path) -> list[tuple[str, int, int]]:
     """The rows `EpochFiles` wrote into `out` (a line cut short by a kill left out)."""
-    return [(d["key"], d["end"], d["count"]) for f in sorted(out.glob("*.jsonl"))
-            for d in (json.loads(line) for line in f.read_text().splitlines() if line.endswith("}"))]
+    return [(d["key"], d["end"], d["count"]) for text in epoch_texts(out).values()
+            for d in (json.loads(line) for line in text.splitlines() if line.endswith("}"))]
+
+
+def later_batch_opened(out: Path, least: int = 0) -> bool:
+    """Whether some batch from `least` on has written rows into `out`, and a batch after the last of
+    them has opened its file: that one has ended, so a row it would still emit, one too many, is out."""
+    texts = epoch_texts(out)
+    written = [int(name[:5]) for name, text in texts.items() if text and int(name[:5]) >= least]
+    return bool(written) and any(int(name[:5]) > max(written) for name in texts)
 
 
 def events(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:

@@ -31,8 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import kafka_harness as kh  # noqa: E402
 from crash_soak import Stats, soak_main  # noqa: E402
-from realtime_kill_child import (expected_finals, file_rows, first_batch_committed, produce_events,  # noqa: E402
-                                 session)
+from realtime_kill_child import (expected_finals, file_rows, first_batch_committed, later_batch_opened,  # noqa: E402
+                                 produce_events, session)
 
 CHILD = Path(__file__).parent / "realtime_kill_child.py"
 TOPIC = "events"
@@ -110,10 +110,7 @@ def soak(root: Path, kills: int, seed: int, verbose: bool = False, timeout: floa
                 else:
                     # the last run: every final out, and a later batch opened (a repeat would be written by then)
                     while True:
-                        files = sorted(out.glob("*.jsonl"))
-                        done = want <= set(file_rows(out))
-                        written = [int(f.name[:5]) for f in files if f.stat().st_size > 0]
-                        if done and written and int(files[-1].name[:5]) > max(written):
+                        if want <= set(file_rows(out)) and later_batch_opened(out):
                             break
                         if child.poll() is not None or time.monotonic() > deadline:
                             raise RuntimeError(f"real-time soak child stopped or stalled; see {log}")

@@ -21,8 +21,9 @@ import realtime_kill_child
 import sluice
 from sluice import input as sluice_input
 from conftest import KAFKA_FETCH_MAX_WAIT_MS, executor_consumer_metrics, kill_when, stop_session
-from realtime_kill_child import (BASE, BATCH, all_counts, expected_finals, file_rows, first_batch_committed,
-                                 produce_events, timed_counts, windowed_counts, windowed_finals)
+from realtime_kill_child import (BASE, BATCH, all_counts, epoch_texts, expected_finals, file_rows,
+                                 first_batch_committed, later_batch_opened, produce_events, timed_counts,
+                                 windowed_counts, windowed_finals)
 
 pytestmark = pytest.mark.skipif(kh.spark_minor() < "4.3", reason="stateful real-time mode arrived in Spark 4.3")
 
@@ -413,7 +414,7 @@ def test_a_killed_real_time_query_restarted_on_its_checkpoint_loses_no_final_and
         if not produced and first_batch_committed(tmp_path / "ckpt"):
             produce_events(spark, broker.bootstrap, topic, 60, 60)
             produced.append(True)
-        return any(int(f.name[:5]) >= 1 and f.stat().st_size > 0 for f in out.glob("*.jsonl"))
+        return any(int(name[:5]) >= 1 and text for name, text in epoch_texts(out).items())
     # SIGKILLed (driver JVM and all) inside a real-time batch that has written final results
     kill_when("realtime_kill_child.py", args, finals_in_a_later_batch)
     produce_events(spark, broker.bootstrap, topic, 120, 60)
@@ -421,11 +422,7 @@ def test_a_killed_real_time_query_restarted_on_its_checkpoint_loses_no_final_and
 
     def settled() -> bool:
         # every final is out and a later batch has opened its files: a repeat would be written by now
-        rows = file_rows(out)
-        if not both <= set(rows):
-            return False
-        written = [f for f in out.glob("*.jsonl") if f.stat().st_size > 0]
-        return any(int(f.name[:5]) > max(int(w.name[:5]) for w in written) for f in out.glob("*.jsonl"))
+        return both <= set(file_rows(out)) and later_batch_opened(out)
     kill_when("realtime_kill_child.py", args, settled)
     rows = file_rows(out)
     assert len(rows) == len(set(rows)), "a final result written twice"

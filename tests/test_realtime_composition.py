@@ -33,8 +33,8 @@ import kafka_harness as kh
 import realtime_kill_child
 import sluice
 from conftest import stop_session
-from realtime_kill_child import (BASE, all_counts, expected_finals, file_rows, produce_events, start_to_files,
-                                 timed_counts, windowed_counts)
+from realtime_kill_child import (BASE, all_counts, expected_finals, file_rows, later_batch_opened, produce_events,
+                                 start_to_files, timed_counts, windowed_counts)
 
 pytestmark = pytest.mark.skipif(kh.spark_minor() < "4.3", reason="stateful real-time mode arrived in Spark 4.3")
 
@@ -162,12 +162,6 @@ def _meets(rows: list[tuple[str, int, int]], expected: dict[tuple[str, int], int
     return all(last.get(key) == n for key, n in expected.items())
 
 
-def _later_batch_opened(out: Path) -> bool:
-    """Whether a batch after the last one that wrote rows has opened its file: that one has ended."""
-    written = [int(f.name[:5]) for f in out.glob("*.jsonl") if f.stat().st_size > 0]
-    return bool(written) and any(int(f.name[:5]) > max(written) for f in out.glob("*.jsonl"))
-
-
 def _run(spark: SparkSession, df: DataFrame, checkpoint: Path, out: Path, until: Callable[[list], bool],
          settle: bool = False, timeout: float = 60.0) -> list[tuple[str, int, int]]:
     """Runs `df` under the real-time trigger into `out` until its rows satisfy `until` (and, with
@@ -176,7 +170,7 @@ def _run(spark: SparkSession, df: DataFrame, checkpoint: Path, out: Path, until:
     q = start_to_files(df, str(checkpoint), str(out))
     try:
         deadline = time.monotonic() + timeout
-        while not (until(rows := file_rows(out)) and (not settle or _later_batch_opened(out))):
+        while not (until(rows := file_rows(out)) and (not settle or later_batch_opened(out))):
             assert q.isActive, q.exception()
             assert time.monotonic() < deadline, f"not the rows expected after {timeout} s: {rows}"
             time.sleep(0.1)
