@@ -27,6 +27,7 @@ from the input alone, and checked against the watermarks the checkpoint records.
 
 Used by tests/test_crash_soak.py (short) and dev/soak (long):
     python tests/crash_soak.py --kills 50 [--kills-per-run 5] [--seed 1] [--root DIR] [--kinds windows,sessions]
+        [--setting KEY=VALUE ...]
 prints `N kills, lost L, duplicated D, replay mismatches R` and exits non-zero if any is non-zero.
 """
 from __future__ import annotations
@@ -265,10 +266,12 @@ class Stats:
                 f"replay mismatches {self.replay_mismatches}")
 
 
-def _start(src: Path, ckpt: Path, out: Path, delegates: list[str], kind: str, mode: str, log: Path) -> subprocess.Popen:
+def _start(src: Path, ckpt: Path, out: Path, delegates: list[str], kind: str, mode: str, log: Path,
+           settings: dict[str, str]) -> subprocess.Popen:
     with open(log, "ab") as f:
         return subprocess.Popen([sys.executable, str(CHILD), str(src), str(ckpt), str(out), ",".join(delegates),
-                                 mode, kind], stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+                                 mode, kind, *(f"{k}={v}" for k, v in settings.items())],
+                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _attempts(out: Path) -> int:
@@ -276,9 +279,11 @@ def _attempts(out: Path) -> int:
 
 
 def run_one(root: Path, delegates: list[str], kills: int, seed: int, timeout: float = 900.0,
-            kind: str = "windows") -> Stats:
-    """One child process running the `kind` pipelines of every delegate on fresh checkpoints:
-    `kills` SIGKILLs at random moments, then a run that drains the input."""
+            kind: str = "windows", settings: dict[str, str] | None = None) -> Stats:
+    """One child process running the `kind` pipelines of every delegate on fresh checkpoints, with
+    `settings` (session settings) added to its session: `kills` SIGKILLs at random moments, then a run
+    that drains the input."""
+    settings = settings or {}
     rnd = random.Random(seed)
     # sessions: fewer, fuller files (twice the queries per child, so about the same time per run)
     files = make_files(seed, n=3 * kills + 6) if kind == "windows" else make_session_files(seed, n=2 * kills + 3)
@@ -288,7 +293,7 @@ def run_one(root: Path, delegates: list[str], kills: int, seed: int, timeout: fl
     names = pipelines(kind, delegates)
     stats = Stats()
     for _ in range(kills):
-        child = _start(src, ckpt, out, delegates, kind, "run", log)
+        child = _start(src, ckpt, out, delegates, kind, "run", log, settings)
         try:
             # progress-driven, then a random delay, so kills land in every phase of a batch:
             # planning, tasks and state commits, the sink, the commit log
@@ -305,7 +310,7 @@ def run_one(root: Path, delegates: list[str], kills: int, seed: int, timeout: fl
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
         stats.kills += 1
-    child = _start(src, ckpt, out, delegates, kind, "drain", log)
+    child = _start(src, ckpt, out, delegates, kind, "drain", log, settings)
     try:
         if child.wait(timeout=timeout) != 0:
             raise RuntimeError(f"soak drain run exited with {child.returncode}; see {log}")
@@ -386,7 +391,7 @@ def check_table(out: Path, want: dict[tuple, int], closed_by: str, label: str) -
 
 
 def soak(root: Path, kills: int, kills_per_run: int, seed: int, delegates: list[str] = DELEGATES,
-         verbose: bool = False, kinds: list[str] = KINDS) -> Stats:
+         verbose: bool = False, kinds: list[str] = KINDS, settings: dict[str, str] | None = None) -> Stats:
     """`kills` kills in runs of `kills_per_run`, each run a child with the pipelines of one kind (in
     turn) per delegate on fresh checkpoints."""
     total = Stats()
@@ -395,7 +400,7 @@ def soak(root: Path, kills: int, kills_per_run: int, seed: int, delegates: list[
         n = min(kills_per_run, kills - total.kills)
         t = time.monotonic()
         kind = kinds[run % len(kinds)]
-        s = run_one(root / f"run-{run:03d}", delegates, n, seed * 1000 + run, kind=kind)
+        s = run_one(root / f"run-{run:03d}", delegates, n, seed * 1000 + run, kind=kind, settings=settings)
         total.add(s)
         if verbose:
             print(f"run {run} ({kind}, seed {seed * 1000 + run}): {s.line()}, replayed batches {s.replayed_batches}, "
@@ -405,12 +410,19 @@ def soak(root: Path, kills: int, kills_per_run: int, seed: int, delegates: list[
     return total
 
 
+def session_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The soak's `--setting KEY=VALUE` arguments."""
+    return dict(kv.split("=", 1) for kv in args.setting)
+
+
 def soak_main(doc: str, prefix: str, add_arguments: Callable[[argparse.ArgumentParser], None],
               run: Callable[[Path, argparse.Namespace], Stats]) -> int:
     """The command line of a soak: `--seed`, `--root` and the soak's own arguments; prints what went
     wrong and the summary line; non-zero if anything was lost, duplicated or replayed differently."""
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
+                   help="a session setting of the soaked driver (repeatable), e.g. spark.sluice.checkpoint.local.direct=true")
     p.add_argument("--root", help="working folder (kept); a temporary one (removed) by default")
     add_arguments(p)
     args = p.parse_args()
@@ -433,7 +445,7 @@ def main() -> int:
         p.add_argument("--kills-per-run", type=int, default=5)
         p.add_argument("--kinds", default=",".join(KINDS), help="pipelines the runs take in turn (comma-separated)")
     return soak_main(__doc__, "sluice-soak-", arguments, lambda root, a: soak(
-        root, a.kills, a.kills_per_run, a.seed, verbose=True, kinds=a.kinds.split(",")))
+        root, a.kills, a.kills_per_run, a.seed, verbose=True, kinds=a.kinds.split(","), settings=session_settings(a)))
 
 
 if __name__ == "__main__":

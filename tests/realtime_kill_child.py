@@ -2,7 +2,7 @@
 written through `EpochFiles`, runs until it is killed. Also the session, input, queries and sink the
 real-time tests (test_realtime, test_realtime_composition) share.
 
-argv: bootstrap servers, input topic, checkpoint, output folder.
+argv: bootstrap servers, input topic, checkpoint, output folder, then any `key=value` session settings.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ MIN_BATCH_KEY = "spark.sql.streaming.realTimeMode.minBatchDuration"
 BATCH = "2 seconds"
 
 
-def session() -> SparkSession:
+def session(settings: dict[str, str] | None = None) -> SparkSession:
     """The session of the real-time tests: the Kafka connector on the driver's class path, one
     shuffle partition. A real-time batch runs all its tasks at once and is refused when the slots
     are not free: local[6] holds the README example's two queries (2 tasks each) with a read of
@@ -35,7 +35,7 @@ def session() -> SparkSession:
     jars = kh.connector_jars()
     kh.ensure_driver_jars(jars)
     return sluice_session("local[6]", conf={"spark.jars": ",".join(jars), "spark.sql.shuffle.partitions": "1",
-                                            MIN_BATCH_KEY: "1s"})
+                                            MIN_BATCH_KEY: "1s", **(settings or {})})
 
 
 BASE = 1_700_000_000  # event times are whole seconds from here: deterministic windows
@@ -163,4 +163,5 @@ def start_to_files(df: DataFrame, checkpoint: str, out: str):
 
 if __name__ == "__main__":
     bootstrap, topic, ckpt, out = sys.argv[1:5]
-    start_to_files(windowed_finals(session(), bootstrap, topic), ckpt, out).awaitTermination()
+    settings = dict(kv.split("=", 1) for kv in sys.argv[5:])
+    start_to_files(windowed_finals(session(settings), bootstrap, topic), ckpt, out).awaitTermination()

@@ -13,7 +13,7 @@ catch up, and count what went wrong:
 Events are in event-time order (none late), so the expected finals depend only on how many were sent.
 
 Used by tests/test_crash_soak.py (short, Spark 4.3) and `dev/soak --realtime` (long):
-    python tests/realtime_soak.py --kills 20 [--seed 1] [--root DIR]
+    python tests/realtime_soak.py --kills 20 [--seed 1] [--root DIR] [--setting KEY=VALUE ...]
 prints `N kills, lost L, duplicated D, replay mismatches R` and exits non-zero if any is non-zero.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import kafka_harness as kh  # noqa: E402
-from crash_soak import Stats, soak_main  # noqa: E402
+from crash_soak import Stats, session_settings, soak_main  # noqa: E402
 from realtime_kill_child import (expected_finals, file_rows, first_batch_committed, later_batch_opened,  # noqa: E402
                                  produce_events, session)
 
@@ -39,9 +39,10 @@ TOPIC = "events"
 PER_RUN = 40  # events sent before each run: 4 windows of 10 s
 
 
-def _start(bootstrap: str, ckpt: Path, out: Path, log: Path) -> subprocess.Popen:
+def _start(bootstrap: str, ckpt: Path, out: Path, log: Path, settings: dict[str, str]) -> subprocess.Popen:
     with open(log, "ab") as f:
-        return subprocess.Popen([sys.executable, str(CHILD), bootstrap, TOPIC, str(ckpt), str(out)],
+        return subprocess.Popen([sys.executable, str(CHILD), bootstrap, TOPIC, str(ckpt), str(out),
+                                 *(f"{k}={v}" for k, v in settings.items())],
                                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -78,7 +79,10 @@ def check(out: Path, sent: int) -> Stats:
     return stats
 
 
-def soak(root: Path, kills: int, seed: int, verbose: bool = False, timeout: float = 300.0) -> Stats:
+def soak(root: Path, kills: int, seed: int, verbose: bool = False, timeout: float = 300.0,
+         settings: dict[str, str] | None = None) -> Stats:
+    """`kills` kills of the child (with `settings` added to its session), then a run that catches up."""
+    settings = settings or {}
     rnd = random.Random(seed)
     broker = kh.Broker(root / "kafka").start()
     spark = session()
@@ -91,7 +95,7 @@ def soak(root: Path, kills: int, seed: int, verbose: bool = False, timeout: floa
         for k in range(kills + 1):
             produce_events(spark, broker.bootstrap, TOPIC, sent, PER_RUN)
             sent += PER_RUN
-            child = _start(broker.bootstrap, ckpt, out, log)
+            child = _start(broker.bootstrap, ckpt, out, log, settings)
             want = expected_finals(sent - 1)
             new = want - expected_finals(sent - PER_RUN - 1)  # this run's finals
             deadline = time.monotonic() + timeout
@@ -127,7 +131,7 @@ def soak(root: Path, kills: int, seed: int, verbose: bool = False, timeout: floa
 
 def main() -> int:
     return soak_main(__doc__, "sluice-rt-soak-", lambda p: p.add_argument("--kills", type=int, default=20),
-                     lambda root, a: soak(root, a.kills, a.seed, verbose=True))
+                     lambda root, a: soak(root, a.kills, a.seed, verbose=True, settings=session_settings(a)))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ idempotent foreachBatch sink.
 argv: input folder, checkpoint root, output root, delegates (comma-separated: hdfs, rocksdb,
 in_memory_window), mode (`run`: until killed; `drain`: until all input is processed, then exit 0),
 kind (`windows`, the default, or `sessions`: per delegate the update-mode session count of
-tests/session_kill_child.py, every change and under suppress until_window_closes). Each pipeline
+tests/session_kill_child.py, every change and under suppress until_window_closes), then any
+`key=value` session settings (e.g. spark.sluice.checkpoint.local.direct=true). Each pipeline
 p of crash_soak.pipelines uses <checkpoint root>/p and <output root>/p.
 
 The sink writes each batch's rows to <output>/batch-<id>.json, replaced atomically (temp file +
@@ -90,7 +91,8 @@ def holds_rows(query) -> bool:
 if __name__ == "__main__":
     src, ckpt, out, delegates, mode = sys.argv[1:6]
     kind = sys.argv[6] if len(sys.argv) > 6 else "windows"
-    spark = sluice_session(state_store_cache=True, statestore_cache_max_bytes=CACHE_BYTES,
+    settings = dict(kv.split("=", 1) for kv in sys.argv[7:])
+    spark = sluice_session(conf=settings, state_store_cache=True, statestore_cache_max_bytes=CACHE_BYTES,
                            commit_interval_ms=INTERVAL)
     queries = []
     for p in pipelines(kind, delegates.split(",")):

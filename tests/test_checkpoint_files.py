@@ -19,8 +19,8 @@ from pyspark.sql import SparkSession
 
 import sluice
 from sluice._conf import state_store_providers
-from conftest import (drain_to_files, emitted_finals, fresh_builder, hourly_finals, kill_after_batches,
-                      sluice_session, stop_session, write_hourly_files)
+from conftest import (drain_to_files, emitted_finals, fresh_builder, hadoop_checksums, hourly_finals,
+                      kill_after_batches, sluice_session, stop_session, write_hourly_files)
 from suppress_kill_child import file_sink, final_results
 
 DIRECT = "spark.sluice.checkpoint.local.direct"
@@ -36,14 +36,6 @@ def ts(seconds: float) -> str:
 
 def hour_start(h: int) -> str:
     return (T0 + timedelta(hours=h)).isoformat()
-
-
-def checksums(ckpt: Path) -> list[str]:
-    """Hadoop's checksum files (`.<name>.crc`) under `ckpt`, but those of RocksDB's SST files, which
-    Spark's RocksDB provider copies up with Hadoop's FileSystem API, not through the checkpoint file
-    manager. (Spark 4.1's HDFS-backed provider also writes checksums of its own, `<name>.crc`, through
-    the manager: those are files like any other.)"""
-    return sorted(str(p.relative_to(ckpt)) for p in ckpt.rglob(".*.crc") if "SSTs" not in p.parts)
 
 
 def session(direct: bool) -> SparkSession:
@@ -66,12 +58,12 @@ def test_a_killed_query_restarts_on_files_written_directly(provider: str, tmp_pa
     kill_after_batches("suppress_kill_child.py", [str(src), str(ckpt), str(out), PROVIDERS[provider], "",
                                                  f"{DIRECT}=true"], out, batches=4)
     assert len(list(out.glob("*.json"))) < hours  # killed mid-stream, not after the end
-    assert (ckpt / "offsets").is_dir() and checksums(ckpt) == []
+    assert (ckpt / "offsets").is_dir() and hadoop_checksums(ckpt) == []
 
     spark = session(direct=True)
     drain_to_files(spark, final_results(spark, str(src)), file_sink(str(out)), ckpt, {PROVIDER_KEY: PROVIDERS[provider]})
     assert emitted_finals(out) == hourly_finals(hours, hour_start)
-    assert checksums(ckpt) == []
+    assert hadoop_checksums(ckpt) == []
     assert any((ckpt / "state").rglob("*")), "the state stores wrote their files under the checkpoint"
 
 
@@ -89,12 +81,12 @@ def test_a_checkpoint_continues_with_the_setting_off_and_on_again(provider: str,
                        {PROVIDER_KEY: PROVIDERS[provider]})
 
     run(True, range(0, 3))
-    assert checksums(ckpt) == []
+    assert hadoop_checksums(ckpt) == []
     run(False, range(3, 6))
-    written_by_spark = checksums(ckpt)
+    written_by_spark = hadoop_checksums(ckpt)
     assert any(c.startswith("offsets/") for c in written_by_spark), written_by_spark
     run(True, range(6, 9))
-    assert checksums(ckpt) == written_by_spark, "nothing written since the restart has a checksum"
+    assert hadoop_checksums(ckpt) == written_by_spark, "nothing written since the restart has a checksum"
     assert emitted_finals(out) == hourly_finals(9, hour_start)
 
 
