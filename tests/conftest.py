@@ -133,6 +133,21 @@ def fresh_builder() -> SparkSession.Builder:
 
 
 @contextlib.contextmanager
+def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """`settings` in `spark`'s session conf while the block runs; afterwards each key holds what it held
+    before (unset if it was not set). Most sluice and Spark settings are read when a query starts, so
+    a block around `start()` is enough for the query to keep them."""
+    before = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+
+
+@contextlib.contextmanager
 def driver_log(logger: str) -> Iterator[Callable[[], list[str]]]:
     """What the driver JVM logs through the log4j logger `logger` while the block runs, read as
     "LEVEL message" lines by the function it yields. The JVM starts first (without a session), so

@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sluice
-from conftest import FileFedQuery, count_sum_by_key, executor_budgets, plugin_gauges, sluice_session
+from conftest import FileFedQuery, count_sum_by_key, executor_budgets, plugin_gauges, session_conf, sluice_session
 
 CACHE_BYTES = 256 * 1024  # executor total; local[2] gives each slot half
 PLAIN = {
@@ -59,21 +59,15 @@ class Run:
         self.restarts = 0
 
     def start(self) -> None:
-        self.spark.conf.set("spark.sql.streaming.stateStore.providerClass", self.provider)
-        self.spark.conf.set("spark.sluice.statestore.cache.delegate", self.delegate)
-        self.spark.conf.set("spark.sql.shuffle.partitions", str(self.partitions))
-        try:
-            def collect(df: DataFrame, batch_id: int) -> None:
-                self.rows.extend(tuple(r) for r in df.collect())
+        def collect(df: DataFrame, batch_id: int) -> None:
+            self.rows.extend(tuple(r) for r in df.collect())
 
+        with session_conf(self.spark, {"spark.sql.streaming.stateStore.providerClass": self.provider,
+                                       "spark.sluice.statestore.cache.delegate": self.delegate,
+                                       "spark.sql.shuffle.partitions": str(self.partitions)}):
             self.query = (self.build(self.spark, self.inputs).writeStream.foreachBatch(collect)
                           .outputMode(self.mode)
                           .option("checkpointLocation", str(self.root / "ckpt")).start())
-        finally:
-            for key in ("spark.sql.streaming.stateStore.providerClass",
-                        "spark.sluice.statestore.cache.delegate"):
-                self.spark.conf.unset(key)
-            self.spark.conf.set("spark.sql.shuffle.partitions", "2")
 
     def feed(self, rows: list[dict[str, Any]], directory: Path | None = None) -> None:
         d = directory or self.inputs
@@ -222,18 +216,12 @@ class WindowedCounts(FileFedQuery):
                 "spark.sluice.statestore.cache.delegate": self.delegate,
                 "spark.sql.shuffle.partitions": "1",
                 "spark.sql.streaming.noDataMicroBatches.enabled": "false"}
-        before = {k: self.spark.conf.get(k, None) for k in conf}
-        for k, v in conf.items():
-            self.spark.conf.set(k, v)
-        try:
+        with session_conf(self.spark, conf):
             self.query = (self.spark.readStream.schema("k STRING, ts TIMESTAMP").option("maxFilesPerTrigger", 1)
                           .json(str(self.inputs)).withWatermark("ts", f"{DELAY_S} seconds")
                           .groupBy(F.window("ts", f"{WINDOW_S} seconds"), "k").count()
                           .writeStream.outputMode("update").format("noop")
                           .option("checkpointLocation", str(self.root / "ckpt")).start())
-        finally:
-            for k, v in before.items():
-                self.spark.conf.unset(k) if v is None else self.spark.conf.set(k, v)
 
     def operator_per_batch(self) -> list[dict]:
         by_id = {p["batchId"]: p["stateOperators"][0] for p in self.progress

@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from conftest import FileFedQuery, count_sum_by_key, executor_budgets, sluice_session
+from conftest import FileFedQuery, count_sum_by_key, executor_budgets, session_conf, sluice_session
 
 CACHE_BYTES = 256 * 1024  # same session as test_cache.py; each of the 2 slots gets half
 INTERVAL_KEY = "spark.sluice.commit.interval.ms"
@@ -33,9 +33,7 @@ class Query(FileFedQuery):
     def start(self, interval: str, trigger_ms: int | None = None, partitions: int = 2,
               project: str | None = None) -> None:
         """`project`: one SQL expression the rows are written as (the optimizer folds it into the aggregation)."""
-        self.spark.conf.set(INTERVAL_KEY, interval)
-        self.spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-        try:
+        with session_conf(self.spark, {INTERVAL_KEY: interval, "spark.sql.shuffle.partitions": str(partitions)}):
             df = (self.spark.readStream.schema("k STRING, v LONG").option("maxFilesPerTrigger", 1)
                   .json(str(self.inputs)).groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("s")))
             if project:
@@ -49,9 +47,6 @@ class Query(FileFedQuery):
             if trigger_ms:
                 w = w.trigger(processingTime=f"{trigger_ms} milliseconds")
             self.query = w.start()
-        finally:
-            self.spark.conf.unset(INTERVAL_KEY)
-            self.spark.conf.set("spark.sql.shuffle.partitions", "2")
 
     @property
     def rows(self) -> list[tuple]:
@@ -251,11 +246,9 @@ def test_both_caches_share_one_budget(spark: SparkSession, tmp_path: Path) -> No
     each get half of the slot's share."""
     share = next(iter(executor_budgets(spark).values()))["cache_bytes_per_slot"]
     q = Query(spark, tmp_path)
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", "sluice.cache.CachingStateStoreProvider")
-    try:
+    caching = {"spark.sql.streaming.stateStore.providerClass": "sluice.cache.CachingStateStoreProvider"}
+    with session_conf(spark, caching):
         q.start("1h", partitions=1)
-    finally:
-        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
     q.feed(_rows([f"key-{i:05d}" for i in range(3000)], 1))
     q.stop()
     emit = q.ops("emitCache")[-1]["customMetrics"]
@@ -339,8 +332,7 @@ def test_suppress_with_a_commit_interval_emits_every_final_result(
     def sink(batch: DataFrame, _: int) -> None:
         got.extend(tuple(r) for r in batch.selectExpr("CAST(window.start AS STRING)", "user", "count").collect())
 
-    spark.conf.set(INTERVAL_KEY, "30s")
-    try:
+    with session_conf(spark, {INTERVAL_KEY: "30s"}):
         q = (_suppressed_counts(spark, src).writeStream.outputMode("update").foreachBatch(sink)
              .option("checkpointLocation", str(tmp_path / "ckpt")).start())
         for i, rows in enumerate(files):
@@ -348,8 +340,6 @@ def test_suppress_with_a_commit_interval_emits_every_final_result(
             q.processAllAvailable()
         plan = q._jsq.explainInternal(False)  # what q.explain() prints
         q.stop()
-    finally:
-        spark.conf.unset(INTERVAL_KEY)
     assert "emitCache" not in plan.replace("EmitCacheSkipped", "")
     assert "EmitCacheSkipped [the query ends in suppress" in plan
     assert len(truth) == 12  # 6 windows, each with events of both users

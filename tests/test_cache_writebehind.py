@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sluice
-from conftest import FileFedQuery, sluice_session
+from conftest import FileFedQuery, session_conf, sluice_session
 
 CACHING = "sluice.cache.CachingStateStoreProvider"
 PLAIN = {
@@ -78,19 +78,13 @@ class Query(FileFedQuery):
         self.by_batch: dict[int, list[tuple]] = {}
 
     def start(self, interval: str) -> None:
-        conf = {PROVIDER: self.provider,
-                "spark.sluice.statestore.cache.delegate": self.delegate, INTERVAL: interval}
-        for k, v in conf.items():
-            self.spark.conf.set(k, v)
-        try:
-            def collect(df: DataFrame, batch_id: int) -> None:
-                self.by_batch[batch_id] = sorted(_row(r) for r in df.collect())
+        def collect(df: DataFrame, batch_id: int) -> None:
+            self.by_batch[batch_id] = sorted(_row(r) for r in df.collect())
 
+        with session_conf(self.spark, {PROVIDER: self.provider, "spark.sluice.statestore.cache.delegate": self.delegate,
+                                       INTERVAL: interval}):
             self.query = (self.build(self.spark, self.inputs).writeStream.foreachBatch(collect)
                           .outputMode(self.mode).option("checkpointLocation", str(self.ckpt)).start())
-        finally:
-            for k in conf:
-                self.spark.conf.unset(k)
 
     @property
     def rows(self) -> list[tuple]:
@@ -216,14 +210,11 @@ def test_deleted_commit_replay_emits_the_same_rows(spark: SparkSession, tmp_path
 
 
 def _state(spark: SparkSession, ckpt: Path, delegate: str, batch_id: int | None = None) -> list[str]:
-    spark.conf.set("spark.sluice.statestore.cache.delegate", delegate)
-    try:
+    with session_conf(spark, {"spark.sluice.statestore.cache.delegate": delegate}):
         r = spark.read.format("statestore").option("path", str(ckpt))
         if batch_id is not None:
             r = r.option("batchId", batch_id)
         return sorted(json.dumps(row.asDict(recursive=True), default=str) for row in r.load().collect())
-    finally:
-        spark.conf.unset("spark.sluice.statestore.cache.delegate")
 
 
 def test_state_reader_reads_batch_versions(spark: SparkSession, tmp_path: Path, delegate: str) -> None:
@@ -259,17 +250,12 @@ def test_kill_at_a_held_batch_loses_nothing_and_emits_no_window_twice(
     assert len(list(out.glob("*.json"))) < 8 + 2  # killed mid-stream
     assert list((ckpt / "state").glob(f"0/*/{LOG_DIR}/*.wb"))
 
-    for k, v in {"spark.sql.streaming.stateStore.providerClass": CACHING,
-                 "spark.sluice.statestore.cache.delegate": delegate_name, INTERVAL: "1h"}.items():
-        spark.conf.set(k, v)
-    try:
+    with session_conf(spark, {"spark.sql.streaming.stateStore.providerClass": CACHING,
+                              "spark.sluice.statestore.cache.delegate": delegate_name, INTERVAL: "1h"}):
         q = (windowed(spark, str(src)).writeStream.outputMode("append").foreachBatch(windowed_sink(str(out)))
              .option("checkpointLocation", str(ckpt)).start())
         q.processAllAvailable()
         q.stop()
-    finally:
-        for k in ("spark.sql.streaming.stateStore.providerClass", "spark.sluice.statestore.cache.delegate", INTERVAL):
-            spark.conf.unset(k)
 
     got = sorted(tuple(r) for p in out.glob("*.json") for r in json.loads(p.read_text()))
     expected: dict[tuple, tuple[int, int]] = {}
@@ -311,12 +297,9 @@ def test_checkpoint_format_v2_is_refused_at_session_start_naming_the_keys(
     checkpoint ids cannot follow: a session configured so fails to start, naming both keys, their
     values and what to set; a query that sets v2 in its session fails at its first batch with the
     same message. Last in the module: it stops the session the other tests share."""
-    spark.conf.set(FORMAT, "2")
-    try:
+    with session_conf(spark, {FORMAT: "2"}):
         q = Query(spark, tmp_path, CACHING, "rocksdb", _dedup)
         q.start("1h")
-    finally:
-        spark.conf.unset(FORMAT)
     with pytest.raises(Exception) as at_first_batch:
         q.feed(_batches(9, 1)[0])
     q.query.stop()

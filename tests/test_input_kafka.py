@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
 import kafka_harness as kh
-from conftest import KAFKA_FETCH_MAX_WAIT_MS, executor_consumer_metrics, kafka_session, stop_session
+from conftest import KAFKA_FETCH_MAX_WAIT_MS, executor_consumer_metrics, kafka_session, session_conf, stop_session
 
 BOUND = 2 << 20  # spark.sluice.input.buffer.max.bytes for this module
 
@@ -292,13 +292,8 @@ def test_a_poll_fetches_up_to_the_input_bound_unless_the_source_or_the_key_says_
         options["kafka.max.partition.fetch.bytes"] = 1 << 20
     if case == "source bound":
         options["sluice.maxBytesPerTrigger"] = "1m"
-    key = "spark.sluice.input.fetch.max.bytes"
-    if case == "key 0":
-        kspark.conf.set(key, "0")
-    try:
+    with session_conf(kspark, {"spark.sluice.input.fetch.max.bytes": "0"} if case == "key 0" else {}):
         df = kafka_stream(kspark, broker, fetch_topic, **options)
-    finally:
-        kspark.conf.unset(key)
     sink = Recorder()
     drain(df, sink, tmp_path / "cp")
     sink.assert_exactly_once({0: FETCH_RECORDS})

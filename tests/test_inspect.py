@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from conftest import sluice_session, stop_session
+from conftest import session_conf, sluice_session, stop_session
 from sluice import BufferConfig, Suppressed, suppress
 from sluice.inspect import SluiceState, inspect
 
@@ -54,16 +54,10 @@ def start(spark: SparkSession, root: Path, batches: list[list[tuple[float, str]]
     write_input(root / "in", batches)
     events = (spark.readStream.schema("ts timestamp, user string")
               .option("maxFilesPerTrigger", 1).json(str(root / "in")))
-    saved = {k: spark.conf.get(k, None) for k in conf}
-    for k, v in conf.items():
-        spark.conf.set(k, v)
-    try:
+    with session_conf(spark, conf):
         query = (build(events).writeStream.outputMode("update").format("noop")
                  .option("checkpointLocation", str(root / "ckpt")).start())
-        return query, root / "ckpt"
-    finally:
-        for k, v in saved.items():
-            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+    return query, root / "ckpt"
 
 
 def hourly(events: DataFrame) -> DataFrame:

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession, functions as F, types as T
 import sluice
 from sluice import BufferConfig, Suppressed, suppress
 
-from conftest import batch_file_sink
+from conftest import batch_file_sink, session_conf
 
 KEY = "spark.sluice.json.decoder"
 SCHEMA = T.StructType([
@@ -79,8 +79,7 @@ def run(spark: SparkSession, tmp: Path, decoder: str, batches: list[list[bytes]]
     src, out, ckpt = tmp / "in", tmp / "out", tmp / "ckpt"
     for d in (src, out):
         d.mkdir(parents=True)
-    spark.conf.set(KEY, decoder)  # read when the query is planned: each start takes it
-    try:
+    with session_conf(spark, {KEY: decoder}):  # read when the query is planned: each start takes it
         q = start(spark, src, out, ckpt)
         for i, b in enumerate(batches):
             (src / f"part-{i:05d}.txt").write_bytes(b"\n".join(b) + b"\n")
@@ -92,8 +91,6 @@ def run(spark: SparkSession, tmp: Path, decoder: str, batches: list[list[bytes]]
         q.explain()
         plan = capsys.readouterr().out
         q.stop()
-    finally:
-        spark.conf.unset(KEY)
     return results(out), plan
 
 

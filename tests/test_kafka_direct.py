@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import kafka_harness as kh
-from conftest import kafka_session, stop_session
+from conftest import kafka_session, session_conf, stop_session
 from sluice import input as sluice_input
 from sluice._conf import spec, state_store_providers
 from test_slicing import BATCHES, DELAY, SIZE, T0, Run, final, model, ts
@@ -35,20 +35,16 @@ def kspark(broker: kh.Broker) -> Iterator[SparkSession]:
 def store(request: pytest.FixtureRequest, kspark: SparkSession) -> Iterator[str]:
     # "cache": sluice's record cache in front of its default delegate (RocksDB)
     providers = {**state_store_providers(), "cache": spec()["caching_provider"]}
-    kspark.conf.set("spark.sql.streaming.stateStore.providerClass", providers[request.param])
-    yield request.param
-    kspark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    with session_conf(kspark, {"spark.sql.streaming.stateStore.providerClass": providers[request.param]}):
+        yield request.param
 
 
 def source(spark: SparkSession, broker: kh.Broker, topic: str, direct: bool, **options: Any) -> DataFrame:
     """The topic as a streaming DataFrame; the setting is read when the source is loaded."""
-    spark.conf.set(KEY, str(direct).lower())
-    try:
+    with session_conf(spark, {KEY: str(direct).lower()}):
         reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
                   .option("subscribe", topic).option("startingOffsets", "earliest"))
         return reader.options(**{k: str(v) for k, v in options.items()}).load()
-    finally:
-        spark.conf.unset(KEY)
 
 
 def produce_mixed(spark: SparkSession, broker: kh.Broker, topic: str, n: int, partitions: int,

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from conftest import sluice_session
+from conftest import session_conf, sluice_session
 from test_composition import CACHE_BYTES, Combo, check, run_all
 
 CASES = [
@@ -73,13 +73,13 @@ def test_session_windows_on_two_executors(cluster: SparkSession, tmp_path_factor
         assert table_of(updates) == append_mode_finals(cluster, updates.src, tmp / "reference")
     finally:
         updates.stop()
-    cluster.conf.set("spark.sluice.suppress.fused", "false")
     finals = Run(cluster, tmp / "finals")
-    try:
-        finals.start(suppress(sessions(finals.events()), Suppressed.until_window_closes(BufferConfig.unbounded())))
-        feed_all(finals, BATCHES)
-        rows = finals.rows()
-        assert Counter(key(r) for r in rows) == Counter(append_mode_finals(cluster, finals.src, tmp / "again").keys())
-    finally:
-        finals.stop()
-        cluster.conf.unset("spark.sluice.suppress.fused")
+    with session_conf(cluster, {"spark.sluice.suppress.fused": "false"}):
+        try:
+            finals.start(suppress(sessions(finals.events()), Suppressed.until_window_closes(BufferConfig.unbounded())))
+            feed_all(finals, BATCHES)
+            rows = finals.rows()
+            want = append_mode_finals(cluster, finals.src, tmp / "again")
+            assert Counter(key(r) for r in rows) == Counter(want.keys())
+        finally:
+            finals.stop()

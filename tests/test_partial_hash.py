@@ -15,6 +15,7 @@ import pytest
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from conftest import session_conf
 from test_slicing import BATCHES, DELAY, SIZE, T0, SwitchedRun, final, json_lines, model, store, switched  # noqa: F401 (store: a fixture)
 
 KEY = "spark.sluice.aggregate.partial.hash"
@@ -63,8 +64,7 @@ def test_batch_query_by_hash_gives_the_rows_of_the_sorted_plan(spark: SparkSessi
     events = spark.read.schema("ts timestamp, user string, v long").json(str(path))
     results, plans = {}, {}
     for on in (False, True):
-        spark.conf.set(KEY, str(on).lower())
-        try:
+        with session_conf(spark, {KEY: str(on).lower()}):
             df = (events.groupBy(F.window("ts", f"{SIZE} seconds"), "user")
                   .agg(F.count("*").alias("n"), F.max(F.struct("v", "ts")).alias("m"), F.min(F.struct("ts", "v")).alias("l"))
                   .select((F.col("window.start").cast("long") - int(T0.timestamp())).alias("s"), "user", "n",
@@ -72,7 +72,5 @@ def test_batch_query_by_hash_gives_the_rows_of_the_sorted_plan(spark: SparkSessi
             results[on] = sorted(tuple(r) for r in df.collect())
             plan = df._jdf.queryExecution().executedPlan().toString()
             plans[on] = map_side(plan.split("== Final Plan ==")[-1].split("== Initial Plan ==")[0])
-        finally:
-            spark.conf.unset(KEY)
     assert plans == {False: "sort", True: "hash"}, plans
     assert len(results[True]) >= 8 and results[True] == results[False]

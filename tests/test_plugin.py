@@ -6,7 +6,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 import sluice
-from conftest import BASE_CONF, driver_log, executor_budgets, fresh_builder, plugin_gauges, sluice_session, stop_session
+from conftest import (BASE_CONF, driver_log, executor_budgets, fresh_builder, plugin_gauges, session_conf,
+                      sluice_session, stop_session)
 
 
 def _builder(**conf: str) -> SparkSession.Builder:
@@ -139,18 +140,13 @@ def test_multi_process_budget_and_jar_shipped_to_executors() -> None:
 def test_gauges_show_the_settings_of_the_session_whose_tasks_ran_last() -> None:
     """A session's input bound and cache budget reach its tasks, and the gauges show them."""
     spark = sluice_session(master="local[2]", statestore_cache_max_bytes="10m")
-    keys = {"spark.sluice.input.buffer.max.bytes": 64 << 20, "spark.sluice.statestore.cache.max.bytes": 6 << 20}
-    for k, v in keys.items():
-        spark.conf.set(k, str(v))
-    try:
+    with session_conf(spark, {"spark.sluice.input.buffer.max.bytes": str(64 << 20),
+                              "spark.sluice.statestore.cache.max.bytes": str(6 << 20)}):
         spark.range(0, 4, 1, 2).collect()
         gauges = plugin_gauges(spark)
         assert (gauges["inputBufferMaxBytes"], gauges["cacheMaxBytes"], gauges["cacheBytesPerSlot"]) == (
             64 << 20, 6 << 20, (6 << 20) // 2)
         assert {b["cache_max_bytes"] for b in executor_budgets(spark).values()} == {6 << 20}
-    finally:
-        for k in keys:
-            spark.conf.unset(k)
     spark.range(0, 4, 1, 2).collect()
     assert plugin_gauges(spark)["cacheMaxBytes"] == 10 << 20
 

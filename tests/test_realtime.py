@@ -20,7 +20,7 @@ import kafka_harness as kh
 import realtime_kill_child
 import sluice
 from sluice import input as sluice_input
-from conftest import KAFKA_FETCH_MAX_WAIT_MS, executor_consumer_metrics, kill_when, stop_session
+from conftest import KAFKA_FETCH_MAX_WAIT_MS, executor_consumer_metrics, kill_when, session_conf, stop_session
 from realtime_kill_child import (BASE, BATCH, all_counts, epoch_texts, expected_finals, file_rows,
                                  first_batch_committed, later_batch_opened, produce_events, timed_counts,
                                  windowed_counts, windowed_finals)
@@ -256,9 +256,7 @@ def _run_to(spark, broker, df: DataFrame, name: str, tmp_path: Path, until: Call
     """Runs `df` under the real-time trigger into topic `name` (with the session `conf` while it
     runs) until its rows satisfy `until` (and, with `commit`, batches after them have committed
     their state); returns them."""
-    for k, v in (conf or {}).items():
-        spark.conf.set(k, v)
-    try:
+    with session_conf(spark, conf or {}):
         if not (tmp_path / name).exists():  # a restart writes on to its topic
             kh.create_topic(spark, broker.bootstrap, name, 1)
         q = _finals_query(spark, broker, df, name, tmp_path / name, {"realTime": BATCH})
@@ -269,9 +267,6 @@ def _run_to(spark, broker, df: DataFrame, name: str, tmp_path: Path, until: Call
             return out
         finally:
             q.stop()
-    finally:
-        for k in conf or {}:
-            spark.conf.unset(k)
 
 
 def _events_topic(spark, broker, name: str, count: int) -> str:
@@ -432,11 +427,8 @@ def test_a_killed_real_time_query_restarted_on_its_checkpoint_loses_no_final_and
 def test_an_explicit_allowlist_check_refuses_suppress_saying_why(rt, tmp_path: Path) -> None:
     spark, broker = rt
     final = sluice.suppress(_counts(spark, broker), sluice.Suppressed.until_window_closes(sluice.BufferConfig.unbounded()))
-    spark.conf.set("spark.sql.streaming.realTimeMode.allowlistCheck", "true")
-    try:
+    with session_conf(spark, {"spark.sql.streaming.realTimeMode.allowlistCheck": "true"}):
         message = _refusal(spark, broker, final, "allowlisted", tmp_path)
-    finally:
-        spark.conf.unset("spark.sql.streaming.realTimeMode.allowlistCheck")
     assert "spark.sql.streaming.realTimeMode.allowlistCheck=true is set explicitly" in message
     assert "Unset spark.sql.streaming.realTimeMode.allowlistCheck" in message
 
@@ -468,13 +460,10 @@ def test_the_input_bound_source_option_is_refused(rt, tmp_path: Path) -> None:
 def test_spark_itself_refuses_other_providers_than_its_rocksdb_in_real_time_mode(rt, tmp_path: Path,
                                                                                 provider: str) -> None:
     spark, broker = rt
-    spark.conf.set(PROVIDER, provider)
-    try:
+    with session_conf(spark, {PROVIDER: provider}):
         with pytest.raises(Exception, match="providerClass must be org.apache.spark.sql.execution.streaming.state"
                                             ".RocksDBStateStoreProvider"):
             _start(spark, broker, _counts(spark, broker), "provider" + provider.rsplit(".", 1)[1], tmp_path)
-    finally:
-        spark.conf.unset(PROVIDER)
 
 
 def _sessions(spark: SparkSession, broker: kh.Broker) -> DataFrame:
@@ -493,11 +482,8 @@ def test_session_windows_in_update_mode_are_refused_naming_why_and_what_to_use(r
     df = _sessions(spark, broker)
     if final != "none":
         df = sluice.suppress(df, sluice.Suppressed.until_window_closes(sluice.BufferConfig.unbounded()))
-    spark.conf.set("spark.sluice.suppress.fused", str(final == "fused").lower())  # read when the query starts
-    try:
+    with session_conf(spark, {"spark.sluice.suppress.fused": str(final == "fused").lower()}):  # read at the start
         message = _refusal(spark, broker, df, f"sessions_{final}", tmp_path)
-    finally:
-        spark.conf.unset("spark.sluice.suppress.fused")
     line = next(m for m in message.splitlines() if "session_window" in m)
     assert "A session window aggregation (session_window) in update mode" in line
     assert "does not run under Spark's real-time trigger" in line
@@ -541,13 +527,10 @@ def test_the_plan_rewrites_leave_a_real_time_plan_as_spark_makes_it(rt, tmp_path
     for on in (True, False):
         name = f"rewrite_{key.split('.', 2)[2].replace('.', '_')}_{str(on).lower()}"
         kh.create_topic(spark, broker.bootstrap, name, 1)
-        spark.conf.set(key, str(on).lower())
-        try:
+        with session_conf(spark, {key: str(on).lower()}):
             q = (df.writeStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
                  .option("topic", name).outputMode("update").option("checkpointLocation", str(tmp_path / name))
                  .trigger(realTime=BATCH).start())
-        finally:
-            spark.conf.unset(key)
         try:
             rows = _await(spark, broker, q, name, until=lambda rows: sum(_latest(rows).values()) >= windows * RECORDS)
             assert sum(_latest(rows).values()) == windows * RECORDS
@@ -568,11 +551,8 @@ def test_the_direct_kafka_reader_reads_in_real_time_too(rt, tmp_path: Path) -> N
     """input.kafka.direct under the real-time trigger: the source loaded with it on reads every record
     through sluice's direct reader (the source's metrics count them all) and counts each once."""
     spark, broker = rt
-    spark.conf.set("spark.sluice.input.kafka.direct", "true")
-    try:
+    with session_conf(spark, {"spark.sluice.input.kafka.direct": "true"}):
         df = _counts(spark, broker)  # the setting is read when the source is loaded
-    finally:
-        spark.conf.unset("spark.sluice.input.kafka.direct")
     q = _start(spark, broker, df, "direct_rt", tmp_path)
     try:
         def emitted() -> list[dict]:

@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 import kafka_harness as kh
 import realtime_kill_child
 import sluice
-from conftest import stop_session
+from conftest import session_conf, stop_session
 from realtime_kill_child import (BASE, all_counts, expected_finals, file_rows, later_batch_opened, produce_events,
                                  start_to_files, timed_counts, windowed_counts)
 
@@ -210,8 +210,7 @@ def test_each_combination_gives_the_expected_results_across_a_restart(rt, tmp_pa
     produce_events(spark, broker.bootstrap, topic, 0, FIRST)
     out = tmp_path / "out"
     out.mkdir()
-    spark.conf.set(INTERVAL_KEY, INTERVALS[interval])  # read when a query starts
-    try:
+    with session_conf(spark, {INTERVAL_KEY: INTERVALS[interval]}):  # read when a query starts
         # stopped once the first batch has ended: a real-time batch writes its offset log entry when
         # it ends, a stop during that write leaves Spark's temporary file in offsets/, and with no
         # batch committed Spark refuses to restart on it (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY,
@@ -224,7 +223,5 @@ def test_each_combination_gives_the_expected_results_across_a_restart(rt, tmp_pa
         produce_events(spark, broker.bootstrap, topic, FAR, 1)
         rows = _run(spark, QUERIES[query](spark, broker.bootstrap, topic), tmp_path / "ckpt", out,
                     lambda rows: _meets(rows, FINAL_EXPECTED[query]), settle=True)
-    finally:
-        spark.conf.unset(INTERVAL_KEY)
     _check_rows(query, rows)
     _check_exact(query, interval, rows)

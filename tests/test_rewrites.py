@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 
 import test_partial_hash as hashed
 import test_slicing as sliced
+from conftest import session_conf
 from sluice._conf import spec
 from test_slicing import BATCHES, SIZE, SLIDE, final, json_lines, result_rows
 
@@ -101,9 +102,7 @@ class Runs:
         providers = sliced.state_store_providers()
         settings = ({self.r.key: "true", INTERVAL_KEY: interval, PROVIDER_KEY: spec()["caching_provider"]}
                     if self.sluice else {PROVIDER_KEY: providers["hdfs"]})
-        for k, v in settings.items():
-            self.spark.conf.set(k, v)
-        try:
+        with session_conf(self.spark, settings):
             reader = self.spark.readStream.schema("ts timestamp, user string, v long")
             reader = (reader.option("sluice.maxBytesPerTrigger", str(BOUND)) if self.sluice
                       else reader.option("maxFilesPerTrigger", 1))
@@ -115,9 +114,6 @@ class Runs:
             q = (self.r.rows(out).writeStream.outputMode(output_mode)
                  .foreachBatch(lambda batch, _: self.emitted.extend(result_rows(batch)))
                  .option("checkpointLocation", str(self.ckpt)).start())
-        finally:
-            for k in settings:
-                self.spark.conf.unset(k)
         try:
             write_files(self.src, files)
             q.processAllAvailable()

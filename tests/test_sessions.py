@@ -24,7 +24,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from conftest import drain_to_files, kill_after_batches
+from conftest import drain_to_files, kill_after_batches, session_conf
 from sluice import BufferConfig, Suppressed, suppress
 from sluice.input import BYTES_METRIC
 from test_suppress import PROVIDERS, Run, at
@@ -41,9 +41,8 @@ def run(spark: SparkSession, tmp_path: Path) -> Any:
 
 @pytest.fixture(params=sorted(PROVIDERS))
 def provider(request: pytest.FixtureRequest, spark: SparkSession) -> Any:
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[request.param])
-    yield request.param
-    spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    with session_conf(spark, {"spark.sql.streaming.stateStore.providerClass": PROVIDERS[request.param]}):
+        yield request.param
 
 
 def sessions(events: DataFrame, watermark: str = "10 seconds") -> DataFrame:
@@ -206,9 +205,8 @@ def test_append_and_complete_modes_stay_spark_own(spark: SparkSession, run: Run)
 def fused(request: pytest.FixtureRequest, spark: SparkSession) -> Any:
     """until_window_closes(unbounded()) fused into the session aggregation (Spark's append-mode save
     in the update-mode query, the default) and unfused (sluice's session updates, then suppress)."""
-    spark.conf.set("spark.sluice.suppress.fused", str(request.param == "fused").lower())
-    yield request.param
-    spark.conf.unset("spark.sluice.suppress.fused")
+    with session_conf(spark, {"spark.sluice.suppress.fused": str(request.param == "fused").lower()}):
+        yield request.param
 
 
 def operator_names(run: Run) -> set:
@@ -231,22 +229,15 @@ def test_sessions_merge_in_each_partition_before_the_shuffle_unless_spark_settin
         spark: SparkSession, run: Run, provider: str, fused: str, tmp_path: Path, setting: str | None) -> None:
     """sluice merges each input partition's sessions before the shuffle unless Spark's setting says
     not to (Spark's own default is not to); the sessions are the same either way."""
-    if setting is not None:
-        spark.conf.set(LOCAL_MERGE_KEY, setting)
-    try:
+    with session_conf(spark, {LOCAL_MERGE_KEY: setting} if setting is not None else {}):
         df = sessions(run.events())
         run.start(suppress(df, Suppressed.until_window_closes(BufferConfig.unbounded())) if fused == "fused" else df)
         feed_all(run, BATCHES)
         plan = run.query._jsq.explainInternal(False)
-    finally:
-        spark.conf.unset(LOCAL_MERGE_KEY)
     assert merges_below_the_shuffle(plan) == (setting != "false"), plan
     assert "MergingSessions" in plan
-    spark.conf.set(LOCAL_MERGE_KEY, "false")  # Spark's own plan for the reference
-    try:
+    with session_conf(spark, {LOCAL_MERGE_KEY: "false"}):  # Spark's own plan for the reference
         expected = append_mode_finals(spark, run.src, tmp_path)
-    finally:
-        spark.conf.unset(LOCAL_MERGE_KEY)
     if fused == "fused":
         got = {key(r): (r["n"], r["total"]) for r in run.rows()}
         assert len(got) == len(run.rows())  # each session once
@@ -293,14 +284,10 @@ def test_until_window_closes_emits_each_session_once_and_never_a_merged_one(
 def test_bounded_buffers_give_the_same_finals(spark: SparkSession, run: Run, tmp_path: Path, full: str) -> None:
     """A bounded until_window_closes buffer (never fused): spilled rows are dropped by a retraction
     as in-memory ones are; a bound never reached shuts nothing down. The same finals as unbounded."""
-    one = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", "1")  # one buffer: a bound of 1 row spills
-    try:
+    with session_conf(spark, {"spark.sql.shuffle.partitions": "1"}):  # one buffer: a bound of 1 row spills
         bound = BufferConfig.max_records(1 if full == "spill_to_disk_when_full" else 1000)
         run.start(suppress(sessions(run.events()), Suppressed.until_window_closes(getattr(bound, full)())))
         feed_all(run, BATCHES)
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", one)
     rows = run.rows()
     assert Counter(key(r) for r in rows) == Counter(append_mode_finals(spark, run.src, tmp_path).keys())
     assert {key(r): (r["n"], r["total"]) for r in rows} == append_mode_finals(spark, run.src, tmp_path / "again")
@@ -330,17 +317,17 @@ def test_changing_fusion_on_a_checkpoint_is_refused(spark: SparkSession, run: Ru
     """Fused and unfused final results keep the open sessions in different places; a checkpoint of
     one refuses to start as the other, naming the setting that brings its plan back."""
     df = suppress(sessions(run.events()), Suppressed.until_window_closes(BufferConfig.unbounded()))
-    spark.conf.set("spark.sluice.suppress.fused", first)
     try:
-        run.start(df)
-        run.feed(*BATCHES[0])
-        run.stop()
-        spark.conf.set("spark.sluice.suppress.fused", "false" if first == "true" else "true")
-        with pytest.raises(StreamingQueryException, match=f"spark.sluice.suppress.fused={first} for this checkpoint"):
+        with session_conf(spark, {"spark.sluice.suppress.fused": first}):
             run.start(df)
-            run.feed(*BATCHES[1])
+            run.feed(*BATCHES[0])
+            run.stop()
+        with session_conf(spark, {"spark.sluice.suppress.fused": "false" if first == "true" else "true"}):
+            with pytest.raises(StreamingQueryException,
+                               match=f"spark.sluice.suppress.fused={first} for this checkpoint"):
+                run.start(df)
+                run.feed(*BATCHES[1])
     finally:
-        spark.conf.unset("spark.sluice.suppress.fused")
         run.query = None
     assert [r for b in sorted(run.batches) for r in run.batches[b]] == []  # nothing closed yet
 
@@ -386,15 +373,10 @@ def test_on_the_record_cache_with_the_emission_cache(spark: SparkSession, run: R
                                                      delegate: str) -> None:
     """The record cache as the provider and the emission cache below the sink (a commit interval):
     the rows still build the append-mode result; the session state goes through the cache."""
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", "sluice.cache.CachingStateStoreProvider")
-    spark.conf.set("spark.sluice.statestore.cache.delegate", delegate)
-    spark.conf.set("spark.sluice.commit.interval.ms", "1ms")
-    try:
+    with session_conf(spark, {"spark.sql.streaming.stateStore.providerClass": "sluice.cache.CachingStateStoreProvider",
+                              "spark.sluice.statestore.cache.delegate": delegate,
+                              "spark.sluice.commit.interval.ms": "1ms"}):
         run.start(sessions(run.events()))
-    finally:
-        for k in ("spark.sql.streaming.stateStore.providerClass", "spark.sluice.statestore.cache.delegate",
-                  "spark.sluice.commit.interval.ms"):
-            spark.conf.unset(k)
     feed_all(run, BATCHES)
     assert table_of(run) == append_mode_finals(spark, run.src, tmp_path)
     ops = [op for p in run.query.recentProgress for op in p["stateOperators"]]
@@ -439,14 +421,11 @@ def test_input_bound_takes_the_input_in_several_batches_and_ends_at_the_same_ses
     sizes = [f.stat().st_size for f in sorted(run.src.glob("*.json"))]
     bound = 3 * max(sizes)  # about three files a batch
     # the bound is read when the query's sources are resolved: set while the DataFrame is built
-    spark.conf.set("spark.sluice.input.buffer.max.bytes", str(bound))
-    try:
+    with session_conf(spark, {"spark.sluice.input.buffer.max.bytes": str(bound)}):
         # no maxFilesPerTrigger: the byte bound alone splits the backlog
         events = spark.readStream.schema("ts timestamp, user string, v long").json(str(run.src))
         counts = sessions(events)
         run.start(suppress(counts, Suppressed.until_window_closes(BufferConfig.unbounded())) if finals else counts)
-    finally:
-        spark.conf.unset("spark.sluice.input.buffer.max.bytes")
     run.query.processAllAvailable()
     admitted = [int(p["sources"][0]["metrics"][BYTES_METRIC]) for p in run.query.recentProgress
                 if p["numInputRows"] > 0]

@@ -16,6 +16,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from conftest import session_conf
 from sluice._conf import spec, state_store_providers
 from test_slicing import (BATCHES, SIZE, SLIDE, Run, aggregates, final, json_lines, killed_and_restarted,  # noqa: F401
                           model, store, switched)
@@ -41,11 +42,8 @@ class SlicedStateRun(Run):
         self.started_off, self.map_side_slicing = started_off, map_side_slicing
 
     def start(self, on: bool) -> None:
-        self.spark.conf.set(KEY, str(on != self.started_off).lower())
-        try:
+        with session_conf(self.spark, {KEY: str(on != self.started_off).lower()}):
             super().start(self.map_side_slicing)
-        finally:
-            self.spark.conf.unset(KEY)
 
 
 def sliding(df: DataFrame, size: int = SIZE, slide: int = SLIDE, user: Optional[Column] = None) -> DataFrame:
@@ -99,11 +97,9 @@ def test_sliced_state_under_the_record_cache_a_commit_interval_and_the_input_bou
     run = BoundRun(spark, tmp_path, lambda df: final(sliding(df)), "update")
     sides, rows = [], []
     try:
-        for k, v in confs.items():
-            spark.conf.set(k, v)
         for interval, batches in (("1h", BATCHES[:4]), ("1ms", BATCHES[4:])):
-            spark.conf.set(INTERVAL_KEY, interval)
-            run.start(True)
+            with session_conf(spark, {**confs, INTERVAL_KEY: interval}):
+                run.start(True)
             for i in range(0, len(batches), 2):
                 run.feed(*batches[i:i + 2])
             sides.append(state_side(run.plan()))
@@ -112,8 +108,6 @@ def test_sliced_state_under_the_record_cache_a_commit_interval_and_the_input_bou
     finally:
         if run.query is not None:
             run.stop()
-        for k in [*confs, INTERVAL_KEY]:
-            spark.conf.unset(k)
     assert sides == ["sliced"] * 2
     # one file per micro-batch (the last batch before the stop, the one replayed, read no file: the
     # watermark's batch after file 3)
@@ -227,11 +221,8 @@ def test_explain_of_a_streaming_dataframe_shows_the_sliced_plan_and_writes_nothi
     jvm_dir = Path(spark.sparkContext._jvm.System.getProperty("user.dir"))
     plans = {}
     for on in (True, False):
-        spark.conf.set(KEY, str(on).lower())
-        try:
+        with session_conf(spark, {KEY: str(on).lower()}):
             sliding(events).explain()
-        finally:
-            spark.conf.unset(KEY)
         plans[on] = state_side(capsys.readouterr().out)
     assert plans == {True: "sliced", False: "windows"}
     assert not (jvm_dir / "<unknown>").exists()

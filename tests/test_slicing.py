@@ -21,6 +21,7 @@ import pytest
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from conftest import session_conf
 from sluice import BufferConfig, Suppressed, suppress
 from sluice._conf import spec, state_store_providers
 
@@ -122,18 +123,14 @@ class Run:
         return {"maxFilesPerTrigger": "1"}
 
     def start(self, slicing: bool) -> None:
-        self.spark.conf.set(SLICING_KEY, str(slicing).lower())
-        events = (self.spark.readStream.schema("ts timestamp, user string, v long")
-                  .options(**self.source_options()).json(str(self.src)))
-
         def sink(batch: DataFrame, batch_id: int) -> None:
             (self.replayed if batch_id in self.first else self.first)[batch_id] = sorted(result_rows(batch))
 
-        try:
+        with session_conf(self.spark, {SLICING_KEY: str(slicing).lower()}):
+            events = (self.spark.readStream.schema("ts timestamp, user string, v long")
+                      .options(**self.source_options()).json(str(self.src)))
             self.query = (self.build(events).writeStream.outputMode(self.mode).foreachBatch(sink)
                           .option("checkpointLocation", str(self.ckpt)).start())
-        finally:
-            self.spark.conf.unset(SLICING_KEY)
 
     def feed(self, *batches: list[tuple]) -> None:
         """Writes a file of each batch's events, in order, then waits until the query has read them."""
@@ -177,11 +174,8 @@ class SwitchedRun(Run):
         self.key = key
 
     def start(self, on: bool) -> None:
-        self.spark.conf.set(self.key, str(on).lower())
-        try:
+        with session_conf(self.spark, {self.key: str(on).lower()}):
             super().start(False)
-        finally:
-            self.spark.conf.unset(self.key)
 
 
 def switched(run: Run, plan_of: Callable[[str], Any]) -> list[Any]:
@@ -222,9 +216,8 @@ def final(df: DataFrame) -> DataFrame:
 def store(request: pytest.FixtureRequest, spark: SparkSession) -> Any:
     # "cache": sluice's record cache in front of its default delegate (RocksDB)
     providers = {**state_store_providers(), "cache": spec()["caching_provider"]}
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", providers[request.param])
-    yield request.param
-    spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    with session_conf(spark, {"spark.sql.streaming.stateStore.providerClass": providers[request.param]}):
+        yield request.param
 
 
 @pytest.mark.parametrize("store,mode", [("hdfs", "append"), ("rocksdb", "final"), ("in_memory_window", "final"),
@@ -336,8 +329,7 @@ def test_batch_query_sliced_gives_the_rows_of_the_unsliced_plan(spark: SparkSess
     window = F.window("ts", f"{SIZE} seconds", f"{SLIDE} seconds", f"{offset} seconds")
     results, plans = {}, {}
     for slicing in (False, True):
-        spark.conf.set(SLICING_KEY, str(slicing).lower())
-        try:
+        with session_conf(spark, {SLICING_KEY: str(slicing).lower()}):
             df = (events.groupBy(window, "user")
                   .agg(F.count("*").alias("n"), F.sum("v"), F.max("v"), F.avg("v"), F.min("ts").cast("string"),
                        F.approx_count_distinct("v"))
@@ -347,8 +339,6 @@ def test_batch_query_sliced_gives_the_rows_of_the_unsliced_plan(spark: SparkSess
             # adaptive execution plans each stage as it runs: the plan it ran is its final plan
             plan = df._jdf.queryExecution().executedPlan().toString()
             plans[slicing] = map_side(plan.split("== Final Plan ==")[-1].split("== Initial Plan ==")[0])
-        finally:
-            spark.conf.unset(SLICING_KEY)
     assert plans == {False: UNSLICED, True: SLICED}, plans
     every = Counter((s + offset, u) for b in BATCHES for t, u, _ in b for s in windows_of(t - offset, SIZE, SLIDE))
     assert results[True] == results[False] and {(r[0], r[1]): r[2] for r in results[True]} == dict(every)

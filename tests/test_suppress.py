@@ -17,6 +17,7 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from conftest import session_conf
 from sluice import BufferConfig, SluiceBufferFullError, SluiceSuppressError, Suppressed, suppress
 from sluice._errors import translate
 from sluice.suppress import EagerBufferConfig, StrictBufferConfig
@@ -115,26 +116,23 @@ PROVIDERS = {
 def provider(request: pytest.FixtureRequest, spark: SparkSession) -> Any:
     """Runs a test once per state store provider suppress keeps its buffer in (recorded in the
     checkpoint): Spark's two and sluice's in-memory window store."""
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[request.param])
-    yield request.param
-    spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    with session_conf(spark, {"spark.sql.streaming.stateStore.providerClass": PROVIDERS[request.param]}):
+        yield request.param
 
 
 @pytest.fixture
 def one_partition(spark: SparkSession) -> Any:
     """One partition of the operator: its stream time and bound are per partition."""
-    spark.conf.set("spark.sql.shuffle.partitions", "1")
-    yield
-    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    with session_conf(spark, {"spark.sql.shuffle.partitions": "1"}):
+        yield
 
 
 @pytest.fixture
 def unfused(spark: SparkSession) -> Any:
     """The suppress operator itself, also where an unbounded until_window_closes would be fused into
     the aggregation (tests/test_suppress_fused.py covers that path)."""
-    spark.conf.set("spark.sluice.suppress.fused", "false")
-    yield
-    spark.conf.unset("spark.sluice.suppress.fused")
+    with session_conf(spark, {"spark.sluice.suppress.fused": "false"}):
+        yield
 
 
 def hourly_counts(events: DataFrame) -> DataFrame:

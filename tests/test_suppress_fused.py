@@ -19,7 +19,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from conftest import write_hourly_files
+from conftest import session_conf, write_hourly_files
 from sluice import BufferConfig, Suppressed, suppress
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -135,21 +135,18 @@ def drive(spark: SparkSession, root: Path, build: Callable[[Run], DataFrame], mo
           restart_after: int = RESTART_AFTER) -> tuple[Run, list[str], str]:
     """Runs `build`'s query over `batches` with a restart after `restart_after` of them; returns
     the run, the state operators of its last progress and its physical plan."""
-    for k, v in (conf or {}).items():
-        spark.conf.set(k, v)
     run = Run(spark, root)
-    try:
-        run.start(build(run), mode)
-        for i, events in enumerate(batches):
-            if i == restart_after:
-                run.stop()
-                run.start(build(run), mode)
-            run.feed(events)
-        ops, plan = run.operators(), run.query._jsq.explainInternal(False)
-    finally:
-        run.stop()
-        for k in conf or {}:
-            spark.conf.unset(k)
+    with session_conf(spark, conf or {}):
+        try:
+            run.start(build(run), mode)
+            for i, events in enumerate(batches):
+                if i == restart_after:
+                    run.stop()
+                    run.start(build(run), mode)
+                run.feed(events)
+            ops, plan = run.operators(), run.query._jsq.explainInternal(False)
+        finally:
+            run.stop()
     return run, ops, plan
 
 
@@ -159,9 +156,8 @@ def state_dirs(run: Run) -> set[str]:
 
 @pytest.fixture
 def store(request: pytest.FixtureRequest, spark: SparkSession) -> Any:
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[request.param])
-    yield request.param
-    spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    with session_conf(spark, {"spark.sql.streaming.stateStore.providerClass": PROVIDERS[request.param]}):
+        yield request.param
 
 
 @pytest.mark.parametrize("store,slide", [("hdfs", None), ("rocksdb", 20), ("in_memory_window", 30)],
@@ -210,14 +206,11 @@ def test_unfused_checkpoint_keeps_running_unfused_after_upgrade(spark: SparkSess
     """A checkpoint written by the suppress operator (before fusion existed, or with it disabled)
     keeps that operator when restarted with fusion on: its buffer holds the open windows."""
     run = Run(spark, tmp_path)
-    spark.conf.set(FUSED_KEY, "false")
-    try:
+    with session_conf(spark, {FUSED_KEY: "false"}):
         run.start(final(run.counts(None)))
         for events in BATCHES[:RESTART_AFTER]:
             run.feed(events)
         run.stop()
-    finally:
-        spark.conf.unset(FUSED_KEY)
     run.start(final(run.counts(None)))  # fusion on (the default)
     for events in BATCHES[RESTART_AFTER:]:
         run.feed(events)
@@ -235,14 +228,11 @@ def test_fused_checkpoint_restarted_unfused_fails_with_a_clear_message(spark: Sp
         run.feed(events)
     run.stop()
 
-    spark.conf.set(FUSED_KEY, "false")
-    try:
+    with session_conf(spark, {FUSED_KEY: "false"}):
         run.start(final(run.counts(None)))
         with pytest.raises(StreamingQueryException) as e:
             run.feed(BATCHES[RESTART_AFTER])
         run.query = None
-    finally:
-        spark.conf.unset(FUSED_KEY)
     msg = str(e.value)
     assert "written with suppress(until_window_closes) fused" in msg and f"Set {FUSED_KEY}=true" in msg, msg
 

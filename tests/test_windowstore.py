@@ -20,7 +20,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 import conftest
 import sluice
-from conftest import BASE_CONF, fresh_builder, stop_session
+from conftest import BASE_CONF, fresh_builder, session_conf, stop_session
 from sluice import Stores
 from sluice._conf import STATE_STORE_PROVIDERS
 
@@ -73,15 +73,8 @@ def _batches(n: int = 5, per_batch: int = 24, seed: int = 7) -> list[list[dict[s
 def _provider(spark: SparkSession, name: str) -> Iterator[None]:
     """Starts queries on the named provider (recorded in the checkpoint), then restores the
     session's own choice (the supplier's, from the builder)."""
-    previous = spark.conf.get(PROVIDER_KEY, None)
-    spark.conf.set(PROVIDER_KEY, STATE_STORE_PROVIDERS[name])
-    try:
+    with session_conf(spark, {PROVIDER_KEY: STATE_STORE_PROVIDERS[name]}):
         yield
-    finally:
-        if previous is None:
-            spark.conf.unset(PROVIDER_KEY)
-        else:
-            spark.conf.set(PROVIDER_KEY, previous)
 
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -304,11 +297,9 @@ def test_retention_expires_windows_and_counts_dropped_puts(spark: SparkSession, 
     batches = [[at(1), at(2)], [at(12)], [at(45)], [at(3), at(46)]]
     # The session's provider is the supplier's; retention overridden for this session only.
     assert spark.conf.get(PROVIDER_KEY) == STATE_STORE_PROVIDERS["in_memory_window"]
-    spark.conf.set("spark.sluice.windowstore.retention", "20s")
     # Stream time is per store (partition), as per task in Kafka Streams; Spark partitions windowed
     # state by (window, key), so one partition keeps all windows of this test in one store.
-    spark.conf.set("spark.sql.shuffle.partitions", "1")
-    try:
+    with session_conf(spark, {"spark.sluice.windowstore.retention": "20s", "spark.sql.shuffle.partitions": "1"}):
         src, ckpt = tmp_path / "in", tmp_path / "ckpt"
         src.mkdir()
         out: dict[int, list[tuple]] = {}
@@ -326,9 +317,6 @@ def test_retention_expires_windows_and_counts_dropped_puts(spark: SparkSession, 
             q.processAllAvailable()
             metrics.append(q.lastProgress["stateOperators"][0])
         q.stop()
-    finally:
-        spark.conf.unset("spark.sluice.windowstore.retention")
-        spark.conf.set("spark.sql.shuffle.partitions", BASE_CONF["spark.sql.shuffle.partitions"])
 
     segs = [m["customMetrics"]["windowStoreSegments"] for m in metrics]
     drops = [m["customMetrics"]["expiredWindowRecordDropTotal"] for m in metrics]
@@ -381,8 +369,7 @@ def test_supplier_and_configure_select_the_provider() -> None:
 def _first_batch_failure(spark: SparkSession, tmp_path: Path, key: str, value: str) -> str:
     """The error of a query's first batch (one aggregation over the window store) with `key` set
     to `value` in the session."""
-    spark.conf.set(key, value)
-    try:
+    with session_conf(spark, {key: value}):
         src = tmp_path / "in"
         src.mkdir()
         (src / "0.json").write_text(json.dumps(_batches(1)[0][0]) + "\n")
@@ -392,8 +379,6 @@ def _first_batch_failure(spark: SparkSession, tmp_path: Path, key: str, value: s
             q.processAllAvailable()
         q.stop()
         return str(e.value)
-    finally:
-        spark.conf.unset(key)
 
 
 def test_bad_window_store_conf_is_rejected_with_key_and_value(spark: SparkSession, tmp_path: Path) -> None:
@@ -411,11 +396,8 @@ def test_suppress_until_window_closes(spark: SparkSession, tmp_path: Path) -> No
                 .select("window.start", "key", "count"))
 
     # The suppress operator (not fused into the aggregation): its buffer is what this test is about.
-    spark.conf.set("spark.sluice.suppress.fused", "false")
-    try:
+    with session_conf(spark, {"spark.sluice.suppress.fused": "false"}):
         _, ws = _side_by_side(spark, tmp_path, build, "update")
-    finally:
-        spark.conf.unset("spark.sluice.suppress.fused")
     state = tmp_path / "ckpt-in_memory_window" / "state"
     suppress_ops = [d for d in state.iterdir() if d.name.isdigit() and int(d.name) >= 1000]
     assert suppress_ops and any(f.name.endswith(".wdelta") for d in suppress_ops for f in d.rglob("*")), \
