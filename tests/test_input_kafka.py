@@ -11,7 +11,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
 import kafka_harness as kh
-from conftest import KAFKA_FETCH_MAX_WAIT_MS, executor_consumer_metrics, kafka_session, session_conf, stop_session
+from conftest import (KAFKA_FETCH_MAX_WAIT_MS, executor_consumer_metrics, hadoop_checksums, kafka_session, session_conf,
+                      stop_session)
 
 BOUND = 2 << 20  # spark.sluice.input.buffer.max.bytes for this module
 
@@ -222,26 +223,32 @@ def test_restart_sizes_its_first_batch_from_the_sizes_measured_before(
     from them, not from a sample. Records of 1-2 KB with one of 100 KB in ten: a sample can only
     assume every record is as large as the largest it saw (~7 records a partition); the measured
     mean and spread admit many more, still within the bound."""
-    kh.create_topic(kspark, broker.bootstrap, "resize", 3)
-    kh.produce(kspark, broker.bootstrap, "resize", 900, 3, min_bytes=1000, max_bytes=2000,
+    checkpoint = restart_sized_from_measured(kspark, broker, tmp_path, "resize")
+    assert any(c.startswith("offsets/") for c in hadoop_checksums(checkpoint))  # Spark's manager wrote them
+
+
+def restart_sized_from_measured(spark: SparkSession, broker: kh.Broker, tmp_path: Path, topic: str) -> Path:
+    """The restart test above on `topic`; returns the query's checkpoint."""
+    kh.create_topic(spark, broker.bootstrap, topic, 3)
+    kh.produce(spark, broker.bootstrap, topic, 900, 3, min_bytes=1000, max_bytes=2000,
                large_every=10, large_bytes=100_000)
     sink = Recorder()
     checkpoint = tmp_path / "cp"
-    stop_after_batches(kafka_stream(kspark, broker, "resize"), sink, checkpoint, 4)
+    stop_after_batches(kafka_stream(spark, broker, topic), sink, checkpoint, 4)
     assert (checkpoint / "sources" / "0" / "sluice-record-sizes.json").is_file()
     done = len(sink.batches)
     resume = {p: max(b[p][3] for b in sink.batches.values() if p in b) + 1 for p in range(3)}
 
     # A fresh query from the same offsets, with nothing measured: one (sample-sized) batch.
     fresh = Recorder()
-    starting = '{"resize":{%s}}' % ",".join(f'"{p}":{o}' for p, o in resume.items())
-    fq = (kafka_stream(kspark, broker, "resize", startingOffsets=starting).writeStream
+    starting = '{"%s":{%s}}' % (topic, ",".join(f'"{p}":{o}' for p, o in resume.items()))
+    fq = (kafka_stream(spark, broker, topic, startingOffsets=starting).writeStream
           .foreachBatch(fresh).trigger(once=True).option("checkpointLocation", str(tmp_path / "f"))
           .start())
     fq.awaitTermination(120)
     assert fq.exception() is None
 
-    drain(kafka_stream(kspark, broker, "resize"), sink, checkpoint)
+    drain(kafka_stream(spark, broker, topic), sink, checkpoint)
     sink.assert_exactly_once({0: 300, 1: 300, 2: 300})
     assert {p: v[2] for p, v in sink.batches[done].items()} == resume  # where the first run stopped
     assert {p: v[2] for p, v in fresh.batches[0].items()} == resume
@@ -251,6 +258,7 @@ def test_restart_sizes_its_first_batch_from_the_sizes_measured_before(
     assert sink.bytes(done) <= 1.1 * BOUND and fresh.bytes(0) <= BOUND
     assert records(sink, done) >= 2 * records(fresh, 0), (records(sink, done), records(fresh, 0))
     assert all(sink.bytes(i) <= 1.1 * BOUND for i in sink.batches)
+    return checkpoint
 
 
 def test_trigger_available_now_drains_the_backlog_in_bounded_batches(
@@ -326,3 +334,13 @@ def test_a_task_reading_to_the_end_of_a_partition_does_not_wait_out_an_empty_fet
         assert held < KAFKA_FETCH_MAX_WAIT_MS, held
     else:
         assert held >= KAFKA_FETCH_MAX_WAIT_MS, held
+
+
+def test_restart_on_checkpoint_files_written_directly(broker: kh.Broker, tmp_path: Path) -> None:
+    """The same with the checkpoint's files written directly (checkpoint_local_direct): the offsets
+    and the measured sizes are written by sluice's checkpoint file manager, and a restart reads them
+    back, losing and repeating nothing, its first batch sized from what was measured. Last in the
+    module: it replaces the module's session with one that starts with the setting."""
+    spark = kafka_session(input_buffer_max_bytes=str(BOUND), checkpoint_local_direct=True)
+    checkpoint = restart_sized_from_measured(spark, broker, tmp_path, "resize_direct")
+    assert hadoop_checksums(checkpoint) == []  # Spark's own manager writes one beside every file
