@@ -13,7 +13,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import pytest
 from pyspark import SparkConf, SparkContext
@@ -130,6 +130,16 @@ def fresh_builder() -> SparkSession.Builder:
         launch.set("spark.driver.extraClassPath", os.environ[TEST_CLASS_PATH_ENV])
     SparkContext._ensure_initialized(conf=launch)
     return SparkSession.builder
+
+
+def parse_settings(pairs: Iterable[str]) -> dict[str, str]:
+    """Session settings given as `key=value` strings: a child process's arguments, a soak's --setting."""
+    return dict(kv.split("=", 1) for kv in pairs)
+
+
+def setting_args(settings: dict[str, str]) -> list[str]:
+    """`settings` as the `key=value` strings parse_settings reads back."""
+    return [f"{k}={v}" for k, v in settings.items()]
 
 
 @contextlib.contextmanager

@@ -48,6 +48,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
+from conftest import parse_settings, setting_args
+
 DELEGATES = ["hdfs", "rocksdb", "in_memory_window"]
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 WINDOW_S = 10  # as in soak_child.py
@@ -270,7 +272,7 @@ def _start(src: Path, ckpt: Path, out: Path, delegates: list[str], kind: str, mo
            settings: dict[str, str]) -> subprocess.Popen:
     with open(log, "ab") as f:
         return subprocess.Popen([sys.executable, str(CHILD), str(src), str(ckpt), str(out), ",".join(delegates),
-                                 mode, kind, *(f"{k}={v}" for k, v in settings.items())],
+                                 mode, kind, *setting_args(settings)],
                                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -410,11 +412,6 @@ def soak(root: Path, kills: int, kills_per_run: int, seed: int, delegates: list[
     return total
 
 
-def session_settings(args: argparse.Namespace) -> dict[str, str]:
-    """The soak's `--setting KEY=VALUE` arguments."""
-    return dict(kv.split("=", 1) for kv in args.setting)
-
-
 def soak_main(doc: str, prefix: str, add_arguments: Callable[[argparse.ArgumentParser], None],
               run: Callable[[Path, argparse.Namespace], Stats]) -> int:
     """The command line of a soak: `--seed`, `--root` and the soak's own arguments; prints what went
@@ -445,7 +442,8 @@ def main() -> int:
         p.add_argument("--kills-per-run", type=int, default=5)
         p.add_argument("--kinds", default=",".join(KINDS), help="pipelines the runs take in turn (comma-separated)")
     return soak_main(__doc__, "sluice-soak-", arguments, lambda root, a: soak(
-        root, a.kills, a.kills_per_run, a.seed, verbose=True, kinds=a.kinds.split(","), settings=session_settings(a)))
+        root, a.kills, a.kills_per_run, a.seed, verbose=True, kinds=a.kinds.split(","),
+        settings=parse_settings(a.setting)))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 import kafka_harness as kh  # noqa: E402
 import sluice  # noqa: E402
-from conftest import sluice_session  # noqa: E402
+from conftest import parse_settings, sluice_session  # noqa: E402
 
 WINDOW = "10 seconds"
 # Real-time batches of 2 s (Spark's least is 5 s unless lowered): the tests wait for batch ends.
@@ -84,11 +84,11 @@ def file_rows(out: Path) -> list[tuple[str, int, int]]:
             for d in (json.loads(line) for line in text.splitlines() if line.endswith("}"))]
 
 
-def later_batch_opened(out: Path, least: int = 0) -> bool:
-    """Whether some batch from `least` on has written rows into `out`, and a batch after the last of
-    them has opened its file: that one has ended, so a row it would still emit, one too many, is out."""
+def later_batch_opened(out: Path) -> bool:
+    """Whether some batch has written rows into `out`, and a batch after the last of them has opened
+    its file: that one has ended, so a row it would still emit, one too many, is out."""
     texts = epoch_texts(out)
-    written = [int(name[:5]) for name, text in texts.items() if text and int(name[:5]) >= least]
+    written = [int(name[:5]) for name, text in texts.items() if text]
     return bool(written) and any(int(name[:5]) > max(written) for name in texts)
 
 
@@ -163,5 +163,5 @@ def start_to_files(df: DataFrame, checkpoint: str, out: str):
 
 if __name__ == "__main__":
     bootstrap, topic, ckpt, out = sys.argv[1:5]
-    settings = dict(kv.split("=", 1) for kv in sys.argv[5:])
-    start_to_files(windowed_finals(session(settings), bootstrap, topic), ckpt, out).awaitTermination()
+    spark = session(parse_settings(sys.argv[5:]))
+    start_to_files(windowed_finals(spark, bootstrap, topic), ckpt, out).awaitTermination()

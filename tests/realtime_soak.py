@@ -30,7 +30,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import kafka_harness as kh  # noqa: E402
-from crash_soak import Stats, session_settings, soak_main  # noqa: E402
+from conftest import parse_settings, setting_args  # noqa: E402
+from crash_soak import Stats, soak_main  # noqa: E402
 from realtime_kill_child import (expected_finals, file_rows, first_batch_committed, later_batch_opened,  # noqa: E402
                                  produce_events, session)
 
@@ -42,7 +43,7 @@ PER_RUN = 40  # events sent before each run: 4 windows of 10 s
 def _start(bootstrap: str, ckpt: Path, out: Path, log: Path, settings: dict[str, str]) -> subprocess.Popen:
     with open(log, "ab") as f:
         return subprocess.Popen([sys.executable, str(CHILD), bootstrap, TOPIC, str(ckpt), str(out),
-                                 *(f"{k}={v}" for k, v in settings.items())],
+                                 *setting_args(settings)],
                                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -131,7 +132,7 @@ def soak(root: Path, kills: int, seed: int, verbose: bool = False, timeout: floa
 
 def main() -> int:
     return soak_main(__doc__, "sluice-rt-soak-", lambda p: p.add_argument("--kills", type=int, default=20),
-                     lambda root, a: soak(root, a.kills, a.seed, verbose=True, settings=session_settings(a)))
+                     lambda root, a: soak(root, a.kills, a.seed, verbose=True, settings=parse_settings(a.setting)))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from conftest import sluice_session  # noqa: E402
+from conftest import parse_settings, sluice_session  # noqa: E402
 from crash_soak import pipelines  # noqa: E402
 from session_kill_child import session_query  # noqa: E402
 from sluice import BufferConfig, Suppressed, suppress  # noqa: E402
@@ -91,9 +91,8 @@ def holds_rows(query) -> bool:
 if __name__ == "__main__":
     src, ckpt, out, delegates, mode = sys.argv[1:6]
     kind = sys.argv[6] if len(sys.argv) > 6 else "windows"
-    settings = dict(kv.split("=", 1) for kv in sys.argv[7:])
-    spark = sluice_session(conf=settings, state_store_cache=True, statestore_cache_max_bytes=CACHE_BYTES,
-                           commit_interval_ms=INTERVAL)
+    spark = sluice_session(conf=parse_settings(sys.argv[7:]), state_store_cache=True,
+                           statestore_cache_max_bytes=CACHE_BYTES, commit_interval_ms=INTERVAL)
     queries = []
     for p in pipelines(kind, delegates.split(",")):
         session = spark.newSession()  # own SQL conf: the delegate is read when the query's stores load

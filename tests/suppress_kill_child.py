@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from pyspark.sql import functions as F  # noqa: E402
 
-from conftest import batch_file_sink, sluice_session  # noqa: E402
+from conftest import batch_file_sink, parse_settings, sluice_session  # noqa: E402
 from sluice import BufferConfig, Suppressed, suppress  # noqa: E402
 
 
@@ -35,7 +35,7 @@ def file_sink(out):
 if __name__ == "__main__":
     src, ckpt, out, provider = sys.argv[1:5]
     slide = (sys.argv[5] if len(sys.argv) > 5 else "") or None
-    settings = dict(kv.split("=", 1) for kv in sys.argv[6:])
+    settings = parse_settings(sys.argv[6:])
     spark = sluice_session(conf={"spark.sql.streaming.stateStore.providerClass": provider,
                                  **({SLICING_KEY: "true"} if slide else {}), **settings})
     q = (final_results(spark, src, slide).writeStream.outputMode("update").foreachBatch(file_sink(out))

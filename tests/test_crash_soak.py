@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import kafka_harness as kh
-from conftest import hadoop_checksums
+from conftest import hadoop_checksums, setting_args
 from crash_soak import (DELEGATES, SESSION_DELAY_S, bridging_events, expected, expected_sessions, make_files,
                         make_session_files, run_one)
 
@@ -77,7 +77,7 @@ def test_real_time_kills_lose_and_duplicate_nothing(tmp_path: Path, files: str) 
     # its own process: the soak's session needs the Kafka connector on a driver class path of its own
     r = subprocess.run([sys.executable, str(Path(__file__).parent / "realtime_soak.py"), "--kills", "2",
                         "--seed", "1", "--root", str(tmp_path),
-                        *(f"--setting={k}={v}" for k, v in CHECKPOINT_FILES[files].items())],
+                        *(f"--setting={kv}" for kv in setting_args(CHECKPOINT_FILES[files]))],
                        capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0 and "2 kills, lost 0, duplicated 0, replay mismatches 0" in r.stdout, \
         r.stdout[-4000:] + r.stderr[-2000:]
