@@ -1,11 +1,11 @@
-"""sluice on Spark against its strongest peers, Flink and Kafka Streams: Nexmark q5, q7, q8, q11 and
+"""sluice on Spark against its strongest peers, Flink (DataStream API and SQL) and Kafka Streams: Nexmark q5, q7, q8, q11 and
 the windowed count (1-minute tumbling count per key, final results), on the same local KRaft broker,
 each side in its own process with two cores' worth of parallelism, sides alternating; for the count
 also sluice in Spark's real-time mode and Kafka Streams at its lowest-latency settings, with a
 search for the highest rate each holds at a p99 latency bound. Run through bench/peers/run (which
 builds the JVM sides first); README.md says what is measured and how.
 
-    bench/peers/run [--queries count,q5,q7,q8,q11] [--sides flink,kafka-streams,ks-lowlat,sluice,sluice-rt]
+    bench/peers/run [--queries count,q5,q7,q8,q11] [--sides flink,flink-sql,kafka-streams,ks-lowlat,sluice,sluice-rt]
                     [--events 10000000] [--repeats 2] [--rate 50000 --duration-s 135] [--rate-search] ...
 """
 from __future__ import annotations
@@ -79,8 +79,8 @@ class Side:
         return stopped
 
 
-FL, KS, KSL, SL, RT = "flink", "kafka-streams", "ks-lowlat", "sluice", "sluice-rt"
-SIDES = [FL, KS, KSL, SL, RT]
+FL, FLS, KS, KSL, SL, RT = "flink", "flink-sql", "kafka-streams", "ks-lowlat", "sluice", "sluice-rt"
+SIDES = [FL, FLS, KS, KSL, SL, RT]
 SPARK_SIDES = (SL, RT)
 # The broker's JVM, whose threads each drain's CPU split counts beside the side's (set once it runs).
 BROKER_PIDS: list[int] = []
@@ -100,6 +100,7 @@ def supports(side: str, q: str) -> bool:
 TARGET = HERE / "target"
 CP_STREAMS = f"{TARGET / 'classes-streams'}:{TARGET / 'lib-streams' / '*'}"
 CP_FLINK = f"{TARGET / 'classes-flink'}:{TARGET / 'lib-flink' / '*'}"
+CP_FLINK_SQL = f"{TARGET / 'classes-flink-sql'}:{TARGET / 'lib-flink-sql' / '*'}"
 # What Flink's own launch scripts open on Java 17 (Kryo and reflection over JDK classes).
 FLINK_JVM = ["--add-exports=java.base/sun.net.util=ALL-UNNAMED", "--add-exports=java.rmi/sun.rmi.registry=ALL-UNNAMED",
              "--add-exports=java.security.jgss/sun.security.krb5=ALL-UNNAMED",
@@ -186,8 +187,9 @@ def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, to
                "--input", topic, "--output", out, "--app-id", f"ks-{name}", "--threads", str(a.ks_threads),
                "--state-dir", str(work / f"ks-state-{name}"), "--lateness-ms", str(late),
                "--commit-interval-ms", str(commit), "--cache-bytes", str(cache)]
-    elif side == FL:
-        cmd = ["java", f"-Xmx{a.heap}", *jfr(a, name), *FLINK_JVM, *LOG, "-cp", CP_FLINK, "PeersFlink", "--query", q,
+    elif side in (FL, FLS):
+        cp, main = (CP_FLINK, "PeersFlink") if side == FL else (CP_FLINK_SQL, "PeersFlinkSql")
+        cmd = ["java", f"-Xmx{a.heap}", *jfr(a, name), *FLINK_JVM, *LOG, "-cp", cp, main, "--query", q,
                "--bootstrap", bs, "--input", topic, "--output", out, "--lateness-ms", str(late), "--parallelism", "2",
                "--checkpoint-ms", str(a.flink_checkpoint_ms), "--checkpoint-dir", str(work / f"flink-ckpt-{name}")]
     else:
@@ -612,6 +614,10 @@ def settings_of(a: argparse.Namespace, count_records: int) -> dict[str, Any]:
         FL: f"Flink 2.3.0 DataStream API, local MiniCluster parallelism 2, state backend hashmap (Flink's default), "
             f"checkpoints every {a.flink_checkpoint_ms} ms (0 = off) to local disk, Kafka connector 5.0.0-2.2, "
             f"-Xmx{a.heap}",
+        FLS: f"as {FL}, the queries in Flink SQL (PeersFlinkSql: a kafka table in the json format, the record "
+             "timestamp as rowtime with a watermark of the allowed lateness; window TVFs: aggregations, window Top-N, "
+             "a window join; planner options Flink's defaults), its drain clock started before the planner "
+             "optimizes the query",
         KS: f"Kafka Streams 4.1.1, {a.ks_threads} stream thread(s), in-memory window/session stores, "
             "suppress(untilWindowCloses(unbounded())), at-least-once, changelogs on, "
             f"commit.interval.ms {a.ks_commit_ms}, statestore.cache.max.bytes {a.ks_cache_bytes}, -Xmx{a.heap}",
@@ -752,7 +758,7 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: lis
                     h.target(f"{q}: {x} / {y} drain throughput (median events/s {med[f'{q}/{x}']:.0f} / "
                              f"{med[f'{q}/{y}']:.0f}){note}", med[f"{q}/{x}"] / med[f"{q}/{y}"], ">=", bound)
 
-            for other in (FL, KS, KSL):
+            for other in (FL, FLS, KS, KSL):
                 ratio(SL, other, 1.0)
             ratio(RT, SL, 0.5)  # issue #22: real-time drains at least half as fast as micro-batch
             h.target(f"{q}: differing rows, worst drain run (vs reference and vs {names[0]})", float(worst), "<=", 0.0)

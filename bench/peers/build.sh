@@ -5,8 +5,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 stamp="$here/target/.built-$(cat "$here"/pom-*.xml "$here"/src/*/*.java | cksum | cut -d' ' -f1)"
 [ -f "$stamp" ] && exit 0
-rm -rf "$here/target/classes-streams" "$here/target/classes-flink" "$here"/target/.built-*
-for side in streams flink; do
+rm -rf "$here/target/classes-streams" "$here/target/classes-flink" "$here/target/classes-flink-sql" "$here"/target/.built-*
+for side in streams flink flink-sql; do
   stamp_lib="$here/target/lib-$side/.complete-$(cksum < "$here/pom-$side.xml" | cut -d' ' -f1)"
   if [ ! -f "$stamp_lib" ]; then
     rm -rf "$here/target/lib-$side"
@@ -19,6 +19,8 @@ javac -nowarn -d "$here/target/classes-streams" -cp "$here/target/lib-streams/*"
   "$here"/src/common/*.java "$here"/src/tools/*.java "$here"/src/streams/*.java
 javac -nowarn -d "$here/target/classes-flink" -cp "$here/target/lib-flink/*" \
   "$here"/src/common/*.java "$here"/src/flink/*.java
+javac -nowarn -d "$here/target/classes-flink-sql" -cp "$here/target/lib-flink-sql/*" \
+  "$here"/src/common/*.java "$here"/src/flink/*.java "$here"/src/flink-sql/*.java
 # SendStamp and ProducerMetrics alone, for the Spark sides' Kafka sink: a jar beside the connector's
 # (spark.jars), whose class loader has kafka-clients
 jar cf "$here/target/sendstamp.jar" -C "$here/target/classes-streams" SendStamp.class \

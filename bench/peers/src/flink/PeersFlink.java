@@ -195,7 +195,14 @@ public final class PeersFlink {
 
     public static void main(String[] argv) throws Exception {
         Map<String, String> a = args(argv);
-        String q = a.get("query");
+        StreamExecutionEnvironment env = environment(a);
+        DataStream<String> rows = query(env, a.get("query"), a.get("bootstrap"), a.get("input"),
+                Long.parseLong(a.get("lateness-ms")), "flink-" + a.get("output"));
+        serve(a, env, rows, "DataStream API", "", -1);
+    }
+
+    /** The local MiniCluster of --parallelism slots, checkpointing as --checkpoint-ms says. */
+    static StreamExecutionEnvironment environment(Map<String, String> a) {
         int parallelism = Integer.parseInt(a.getOrDefault("parallelism", "2"));
         long checkpointMs = Long.parseLong(a.getOrDefault("checkpoint-ms", "0"));
         Configuration conf = new Configuration();
@@ -205,25 +212,36 @@ public final class PeersFlink {
         }
         StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
         if (checkpointMs > 0) env.enableCheckpointing(checkpointMs);
-        DataStream<String> rows = query(env, q, a.get("bootstrap"), a.get("input"), Long.parseLong(a.get("lateness-ms")),
-                "flink-" + a.get("output"));
+        return env;
+    }
+
+    /**
+     * Writes the query's rows to the output topic, prints the config, starts the job and reports it
+     * (started, running), then waits for "stop" on stdin and reports how it ended. {@code startMs} is
+     * the drain clock's start (-1: at the job's submission, as for the DataStream API; SQL's is before its
+     * planner optimizes the query, as Spark's planning is inside its drain).
+     */
+    static void serve(Map<String, String> a, StreamExecutionEnvironment env, DataStream<String> rows, String api,
+                      String apiSettings, long startMs) throws Exception {
+        String q = a.get("query");
+        long checkpointMs = Long.parseLong(a.getOrDefault("checkpoint-ms", "0"));
         rows.sinkTo(KafkaSink.<String>builder().setBootstrapServers(a.get("bootstrap"))
                 .setRecordSerializer(KafkaRecordSerializationSchema.builder().setTopic(a.get("output"))
                         .setValueSerializationSchema(new SimpleStringSchema()).build())
                 .setDeliveryGuarantee(checkpointMs > 0 ? DeliveryGuarantee.AT_LEAST_ONCE : DeliveryGuarantee.NONE)
                 .build()).name("kafka-out");
         Configuration effective = new Configuration(env.getConfiguration() instanceof Configuration c ? c : new Configuration());
-        System.out.println("{\"event\": \"config\", \"flink\": {\"query\": \"" + q + "\", \"version\": \""
+        System.out.println("{\"event\": \"config\", \"flink\": {\"query\": \"" + q + "\", \"api\": \"" + api + "\", \"version\": \""
                 + org.apache.flink.runtime.util.EnvironmentInformation.getVersion() + "\", \"parallelism\": " + env.getParallelism()
                 + ", \"state backend\": \"" + effective.get(StateBackendOptions.STATE_BACKEND) + " (default)\""
                 + ", \"checkpointing\": \"" + (checkpointMs > 0 ? "every " + checkpointMs + " ms, filesystem storage on local disk, at-least-once sink"
                 : "off, sink without delivery guarantee") + "\""
                 + ", \"watermark\": \"bounded out-of-orderness " + a.get("lateness-ms") + " ms, every "
                 + effective.get(PipelineOptions.AUTO_WATERMARK_INTERVAL).toMillis() + " ms\""
-                + ", \"object reuse\": " + env.getConfig().isObjectReuseEnabled() + "}}");
-        long startMs = System.currentTimeMillis();
+                + ", \"object reuse\": " + env.getConfig().isObjectReuseEnabled() + apiSettings + "}}");
+        long start = startMs >= 0 ? startMs : System.currentTimeMillis();
         JobClient job = env.executeAsync("peers-" + q);
-        System.out.println("{\"event\": \"started\", \"start_ms\": " + startMs + "}");
+        System.out.println("{\"event\": \"started\", \"start_ms\": " + start + "}");
         System.out.flush();
         Thread waiter = new Thread(() -> {
             try {
