@@ -649,7 +649,8 @@ def settings_of(a: argparse.Namespace, count_records: int) -> dict[str, Any]:
         "run bound": f"a drain run ends incomplete after {a.run_bound} x the query's fastest complete drain so far "
                      f"(at least {a.run_bound_min_s} s), or after {a.timeout_s} s",
         "drain time": "from the side's start() call (KafkaStreams.start, StreamExecutionEnvironment.executeAsync, "
-                      "DataStreamWriter.start; process start excluded) to the broker LogAppendTime of the last result",
+                      "Flink SQL: StreamTableEnvironment.toDataStream, DataStreamWriter.start; process start "
+                      "excluded) to the broker LogAppendTime of the last result",
         "latency (count)": "result's broker LogAppendTime - the producer's wall clock at the send of the record that "
                            "closed its window on its key's input partition (from_ack: at that send's acknowledgement); "
                            "windows closed only by the final flush records are not timed",
