@@ -47,6 +47,7 @@ public final class PeersFlinkSql {
     static String[] sql(String q, String bootstrap, String in, long lateMs, String groupId) {
         String rowtime = "ts TIMESTAMP_LTZ(3) METADATA FROM 'timestamp' VIRTUAL,\n  WATERMARK FOR ts AS ts - " + interval(lateMs);
         if (q.equals("count")) {
+            // The value is read by no query, but the raw value format takes exactly one column.
             return new String[]{
                     "CREATE TABLE count_in (\n  k STRING,\n  v BYTES,\n  " + rowtime + "\n) WITH (" + kafka(in, bootstrap, groupId)
                             + ", 'key.format' = 'raw', 'key.fields' = 'k', 'value.format' = 'raw', "
