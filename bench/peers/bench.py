@@ -1,5 +1,5 @@
-"""sluice on Spark against its strongest peers, Flink (DataStream API and SQL) and Kafka Streams: Nexmark q5, q7, q8, q11 and
-the windowed count (1-minute tumbling count per key, final results), on the same local KRaft broker,
+"""sluice on Spark against its strongest peers, Flink (DataStream API and SQL) and Kafka Streams: Nexmark
+q5, q7, q8, q11 and the windowed count (1-minute tumbling count per key, final results), on the same local KRaft broker,
 each side in its own process with two cores' worth of parallelism, sides alternating; for the count
 also sluice in Spark's real-time mode and Kafka Streams at its lowest-latency settings, with a
 search for the highest rate each holds at a p99 latency bound. Run through bench/peers/run (which

@@ -7,7 +7,8 @@ stamp="$here/target/.built-$(cat "$here"/pom-*.xml "$here"/src/*/*.java | cksum 
 [ -f "$stamp" ] && exit 0
 rm -rf "$here/target/classes-streams" "$here/target/classes-flink" "$here/target/classes-flink-sql" "$here"/target/.built-*
 for side in streams flink flink-sql; do
-  stamp_lib="$here/target/lib-$side/.complete-$(cksum < "$here/pom-$side.xml" | cut -d' ' -f1)"
+  # Every pom in the stamp: pom-flink-sql.xml inherits pom-flink.xml's dependencies.
+  stamp_lib="$here/target/lib-$side/.complete-$(cat "$here"/pom-*.xml | cksum | cut -d' ' -f1)"
   if [ ! -f "$stamp_lib" ]; then
     rm -rf "$here/target/lib-$side"
     mvn -q -f "$here/pom-$side.xml" dependency:copy-dependencies -DincludeScope=runtime \
