@@ -26,9 +26,11 @@ final case class Sample(stats: SizeStats, largest: Long)
  * Reads a few records of partitions that have no measured sizes yet, on the driver, so that their
  * first batch is sized from real records instead of the 1 MiB worst case. `PerPoint` consecutive
  * records are taken at each of `Points` positions spread over the range the batch would read (not
- * only its start), with small fetches; the whole sampling is bounded by `timeoutMs`, and whatever
- * it could not read
- * (a failure, a timeout) leaves those partitions on the conservative default.
+ * only its start), with small fetches; the whole sampling is bounded by `timeoutMs`. The positions
+ * are [[KafkaSampler.positions]]: one at a seeded random place in each of `Points` equal strata.
+ * A partition's sample is used only if every point of it was read: records taken before a timeout
+ * cut the sampling short are not a sample of the range (a rare large record may sit at a later
+ * point), so such a partition, like one that failed, stays on the conservative default.
  * The consumer is built from the source's `kafka.*` options (security, isolation level, ...)
  * without its group id: it is assigned partitions and never commits.
  */
@@ -38,7 +40,7 @@ private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeou
   def sample(ranges: Map[String, (Long, Long)]): Map[String, Sample] = {
     val live = ranges.filter { case (_, (start, end)) => start < end }
     if (live.isEmpty) return Map.empty
-    val found = mutable.HashMap.empty[String, Sample]
+    val tally = new SampleTally
     val began = System.nanoTime()
     val deadline = began + timeoutMs * 1000000L
     def left: Long = (deadline - System.nanoTime()) / 1000000L
@@ -47,34 +49,41 @@ private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeou
       consumer = new KafkaConsumer[Array[Byte], Array[Byte]](props)
       val tps = live.keys.map(lane => lane -> partitionOf(lane)).toMap
       consumer.assign(tps.values.asJavaCollection)
+      val places = live.map { case (lane, (s, e)) => lane -> positions(lane, s, e) }
       for (point <- 0 until Points if left > 0) {
         // Each point takes the next `PerPoint` records from its position, whatever their sizes:
         // stopping at what the first (byte-limited) fetch returned would under-sample large records.
-        val from = live.map { case (lane, (s, e)) => lane -> (s + (e - s) * point / Points) }
-        val until = from.map { case (lane, at) => lane -> math.min(live(lane)._2, at + PerPoint) }
+        // A point's records end where the next point's begin, so no record is counted twice.
+        val from = places.map { case (lane, at) => lane -> at(point) }
+        val until = places.map { case (lane, at) =>
+          lane -> math.min(at.lift(point + 1).getOrElse(live(lane)._2), at(point) + PerPoint)
+        }
         val pending = mutable.Set(from.keys.toSeq: _*)
         consumer.resume(tps.values.asJavaCollection)
         from.foreach { case (lane, at) => consumer.seek(tps(lane), at) }
+        // The position, not the last record returned, says a point is read: it also moves past
+        // offsets that hold no record (transaction markers, compacted or aborted records).
+        def settle(): Unit = pending.toList.foreach { lane =>
+          if (consumer.position(tps(lane), Duration.ZERO) >= until(lane)) {
+            pending.remove(lane)
+            tally.pointRead(lane)
+            consumer.pause(ju.List.of(tps(lane)))
+          }
+        }
+        settle()
         while (pending.nonEmpty && left > 0) {
           val records = consumer.poll(Duration.ofMillis(math.min(left, 200L)))
           records.partitions().asScala.foreach { tp =>
             val lane = KafkaOffsets.laneKey(tp.topic, tp.partition)
             if (pending.contains(lane)) {
-              val batch = records.records(tp).asScala
-              batch.filter(r => r.offset >= from(lane) && r.offset < until(lane)).foreach { r =>
-                val bytes = Option(r.key).map(_.length.toLong).getOrElse(0L) +
-                  Option(r.value).map(_.length.toLong).getOrElse(0L)
-                val old = found.getOrElse(lane, Sample(SizeStats.Zero, 0L))
-                found(lane) = Sample(
-                  SizeStats(old.stats.count + 1, old.stats.sum + bytes, old.stats.sumSq + bytes.toDouble * bytes),
-                  math.max(old.largest, bytes))
-              }
-              if (batch.nonEmpty && batch.last.offset >= until(lane) - 1) {
-                pending.remove(lane)
-                consumer.pause(ju.List.of(tp))
-              }
+              records.records(tp).asScala.filter(r => r.offset >= from(lane) && r.offset < until(lane))
+                .foreach { r =>
+                  tally.add(lane, Option(r.key).map(_.length.toLong).getOrElse(0L) +
+                    Option(r.value).map(_.length.toLong).getOrElse(0L))
+                }
             }
           }
+          settle()
         }
       }
     } catch {
@@ -86,9 +95,10 @@ private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeou
         try consumer.close(Duration.ofMillis(500)) catch { case NonFatal(_) => }
       }
     }
+    val found = tally.complete(Points)
     log.info(s"Sampled record sizes of ${found.size} of ${live.size} Kafka partitions in " +
       s"${(System.nanoTime() - began) / 1000000L} ms")
-    found.toMap
+    found
   }
 
   private def props: ju.Properties = {
@@ -103,6 +113,9 @@ private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeou
     // Small fetches: the broker still returns at least one whole record batch per partition.
     p.put(ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG, (64 << 10).toString)
     p.put(ConsumerConfig.FETCH_MAX_BYTES_CONFIG, (4 << 20).toString)
+    // A fetch past a range's end reaches the end of the log, where the broker would hold it for
+    // Kafka's 500 ms before answering; the next point's fetch waits behind it.
+    p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "10")
     p.put(ConsumerConfig.CLIENT_ID_CONFIG, "sluice-record-size-sample")
     p
   }
@@ -111,8 +124,26 @@ private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeou
 private[input] object KafkaSampler {
   private val log = LoggerFactory.getLogger(classOf[KafkaSampler])
   /** Positions sampled per partition, and records taken at each. */
-  val Points = 4
+  val Points = 8
   val PerPoint = 8
+
+  /**
+   * Where the points of `lane`'s range [start, end) begin: one in each of `Points` equal strata,
+   * at a random place within it. Evenly spaced points would share one phase whenever the stride is
+   * a multiple of a period in the data (every tenth record large, say) and could all miss what that
+   * period brings; independent places within the strata miss it only by chance, for each point
+   * alone. The places are seeded by the lane and its range, so the same range gives the same
+   * sample (and the same first batch) whenever it is planned.
+   */
+  def positions(lane: String, start: Long, end: Long): IndexedSeq[Long] = {
+    val random = new ju.SplittableRandom(
+      scala.util.hashing.MurmurHash3.stringHash(lane).toLong * 31 * 31 + start * 31 + end)
+    def bound(i: Int): Long = start + (BigInt(end - start) * i / Points).toLong // no overflow
+    (0 until Points).map { i =>
+      val (from, to) = (bound(i), bound(i + 1))
+      if (to > from) from + random.nextLong(to - from) else from
+    }
+  }
 
   /** The `kafka.*` options of a Kafka source, without the prefix, as the connector passes them on. */
   def kafkaParams(options: ju.Map[String, String]): Map[String, String] =
@@ -124,6 +155,27 @@ private[input] object KafkaSampler {
     val i = lane.lastIndexOf('/')
     new TopicPartition(lane.substring(0, i), lane.substring(i + 1).toInt)
   }
+}
+
+/**
+ * The record sizes a sampling read, by partition, and how many of its points were read whole. Only
+ * partitions with every point read are a sample; the others give nothing.
+ */
+private[input] final class SampleTally {
+  private val found = mutable.HashMap.empty[String, Sample]
+  private val points = mutable.HashMap.empty[String, Int]
+
+  def add(lane: String, bytes: Long): Unit = {
+    val old = found.getOrElse(lane, Sample(SizeStats.Zero, 0L))
+    found(lane) = Sample(
+      SizeStats(old.stats.count + 1, old.stats.sum + bytes, old.stats.sumSq + bytes.toDouble * bytes),
+      math.max(old.largest, bytes))
+  }
+
+  def pointRead(lane: String): Unit = points(lane) = points.getOrElse(lane, 0) + 1
+
+  def complete(of: Int): Map[String, Sample] =
+    found.iterator.filter { case (lane, _) => points.getOrElse(lane, 0) == of }.toMap
 }
 
 /**

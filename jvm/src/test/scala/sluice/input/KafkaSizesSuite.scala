@@ -48,4 +48,46 @@ class KafkaSizesSuite extends AnyFunSuite {
     assert(sampler.sample(Map("t/0" -> (0L, 100L))) == Map.empty)
     assert((System.nanoTime() - t0) / 1e9 < 10)
   }
+
+  test("a partition is a sample only if every point of it was read, so a cut-short sampling adds nothing") {
+    val tally = new SampleTally
+    for (point <- 0 until KafkaSampler.Points) {
+      tally.add("t/0", 1000 + point); tally.pointRead("t/0")
+      if (point < KafkaSampler.Points - 1) { tally.add("t/1", 2000); tally.pointRead("t/1") }
+    }
+    tally.add("t/1", 100000) // the last point's large record, read before the deadline ended it
+    val sample = tally.complete(KafkaSampler.Points)
+    assert(sample.keySet == Set("t/0"))
+    val sizes = (0 until KafkaSampler.Points).map(1000.0 + _)
+    assert(sample("t/0") == Sample(SizeStats(sizes.size, sizes.sum, sizes.map(b => b * b).sum), sizes.max.toLong))
+  }
+
+  test("sample positions: one in each stratum of the range, the same for the same range") {
+    for ((start, end) <- Seq((0L, 1000L), (20L, 300L), (5L, 9L), (7L, 8L), (0L, Long.MaxValue / 2))) {
+      val at = KafkaSampler.positions("t/2", start, end)
+      assert(at == KafkaSampler.positions("t/2", start, end))
+      assert(at.size == KafkaSampler.Points)
+      at.zipWithIndex.foreach { case (p, i) =>
+        val span = BigInt(end - start)
+        assert(p >= start + (span * i / KafkaSampler.Points).toLong)
+        assert(p < end && (p == start + (span * i / KafkaSampler.Points).toLong ||
+          p < start + (span * (i + 1) / KafkaSampler.Points).toLong))
+      }
+    }
+  }
+
+  test("sample positions do not alias with a period in the data: every tenth record large is seen") {
+    // Records produced round-robin over three partitions, every tenth of them large: in partition p
+    // the record at offset k is large when (p + 3k) % 10 == 9. Evenly spaced points miss every
+    // large record of some ranges: eight of them over partition 2 from offset 60 are 30 apart, all
+    // at the same phase. The sample must see one from every start.
+    def large(p: Int, k: Long): Boolean = (p + 3 * k) % 10 == 9
+    for (p <- 0 until 3; start <- 0L until 250L) {
+      val at = KafkaSampler.positions(s"resize/$p", start, 300L)
+      val read = at.indices.flatMap { i =>
+        at(i) until math.min(at.lift(i + 1).getOrElse(300L), at(i) + KafkaSampler.PerPoint)
+      }
+      assert(read.exists(large(p, _)), s"partition $p from $start: $at")
+    }
+  }
 }
