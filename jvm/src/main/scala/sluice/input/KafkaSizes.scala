@@ -26,8 +26,8 @@ final case class Sample(stats: SizeStats, largest: Long)
  * Reads a few records of partitions that have no measured sizes yet, on the driver, so that their
  * first batch is sized from real records instead of the 1 MiB worst case. `PerPoint` consecutive
  * records are taken at each of `Points` positions spread over the range the batch would read (not
- * only its start), with small fetches; the whole sampling is bounded by `timeoutMs`. The positions
- * are [[KafkaSampler.positions]]: one at a seeded random place in each of `Points` equal strata.
+ * only its start), with small fetches; the whole sampling is bounded by `timeoutMs`. The runs read
+ * are [[KafkaSampler.runs]]: one from a seeded random place in each of `Points` equal strata.
  * A partition's sample is used only if every point of it was read: records taken before a timeout
  * cut the sampling short are not a sample of the range (a rare large record may sit at a later
  * point), so such a partition, like one that failed, stays on the conservative default.
@@ -49,15 +49,12 @@ private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeou
       consumer = new KafkaConsumer[Array[Byte], Array[Byte]](props)
       val tps = live.keys.map(lane => lane -> partitionOf(lane)).toMap
       consumer.assign(tps.values.asJavaCollection)
-      val places = live.map { case (lane, (s, e)) => lane -> positions(lane, s, e) }
+      val places = live.map { case (lane, (s, e)) => lane -> runs(lane, s, e) }
       for (point <- 0 until Points if left > 0) {
         // Each point takes the next `PerPoint` records from its position, whatever their sizes:
         // stopping at what the first (byte-limited) fetch returned would under-sample large records.
-        // A point's records end where the next point's begin, so no record is counted twice.
-        val from = places.map { case (lane, at) => lane -> at(point) }
-        val until = places.map { case (lane, at) =>
-          lane -> math.min(at.lift(point + 1).getOrElse(live(lane)._2), at(point) + PerPoint)
-        }
+        val from = places.map { case (lane, run) => lane -> run(point)._1 }
+        val until = places.map { case (lane, run) => lane -> run(point)._2 }
         val pending = mutable.Set(from.keys.toSeq: _*)
         consumer.resume(tps.values.asJavaCollection)
         from.foreach { case (lane, at) => consumer.seek(tps(lane), at) }
@@ -128,21 +125,23 @@ private[input] object KafkaSampler {
   val PerPoint = 8
 
   /**
-   * Where the points of `lane`'s range [start, end) begin: one in each of `Points` equal strata,
-   * at a random place within it. Evenly spaced points would share one phase whenever the stride is
-   * a multiple of a period in the data (every tenth record large, say) and could all miss what that
-   * period brings; independent places within the strata miss it only by chance, for each point
-   * alone. The places are seeded by the lane and its range, so the same range gives the same
-   * sample (and the same first batch) whenever it is planned.
+   * The offset ranges [from, until) sampled of `lane`'s range [start, end), one a point: each begins
+   * at a random place in one of `Points` equal strata and holds up to `PerPoint` offsets, ending
+   * where the next begins so that no record is counted twice. Evenly spaced points would share one
+   * phase whenever the stride is a multiple of a period in the data (every tenth record large, say)
+   * and could all miss what that period brings; independent places within the strata miss it only
+   * by chance, for each point alone. The places are seeded by the lane and its range, so the same
+   * range gives the same sample (and the same first batch) whenever it is planned.
    */
-  def positions(lane: String, start: Long, end: Long): IndexedSeq[Long] = {
+  def runs(lane: String, start: Long, end: Long): IndexedSeq[(Long, Long)] = {
     val random = new ju.SplittableRandom(
       scala.util.hashing.MurmurHash3.stringHash(lane).toLong * 31 * 31 + start * 31 + end)
     def bound(i: Int): Long = start + (BigInt(end - start) * i / Points).toLong // no overflow
-    (0 until Points).map { i =>
-      val (from, to) = (bound(i), bound(i + 1))
-      if (to > from) from + random.nextLong(to - from) else from
+    val from = (0 until Points).map { i =>
+      val (lo, hi) = (bound(i), bound(i + 1))
+      if (hi > lo) lo + random.nextLong(hi - lo) else lo
     }
+    from.indices.map(i => from(i) -> math.min(from.lift(i + 1).getOrElse(end), from(i) + PerPoint))
   }
 
   /** The `kafka.*` options of a Kafka source, without the prefix, as the connector passes them on. */
@@ -167,8 +166,7 @@ private[input] final class SampleTally {
 
   def add(lane: String, bytes: Long): Unit = {
     val old = found.getOrElse(lane, Sample(SizeStats.Zero, 0L))
-    found(lane) = Sample(
-      SizeStats(old.stats.count + 1, old.stats.sum + bytes, old.stats.sumSq + bytes.toDouble * bytes),
+    found(lane) = Sample(old.stats.decayedPlus(SizeStats(1, bytes, bytes.toDouble * bytes), 1.0),
       math.max(old.largest, bytes))
   }
 

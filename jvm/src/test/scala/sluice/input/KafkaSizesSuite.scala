@@ -62,32 +62,32 @@ class KafkaSizesSuite extends AnyFunSuite {
     assert(sample("t/0") == Sample(SizeStats(sizes.size, sizes.sum, sizes.map(b => b * b).sum), sizes.max.toLong))
   }
 
-  test("sample positions: one in each stratum of the range, the same for the same range") {
+  test("sample runs: one from each stratum of the range, short, disjoint, the same for the same range") {
     for ((start, end) <- Seq((0L, 1000L), (20L, 300L), (5L, 9L), (7L, 8L), (0L, Long.MaxValue / 2))) {
-      val at = KafkaSampler.positions("t/2", start, end)
-      assert(at == KafkaSampler.positions("t/2", start, end))
-      assert(at.size == KafkaSampler.Points)
-      at.zipWithIndex.foreach { case (p, i) =>
+      val runs = KafkaSampler.runs("t/2", start, end)
+      assert(runs == KafkaSampler.runs("t/2", start, end))
+      assert(runs.size == KafkaSampler.Points)
+      runs.zipWithIndex.foreach { case ((from, until), i) =>
         val span = BigInt(end - start)
-        assert(p >= start + (span * i / KafkaSampler.Points).toLong)
-        assert(p < end && (p == start + (span * i / KafkaSampler.Points).toLong ||
-          p < start + (span * (i + 1) / KafkaSampler.Points).toLong))
+        val (lo, hi) = (start + (span * i / KafkaSampler.Points).toLong,
+          start + (span * (i + 1) / KafkaSampler.Points).toLong)
+        assert(from >= lo && (from == lo || from < hi) && from < end)
+        assert(until >= from && until <= end && until - from <= KafkaSampler.PerPoint)
+        runs.lift(i + 1).foreach { case (next, _) => assert(until <= next) }
       }
     }
   }
 
-  test("sample positions do not alias with a period in the data: every tenth record large is seen") {
+  test("sample runs do not alias with a period in the data: every tenth record large is seen") {
     // Records produced round-robin over three partitions, every tenth of them large: in partition p
     // the record at offset k is large when (p + 3k) % 10 == 9. Evenly spaced points miss every
     // large record of some ranges: eight of them over partition 2 from offset 60 are 30 apart, all
     // at the same phase. The sample must see one from every start.
     def large(p: Int, k: Long): Boolean = (p + 3 * k) % 10 == 9
     for (p <- 0 until 3; start <- 0L until 250L) {
-      val at = KafkaSampler.positions(s"resize/$p", start, 300L)
-      val read = at.indices.flatMap { i =>
-        at(i) until math.min(at.lift(i + 1).getOrElse(300L), at(i) + KafkaSampler.PerPoint)
-      }
-      assert(read.exists(large(p, _)), s"partition $p from $start: $at")
+      val runs = KafkaSampler.runs(s"resize/$p", start, 300L)
+      assert(runs.exists { case (from, until) => (from until until).exists(large(p, _)) },
+        s"partition $p from $start: $runs")
     }
   }
 }
