@@ -277,6 +277,25 @@ def warm_rate(side: str, warm: dict[str, int] | None, batches: list[dict[str, An
     return round(events * 1000 / (warm["to_append_ms"] - warm["from_append_ms"]))
 
 
+def start_costs(runs: dict[str, list[dict[str, Any]]], warm: dict[str, float], events: int) -> str:
+    """A drain split in two: a start cost (drain time - backlog / warm rate: the cold JVM, planning, the
+    first batch's extra time) and a cost per event (1 / warm rate). From the medians of both, the backlog
+    at which sluice's drain would take as long as another side's. Not a target."""
+    cost = {n: statistics.median(r["drain_s"] - events / r["warm_events_per_s"] for r in runs[n]) for n in warm}
+    parts = ["start cost (drain s - backlog / warm rate), median: " + ", ".join(f"{n} {c:.2f} s" for n, c in cost.items())]
+    for n in [x for x in warm if x.endswith("/sluice")]:
+        for m in [x for x in warm if x != n]:
+            extra, per_event = cost[n] - cost[m], 1 / warm[m] - 1 / warm[n]
+            if extra <= 0 and per_event >= 0:
+                parts.append(f"{n} ahead of {m} at any backlog")
+            elif extra >= 0 and per_event <= 0:
+                parts.append(f"{n} behind {m} at any backlog")
+            else:
+                parts.append(f"{n} and {m} drain alike at {extra / per_event / 1e6:.1f}M events "
+                             f"({'ahead' if extra > 0 else 'behind'} above it)")
+    return "; ".join(parts)
+
+
 def cpu_summary(runs: list[dict[str, Any]]) -> str:
     """The median core-seconds of each group of threads over `runs`, the side's then the broker's."""
     parts = []
@@ -748,6 +767,7 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: lis
                       + ", ".join(f"{n} {v:.0f}" for n, v in warm_med.items())
                       + "".join(f"; {n} / {m} {warm_med[n] / warm_med[m]:.3f}" for n in warm_med for m in warm_med
                                 if n.endswith("/sluice") and m != n and warm_med[m] > 0))
+                print(f"   {q}: {start_costs(runs, warm_med, data[family(q)].events)}")
 
             def ratio(x: str, y: str, bound: float) -> None:
                 if x in qsides and y in qsides and med[f"{q}/{y}"] > 0:
