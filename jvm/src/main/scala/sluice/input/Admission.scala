@@ -75,6 +75,7 @@ final case class SizeStats(count: Double, sum: Double, sumSq: Double) {
   def sd: Double = if (count > 1) math.sqrt(math.max(0.0, sumSq / count - mean * mean)) else 0.0
   def decayedPlus(batch: SizeStats, keep: Double): SizeStats =
     SizeStats(count * keep + batch.count, sum * keep + batch.sum, sumSq * keep + batch.sumSq)
+  def plus(o: SizeStats): SizeStats = decayedPlus(o, keep = 1.0)
   def minus(o: SizeStats): SizeStats = SizeStats(count - o.count, sum - o.sum, sumSq - o.sumSq)
 }
 

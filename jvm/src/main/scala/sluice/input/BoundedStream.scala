@@ -88,7 +88,7 @@ private[input] final class KafkaLanes(
   override def estimate(lane: String): (Double, Double, Double) = {
     val own = estimates.getOrElse(lane, SizeStats.Zero)
     val stats = if (own.count >= KafkaLanes.OwnSamples) own else {
-      val topic = measured(lane).values.foldLeft(SizeStats.Zero)(_.decayedPlus(_, 1.0))
+      val topic = measured(lane).values.foldLeft(SizeStats.Zero)(_.plus(_))
       if (topic.count >= 1) topic else samples.get(lane).map(_.stats).getOrElse(SizeStats.Zero)
     }
     if (stats.count < 1) (defaultRecordBytes.toDouble, 0.0, Double.PositiveInfinity)

@@ -166,7 +166,7 @@ private[input] final class SampleTally {
 
   def add(lane: String, bytes: Long): Unit = {
     val old = found.getOrElse(lane, Sample(SizeStats.Zero, 0L))
-    found(lane) = Sample(old.stats.decayedPlus(SizeStats(1, bytes, bytes.toDouble * bytes), 1.0),
+    found(lane) = Sample(old.stats.plus(SizeStats(1, bytes, bytes.toDouble * bytes)),
       math.max(old.largest, bytes))
   }
 

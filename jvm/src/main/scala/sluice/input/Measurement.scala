@@ -26,7 +26,7 @@ final class LaneSizeAccumulator extends AccumulatorV2[(String, SizeStats), Map[S
   override def reset(): Unit = stats.synchronized(stats.clear())
   override def add(v: (String, SizeStats)): Unit = stats.synchronized {
     val old = stats.getOrElse(v._1, SizeStats.Zero)
-    stats(v._1) = old.decayedPlus(v._2, 1.0)
+    stats(v._1) = old.plus(v._2)
   }
   override def merge(other: AccumulatorV2[(String, SizeStats), Map[String, SizeStats]]): Unit =
     other.value.foreach(add)
