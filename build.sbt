@@ -16,7 +16,9 @@ val kafkaStreamsVersion = "4.1.1"
 val sparkTestJars = Map("4.1" -> "4.1.3", "4.2" -> "4.2.0")
 
 ThisBuild / organization := "io.sluice"
-ThisBuild / version := "0.1.0"
+// The release version is written once, in VERSION (pyproject.toml reads it too).
+ThisBuild / version := IO.read(file("VERSION")).trim
+ThisBuild / licenses := Seq("Apache-2.0" -> url("https://www.apache.org/licenses/LICENSE-2.0.txt"))
 
 /** conf.json's spark.supported: minor -> field -> value. */
 lazy val sparkLines: Map[String, Map[String, String]] = {

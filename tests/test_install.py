@@ -23,7 +23,7 @@ pytestmark = pytest.mark.install
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-VERSION = "0.1.0"  # build.sbt and pyproject.toml
+VERSION = (ROOT / "VERSION").read_text().strip()  # build.sbt and pyproject.toml read it
 SPARK = json.loads((ROOT / "jvm" / "src" / "main" / "resources" / "sluice" / "conf.json").read_text())["spark"]
 MINORS = list(SPARK["supported"])
 

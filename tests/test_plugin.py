@@ -1,11 +1,13 @@
 """Foundation: configure(), conf validation at session start, the executor budget split."""
 from __future__ import annotations
 
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
 import sluice
+from sluice import _conf
 from conftest import (BASE_CONF, driver_log, executor_budgets, fresh_builder, plugin_gauges, session_conf,
                       sluice_session, stop_session)
 
@@ -57,6 +59,31 @@ def test_configure_sets_plugin_extensions_and_appends_jar() -> None:
     sluice.configure(b, window_slicing=True, window_slicing_state=True)
     assert b._options["spark.sluice.window.slicing"] == "true"
     assert b._options["spark.sluice.window.slicing.state"] == "true"
+
+
+def test_configure_signature_is_conf_json_options() -> None:
+    """configure()'s keyword-only parameters are exactly conf.json's options, and each choice
+    option's Literal lists exactly the values conf.json accepts, so an IDE and mypy check what
+    the JVM side will accept."""
+    import typing
+
+    from sluice import _configure
+
+    assert set(_configure.OPTION_NAMES) == set(_conf.options())
+    hints = typing.get_type_hints(sluice.configure)
+    keys = {k["option"]: k for k in _conf.spec()["keys"] if "option" in k}
+
+    def literal_values(hint: Any) -> set[str]:
+        return {a for arg in typing.get_args(hint) for a in (typing.get_args(arg) or ())
+                if isinstance(a, str)} | {a for a in typing.get_args(hint) if isinstance(a, str)}
+
+    for name in _configure.OPTION_NAMES:
+        if name in ("state_store", "statestore_cache_delegate"):
+            assert literal_values(hints[name]) == set(_conf.state_store_providers()), name
+        elif name in keys and keys[name]["form"] == "choice":
+            assert literal_values(hints[name]) == set(keys[name]["values"]), name
+        elif name in keys and keys[name]["form"] == "boolean" or name == "state_store_cache":
+            assert set(typing.get_args(hints[name])) == {bool, type(None)}, name
 
 
 def test_configure_rejects_unknown_option_and_bad_values_before_spark() -> None:

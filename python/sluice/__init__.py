@@ -4,6 +4,7 @@ Importing this package needs no JVM; ``configure`` only sets builder options.
 """
 from __future__ import annotations
 
+from importlib import metadata as _metadata
 from typing import Any
 
 from sluice import _conf
@@ -14,6 +15,7 @@ from sluice.suppress import BufferConfig, Suppressed, suppress
 from sluice.windowstore import InMemoryWindowStoreSupplier, Stores
 
 __all__ = [
+    "__version__",
     "configure",
     "jar_path",
     "SluiceError",
@@ -27,6 +29,13 @@ __all__ = [
     "BufferConfig",
     "SluiceSuppressError",
 ]
+
+
+try:
+    __version__ = _metadata.version("spark-sluice")
+    """The installed distribution's version (the repository's VERSION file)."""
+except _metadata.PackageNotFoundError:  # sources on the path, not installed
+    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> Any:

@@ -2,8 +2,10 @@
 the extensions and the ``spark.sluice.*`` options)."""
 from __future__ import annotations
 
+import inspect
 import os
-from typing import Any
+from datetime import timedelta
+from typing import Any, Literal, Union
 
 from pyspark.sql import SparkSession
 
@@ -33,17 +35,64 @@ def _starts_local_connect_server(options: dict[str, Any]) -> bool:
     return remote is not None and not str(remote).startswith("sc://")
 
 
-def configure(builder: SparkSession.Builder, spark_version: str | None = None,
-              **options: Any) -> SparkSession.Builder:
+ByteSize = Union[int, str]
+"""A byte size: a number of bytes, or a Spark byte string such as ``"64m"`` or ``"1g"``."""
+Duration = Union[int, str, timedelta]
+"""A duration: milliseconds, a Spark time string such as ``"30s"``, or a ``timedelta``."""
+Provider = Literal["hdfs", "rocksdb", "in_memory_window"]
+"""A state store provider by sluice's name for it (conf.json's ``providers``)."""
+
+
+def configure(builder: SparkSession.Builder, spark_version: str | None = None, *,
+              statestore_cache_max_bytes: ByteSize | None = None,
+              commit_interval_ms: Duration | None = None,
+              input_buffer_max_bytes: ByteSize | None = None,
+              input_fetch_max_bytes: ByteSize | None = None,
+              state_store: Provider | None = None,
+              state_store_cache: bool | None = None,
+              statestore_cache_delegate: Provider | None = None,
+              json_decoder: Literal["spark", "sluice"] | None = None,
+              window_slicing: bool | None = None,
+              aggregate_partial_hash: bool | None = None,
+              input_kafka_direct: bool | None = None,
+              checkpoint_local_direct: bool | None = None) -> SparkSession.Builder:
     """Adds sluice to a SparkSession builder and sets its ``spark.sluice.*`` options.
 
-    Options are the snake_case forms of the keys, e.g. ``statestore_cache_max_bytes="64m"``,
-    ``input_buffer_max_bytes``, ``commit_interval_ms``, and ``state_store`` (``"in_memory_window"``,
-    ``"hdfs"`` or ``"rocksdb"``: the state store provider). An unknown option raises ``TypeError``
-    and a bad value ``ValueError``, both before any Spark work. The returned builder's
-    ``getOrCreate()`` reports sluice's startup errors as :class:`SluiceError` subclasses.
-    It also makes ``query.stop()`` on a foreachBatch query whose batch function is running a job
-    end without a StackOverflowError from Spark's stop check (see ``sluice._stop``).
+    Every option left at ``None`` is not set, so its key keeps its default (or the value another
+    setting of the builder gave it). A bad value raises ``ValueError`` naming the key, the value and
+    the expected form, before any Spark work; an unknown option is a ``TypeError``. The returned
+    builder's ``getOrCreate()`` reports sluice's startup errors as :class:`SluiceError` subclasses.
+
+    Args:
+        builder: the SparkSession builder to add sluice to; returned, so calls chain.
+        spark_version: the Spark that runs the queries (``"4.2"`` or ``"4.2.1"``), when it is not
+            the installed pyspark's (a Spark Connect client whose server runs another Spark). An
+            unsupported Spark raises :class:`SluiceUnsupportedSparkError`.
+        statestore_cache_max_bytes: ``spark.sluice.statestore.cache.max.bytes``, the record cache's
+            bytes per executor, split evenly over its task slots (KIP-63).
+        commit_interval_ms: ``spark.sluice.commit.interval.ms``, how often cached state and held
+            emissions are flushed; ``0`` flushes every micro-batch.
+        input_buffer_max_bytes: ``spark.sluice.input.buffer.max.bytes``, the input bytes a query
+            admits per micro-batch (KIP-770).
+        input_fetch_max_bytes: ``spark.sluice.input.fetch.max.bytes``, the bytes one poll of a Kafka
+            partition may fetch where the source does not set it; ``0`` keeps Kafka's defaults.
+        state_store: the state store provider (``spark.sql.streaming.stateStore.providerClass``):
+            ``"in_memory_window"`` is sluice's window store (KIP-428), ``"hdfs"`` and ``"rocksdb"``
+            Spark's own.
+        state_store_cache: ``True`` puts the record cache in front of the state store
+            (``sluice.cache.CachingStateStoreProvider``); cannot be combined with ``state_store``.
+        statestore_cache_delegate: ``spark.sluice.statestore.cache.delegate``, the provider the
+            record cache wraps (default ``"rocksdb"``).
+        json_decoder: experimental; ``"sluice"`` decodes ``from_json`` from the record's bytes where
+            it can (``spark.sluice.json.decoder``).
+        window_slicing: experimental; sliding windows formed from per-slice partial aggregates
+            (``spark.sluice.window.slicing``).
+        aggregate_partial_hash: experimental; partial aggregations Spark would sort run by hash
+            (``spark.sluice.aggregate.partial.hash``).
+        input_kafka_direct: experimental; micro-batches read Kafka records without Spark's copies
+            (``spark.sluice.input.kafka.direct``).
+        checkpoint_local_direct: experimental; checkpoint files on the local file system written
+            without Hadoop's process per file (``spark.sluice.checkpoint.local.direct``).
 
     Spark Connect: with ``builder.remote("local[*]")`` the server pyspark starts gets sluice too
     (with its relation plugin, ``spark.connect.extensions.relation.classes``, which ``suppress``
@@ -51,16 +100,13 @@ def configure(builder: SparkSession.Builder, spark_version: str | None = None,
     on such a builder only the options read per query take effect (``commit_interval_ms``,
     ``input_buffer_max_bytes``, ``statestore_cache_max_bytes``, ``state_store``).
 
-    The jar added is the one built for the running Spark: the installed pyspark's version, or
-    ``spark_version`` when given (a Connect client whose server runs another Spark). An unsupported
-    Spark raises :class:`SluiceUnsupportedSparkError` here, naming the version found and those supported.
+    It also makes ``query.stop()`` on a foreachBatch query whose batch function is running a job
+    end without a StackOverflowError from Spark's stop check (see ``sluice._stop``).
     """
+    # The keyword-only parameters are the options; locals() holds exactly the parameters here.
+    options = {name: value for name, value in locals().items() if name in OPTION_NAMES and value is not None}
     jar = jar_path(spark_version)
     known = _conf.options()
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise TypeError(f"configure() got unknown option(s) {', '.join(unknown)}; "
-                        f"known options: {', '.join(sorted(known))}")
     if options.get("state_store_cache") is True and "state_store" in options:
         raise ValueError("state_store and state_store_cache=True both choose the state store provider; "
                          "to cache a provider, pass statestore_cache_delegate instead of state_store")
@@ -83,3 +129,8 @@ def configure(builder: SparkSession.Builder, spark_version: str | None = None,
         builder.getOrCreate = translating(builder.getOrCreate)  # type: ignore[method-assign]
         builder._sluice_translating = True  # type: ignore[attr-defined]
     return builder
+
+
+OPTION_NAMES: tuple[str, ...] = tuple(
+    name for name, p in inspect.signature(configure).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY)
+"""``configure()``'s options; ``tests/test_plugin.py`` checks they are conf.json's, one for one."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 from types import TracebackType
-from typing import Any, Callable, Iterator, Optional, TypeVar
+from typing import Any, Callable, Iterator, Literal, Optional, TypeVar
 
 T = TypeVar("T")
 
@@ -109,7 +109,8 @@ class _Translating:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Optional[type], exc: Optional[BaseException], tb: Optional[TracebackType]) -> bool:
+    def __exit__(self, kind: Optional[type], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
         if exc is None or not isinstance(exc, Exception):
             return False
         translated = translate(exc)

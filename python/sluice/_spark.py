@@ -40,7 +40,8 @@ def spec() -> dict[str, Any]:
         raise FileNotFoundError(
             f"no sluice jar in {JARS_DIR}: install sluice with pip (it builds the jars) or run dev/build-jar")
     with zipfile.ZipFile(sorted(jars.values())[-1]) as jar:
-        return json.loads(jar.read("sluice/conf.json"))
+        spec: dict[str, Any] = json.loads(jar.read("sluice/conf.json"))
+        return spec
 
 
 def supported() -> list[str]:
@@ -76,4 +77,4 @@ def _text(name: str, **args: str) -> str:
     text = section[name]
     for k, v in values.items():
         text = text.replace("{" + k + "}", str(v))
-    return text
+    return str(text)

@@ -26,7 +26,7 @@ _INTERRUPTIONS = frozenset({
 })
 
 
-class _StopCall(Py4JJavaError):
+class _StopCall(Py4JJavaError):  # type: ignore[misc]  # py4j is untyped
     """Prints as py4j's Py4JJavaError does, without the Java stack trace."""
 
     def __init__(self, original: Py4JJavaError, cause: str) -> None:

@@ -36,8 +36,12 @@ _DUE_RULES = {
 }
 
 
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
 def _ts(ms: Optional[int]) -> Optional[datetime]:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return None if ms is None else _at(ms)
 
 
 def _text(df: DataFrame, n: int) -> str:
@@ -177,7 +181,7 @@ def inspect(spark: SparkSession, checkpoint_location: str, *, now: Optional[date
     now_ms = int((now or datetime.now(timezone.utc)).timestamp() * 1000)
     suppress_layout, emit_layout = layouts["suppress"], layouts["emitCache"]
 
-    def owns(layout: dict, op_id: int, name: str) -> bool:
+    def owns(layout: dict[str, Any], op_id: int, name: str) -> bool:
         return op_id in range(*layout["operatorIds"]) and name == layout["operatorName"]
 
     for op in operators:
@@ -199,7 +203,7 @@ def inspect(spark: SparkSession, checkpoint_location: str, *, now: Optional[date
 
 
 def _suppress(spark: SparkSession, inspector: Any, ckpt: str, op_id: int, partitions: int, version: int,
-              sidecar: dict, summary: dict, now_ms: int, layout: dict) -> SuppressState:
+              sidecar: dict[str, Any], summary: dict[str, Any], now_ms: int, layout: dict[str, Any]) -> SuppressState:
     mode, limit = sidecar.get("mode"), sidecar.get("limitMs")
     raw = spark.read.format("statestore").option("operatorId", op_id).load(ckpt) \
         .withColumn("spilled", F.lit(False))
@@ -212,7 +216,7 @@ def _suppress(spark: SparkSession, inspector: Any, ckpt: str, op_id: int, partit
     key = F.col("key").getField(layout["keyColumn"])
     buffer_ms = F.col("value").getField(layout["bufferTimeColumn"])
     meta = raw.filter(key.isNull())  # the partition's stream time, as its buffer time
-    stream_time = {int(r.partition_id): _ts(int(r.t)) for r in
+    stream_time = {int(r.partition_id): _at(int(r.t)) for r in
                    meta.select("partition_id", buffer_ms.alias("t")).collect()}
     rows = raw.filter(key.isNotNull())
     due_ms: Column = buffer_ms if mode == "until_window_closes" or limit is None else buffer_ms + F.lit(limit)
@@ -243,7 +247,7 @@ def _ms(t: datetime) -> int:
 
 
 def _emit_cache(spark: SparkSession, inspector: Any, ckpt: str, op_id: int, partitions: int, version: int,
-                sidecar: dict, layout: dict) -> EmitCacheState:
+                sidecar: dict[str, Any], layout: dict[str, Any]) -> EmitCacheState:
     jspark = _handles.jsession(spark)
     schema = inspector.storeSchema(jspark, ckpt, op_id)
     raw = _handles.dataframe(inspector.readEmitCacheStore(jspark, ckpt, op_id, partitions, version, schema), spark)
@@ -259,7 +263,7 @@ def _emit_cache(spark: SparkSession, inspector: Any, ckpt: str, op_id: int, part
 
 
 def _window_store(spark: SparkSession, inspector: Any, ckpt: str, op_id: int, name: str, partitions: int,
-                  version: int, settings: Optional[dict]) -> WindowStoreState:
+                  version: int, settings: Optional[dict[str, Any]]) -> WindowStoreState:
     if settings is None:  # no sluice operator recorded the query's settings: this session's
         conf = _handles.jvm(spark).sluice.windowstore.WindowStoreSettings.apply(
             _handles.jsession(spark).conf().getAll())

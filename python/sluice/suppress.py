@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, Optional, Union
+from typing import Any, Optional, Union, cast
 
 from pyspark.sql import DataFrame
 
@@ -205,11 +205,11 @@ def suppress(df: DataFrame, suppressed: Suppressed, *, time_col: Optional[str] =
     if time_col is not None and not isinstance(time_col, str):
         raise TypeError(f"time_col must be a column name, got {type(time_col).__name__}")
     if _handles.is_connect_dataframe(df):
-        return _connect.suppress(df, {**suppressed._wire(), "time_col": time_col})
+        return cast(DataFrame, _connect.suppress(df, {**suppressed._wire(), "time_col": time_col}))
     spark = df.sparkSession
     with translating():
         jsup = suppressed._to_java(spark)
         entry = _handles.jvm(spark).sluice.suppress.Suppress
         jdf = _handles.jdf(df)
         out = entry.apply(jdf, jsup) if time_col is None else entry.apply(jdf, jsup, time_col)
-    return _handles.dataframe(out, spark)
+    return cast(DataFrame, _handles.dataframe(out, spark))
