@@ -101,7 +101,8 @@ def configure(builder: SparkSession.Builder, spark_version: str | None = None, *
     ``input_buffer_max_bytes``, ``statestore_cache_max_bytes``, ``state_store``).
 
     It also makes ``query.stop()`` on a foreachBatch query whose batch function is running a job
-    end without a StackOverflowError from Spark's stop check (see ``sluice._stop``).
+    end without a StackOverflowError from Spark's stop check (Spark matches that error's text with
+    a regex that overflows the query thread's stack on py4j's long messages).
     """
     # The keyword-only parameters are the options; locals() holds exactly the parameters here.
     options = {name: value for name, value in locals().items() if name in OPTION_NAMES and value is not None}

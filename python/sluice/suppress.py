@@ -196,7 +196,7 @@ def suppress(df: DataFrame, suppressed: Suppressed, *, time_col: Optional[str] =
     :class:`SluiceSuppressError` (a ``ValueError``) here, not when the query runs.
 
     ``df`` may be a Spark Connect DataFrame: the server then needs sluice's relation plugin
-    (``sluice.configure`` sets it; see the README's Spark Connect section).
+    (``sluice.configure`` sets it; see the Spark Connect and SQL page of the documentation).
     """
     if not isinstance(df, DataFrame):
         raise TypeError(f"suppress needs a pyspark DataFrame, got {type(df).__name__}")
