@@ -84,7 +84,8 @@ class Harness:
         path = RESULTS / f"{self.name}-{self.started:%Y%m%dT%H%M%SZ}.json"
         path.write_text(json.dumps({
             "bench": self.name, "description": self.description, "started": self.started.isoformat(),
-            "machine": {"cpus": _cpus(), "python": platform.python_version()},
+            "commit": _commit(), "machine": {"cpus": _cpus(), "python": platform.python_version(),
+                                             "platform": platform.platform()},
             "settings": self.settings, "runs": self.runs, "targets": self.targets, **extra,
         }, indent=1, default=str) + "\n")
         print(f"   results: {path}")
@@ -94,6 +95,20 @@ class Harness:
 def _order(sides: Sequence[str], repeat: int) -> list[str]:
     """A B, B A, A B, ...: no side is favoured by its place in the process's life."""
     return list(sides) if repeat % 2 == 0 else list(reversed(sides))
+
+
+def _commit() -> str:
+    """The checkout's commit (with "+dirty" for uncommitted changes), or "" outside git."""
+    import subprocess
+    root = Path(__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return sha + ("+dirty" if sha and dirty else "")
 
 
 def _cpus() -> int:
