@@ -4,7 +4,7 @@ Every benchmark: prints what it compares and the comparator's settings first; ru
 each side that is not measured; runs N repeats with the sides alternating (A B, B A, A B, ...) so
 that no side is favoured by its place in the JVM's life; prints each target as met or missed; and
 writes one machine-readable result file per run under ``bench/results/`` (not committed), from
-which the READMEs' tables are copied.
+which ``bench/report.py`` writes ``bench/RESULTS.md`` and its plots.
 
 Usage from a benchmark script::
 
