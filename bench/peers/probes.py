@@ -11,8 +11,9 @@ decode      Nexmark's values (Peers nexmark-file: the backlog's records for the 
             sluice's (=sluice, an EXPERIMENTAL rewrite, opt-in). Target: sluice >= Spark.
 max-struct  q7's aggregation shape without the parse: rows of four longs grouped by a window number,
             max(struct(four longs)) (Spark's sort-based aggregation: its hash aggregation takes only
-            fixed-width buffers) against four max(long) (hash aggregation). No target: what a
-            fixed-width max(struct) would gain, the reason it was not built being in the README.
+            fixed-width buffers) against four max(long) (hash aggregation). No target: what q7's
+            sort before its partial aggregation costs (the experimental aggregate_partial_hash
+            rewrite aggregates max(struct) by hash instead).
 """
 from __future__ import annotations
 
