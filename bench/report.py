@@ -178,7 +178,7 @@ def peers_section(runs: list[Run], plots: Path | None, md_dir: Path) -> list[str
                 "|---|---|---|---|---|---|---|---|---|---|---|"]
         for n in sides:
             r, side, rs = table[q][n]
-            eps = [x.get("events_per_s") for x in rs]
+            eps = [x.get("events_per_s") or 0 for x in rs] or [0]
             out.append(f"| {n} | {r.label} | {len(rs)} | {fmt(median(eps))} | {fmt(min(eps))} – {fmt(max(eps))} | "
                        f"{fmt(median([x.get('warm_events_per_s') for x in rs]))} | "
                        f"{fmt(median([x.get('drain_s') for x in rs]), 2)} | "
@@ -415,7 +415,11 @@ def main() -> None:
                     help="write nothing: exit 1 unless --out is what the files give (and its plots exist)")
     a = ap.parse_args()
 
-    specs = a.run or [str(max((BENCH / "results").glob("peers-*.json"), key=lambda p: p.stat().st_mtime))]
+    if not a.run:
+        found = sorted((BENCH / "results").glob("peers-*.json"), key=lambda p: p.stat().st_mtime)
+        if not found:
+            ap.error("no --run given and no bench/results/peers-*.json")
+    specs = a.run or [str(found[-1])]
     commits = dict(c.split("=", 1) for c in a.commit)
     runs = []
     for spec in specs:
