@@ -161,7 +161,9 @@ def peers_section(runs: list[Run], plots: Path | None, md_dir: Path) -> list[str
         out += ["### Summary: sluice / the other engines, drain throughput", "",
                 f"Median drain events/s of each sluice side over each other engine's side, per query; target ≥ "
                 f"{RATIO_BOUND}, met or missed. The other engine's side comes from the same run, or, marked \\*, "
-                "from the first run that has it (a run of sluice sides only).", "",
+                "from the first run that has it (a run of sluice sides only). † : a drain of either side had rows "
+                "differing from the reference or ended incomplete (it did less or other work; see the query's "
+                "table).", "",
                 "| query | " + " | ".join(f"{n} / {c}" for n, c in pairs) + " |", "|---|" + "---|" * len(pairs)]
         out += [f"| {q} | " + " | ".join(ratio_cell(summary[q].get(p)) for p in pairs) + " |" for q in queries]
         met = sum(1 for q in queries for v in summary[q].values() if v[0] >= RATIO_BOUND)
@@ -194,10 +196,11 @@ def peers_section(runs: list[Run], plots: Path | None, md_dir: Path) -> list[str
 
 
 def ratios(sides: dict[str, tuple[Run, str, list[dict[str, Any]]]], runs: list[Run]) \
-        -> dict[tuple[str, str], tuple[float, bool]]:
+        -> dict[tuple[str, str], tuple[float, bool, bool]]:
     """(sluice side, other engine's side) -> (median drain throughput ratio, whether the other side came
-    from another run) for every micro-batch sluice side of a query: the other engine's side from the
-    same run, else from the first run that has it."""
+    from another run, whether a run of either lost or changed rows or ended incomplete) for every
+    micro-batch sluice side of a query: the other engine's side from the same run, else from the first
+    run that has it."""
     mine = [n for n in sides if sides[n][1] in SLUICE_SIDES and sides[n][1] != "sluice-rt"]
     theirs: dict[str, list[str]] = {}
     for n, (_, side, _) in sides.items():
@@ -211,15 +214,17 @@ def ratios(sides: dict[str, tuple[Run, str, list[dict[str, Any]]]], runs: list[R
             same = [m for m in theirs[c] if sides[m][0] is r]
             pick = same[0] if same else sorted(theirs[c], key=lambda m: runs.index(sides[m][0]))[0]
             other = median([x.get("events_per_s") for x in sides[pick][2]])
+            bad = any(x.get("differing_from_expected") or not x.get("complete") for x in rs + sides[pick][2])
             if med and other:
-                out[(n, c)] = (med / other, not same)
+                out[(n, c)] = (med / other, not same, bad)
     return out
 
 
-def ratio_cell(v: tuple[float, bool] | None) -> str:
+def ratio_cell(v: tuple[float, bool, bool] | None) -> str:
     if v is None:
         return "–"
-    return f"{v[0]:.3f}{'*' if v[1] else ''} ({'met' if v[0] >= RATIO_BOUND else '**missed**'})"
+    return (f"{v[0]:.3f}{'*' if v[1] else ''}{' †' if v[2] else ''} "
+            f"({'met' if v[0] >= RATIO_BOUND else '**missed**'})")
 
 
 def ratio_table(q: str, sides: dict[str, tuple[Run, str, list[dict[str, Any]]]], runs: list[Run]) -> list[str]:
@@ -230,7 +235,8 @@ def ratio_table(q: str, sides: dict[str, tuple[Run, str, list[dict[str, Any]]]],
         return []
     mine = list(dict.fromkeys(n for n, _ in rs))
     comp = list(dict.fromkeys(c for _, c in rs))
-    out = [f"Median drain throughput of each sluice side over each other engine's (target ≥ {RATIO_BOUND}):", "",
+    out = [f"Median drain throughput of each sluice side over each other engine's (target ≥ {RATIO_BOUND}; "
+           "\\* other run, † differing rows or incomplete):", "",
            "| sluice side | " + " | ".join(f"/ {c}" for c in comp) + " |", "|---|" + "---|" * len(comp)]
     out += [f"| {n} | " + " | ".join(ratio_cell(rs.get((n, c))) for c in comp) + " |" for n in mine]
     out.append("")
