@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import platform
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -84,7 +85,7 @@ class Harness:
         path = RESULTS / f"{self.name}-{self.started:%Y%m%dT%H%M%SZ}.json"
         path.write_text(json.dumps({
             "bench": self.name, "description": self.description, "started": self.started.isoformat(),
-            "commit": _commit(), "machine": {"cpus": _cpus(), "python": platform.python_version(),
+            "commit": _commit(), "argv": sys.argv, "machine": {"cpus": _cpus(), "python": platform.python_version(),
                                              "platform": platform.platform()},
             "settings": self.settings, "runs": self.runs, "targets": self.targets, **extra,
         }, indent=1, default=str) + "\n")

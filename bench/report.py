@@ -141,6 +141,8 @@ def peers_section(runs: list[Run], plots: Path | None, md_dir: Path) -> list[str
     for r in runs:
         s = r.settings()
         out += [f"#### Settings of run “{r.label}”", ""]
+        if r.data.get("argv"):
+            out += ["Command: `" + " ".join(str(x) for x in r.data["argv"]) + "`", ""]
         for side, name in r.names.items():
             out.append(f"- **{name}**: {side_settings(r, side)}")
         common = [k for k in s if k not in SIDE_ORDER and k != "machine"]
