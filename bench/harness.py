@@ -4,7 +4,7 @@ Every benchmark: prints what it compares and the comparator's settings first; ru
 each side that is not measured; runs N repeats with the sides alternating (A B, B A, A B, ...) so
 that no side is favoured by its place in the JVM's life; prints each target as met or missed; and
 writes one machine-readable result file per run under ``bench/results/`` (not committed), from
-which the READMEs' tables are copied.
+which ``bench/report.py`` writes ``bench/RESULTS.md`` and its plots.
 
 Usage from a benchmark script::
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import platform
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -84,7 +85,8 @@ class Harness:
         path = RESULTS / f"{self.name}-{self.started:%Y%m%dT%H%M%SZ}.json"
         path.write_text(json.dumps({
             "bench": self.name, "description": self.description, "started": self.started.isoformat(),
-            "machine": {"cpus": _cpus(), "python": platform.python_version()},
+            "commit": _commit(), "argv": sys.argv, "machine": {"cpus": _cpus(), "python": platform.python_version(),
+                                             "platform": platform.platform()},
             "settings": self.settings, "runs": self.runs, "targets": self.targets, **extra,
         }, indent=1, default=str) + "\n")
         print(f"   results: {path}")
@@ -94,6 +96,20 @@ class Harness:
 def _order(sides: Sequence[str], repeat: int) -> list[str]:
     """A B, B A, A B, ...: no side is favoured by its place in the process's life."""
     return list(sides) if repeat % 2 == 0 else list(reversed(sides))
+
+
+def _commit() -> str:
+    """The checkout's commit (with "+dirty" for uncommitted changes), or "" outside git."""
+    import subprocess
+    root = Path(__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return sha + ("+dirty" if sha and dirty else "")
 
 
 def _cpus() -> int:

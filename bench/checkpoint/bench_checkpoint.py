@@ -1,7 +1,9 @@
 """Checkpoint files on the local file system, through bench/harness.py: the same streaming count with
-`spark.sluice.checkpoint.local.direct` off (Hadoop's local file system writes Spark's checkpoint
+`spark.sluice.checkpoint.local.direct` off (sluice's product default, measured first: Hadoop's local
+file system writes Spark's checkpoint
 files, starting a process per file) and on (sluice's checkpoint file manager writes them with
-java.nio), on Spark's HDFS-backed and RocksDB providers and sluice's in-memory window store.
+java.nio; an EXPERIMENTAL rewrite, opt-in), on Spark's HDFS-backed and RocksDB providers and sluice's
+in-memory window store.
 
 The query: `groupBy(k).count()` (the window store: by a 10-s window and k), update mode, noop sink,
 a local checkpoint, `--partitions` shuffle partitions (Spark's default 200: one state store file
@@ -94,12 +96,15 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-checkpoint-"))
     try:
         h = Harness("checkpoint_local", "Spark's checkpoint files on the local file system: Hadoop's local "
-                    "file system (off) vs sluice's java.nio checkpoint file manager (on)",
+                    "file system (off, sluice's product default) vs sluice's java.nio checkpoint file manager "
+                    "(on, experimental)",
                     {"query": "groupBy(k).count() (windowstore: window(ts, 10 s), k), update mode, noop sink, "
                               "local[2], spark.driver.memory 2g, checkpoint on the local disk",
                      "shuffle partitions": args.partitions, "rows per batch": args.batch_rows,
                      "measured batches per run": args.batches - 1, "repeats": args.repeats,
                      "providers": {p: PROVIDERS[p] for p in providers},
+                     "sides": "<provider>/off: sluice's product defaults (no spark.sluice.* key set); "
+                              "<provider>/on: spark.sluice.checkpoint.local.direct=true (experimental, opt-in)",
                      "comparator": "the same query with spark.sluice.checkpoint.local.direct=false (Spark's "
                                    "FileContext checkpoint file manager over Hadoop's local file system, no "
                                    "native Hadoop library, as pyspark ships)"})

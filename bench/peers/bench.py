@@ -5,7 +5,8 @@ also sluice in Spark's real-time mode and Kafka Streams at its lowest-latency se
 search for the highest rate each holds at a p99 latency bound. Run through bench/peers/run (which
 builds the JVM sides first); README.md says what is measured and how.
 
-    bench/peers/run [--queries count,q5,q7,q8,q11] [--sides flink,flink-sql,kafka-streams,ks-lowlat,sluice,sluice-rt]
+    bench/peers/run [--queries count,q5,q7,q8,q11]
+                    [--sides flink,flink-sql,kafka-streams,ks-lowlat,sluice,sluice-exp,sluice-rt]
                     [--events 10000000] [--repeats 2] [--rate 50000 --duration-s 135] [--rate-search] ...
 """
 from __future__ import annotations
@@ -79,9 +80,43 @@ class Side:
         return stopped
 
 
-FL, FLS, KS, KSL, SL, RT = "flink", "flink-sql", "kafka-streams", "ks-lowlat", "sluice", "sluice-rt"
-SIDES = [FL, FLS, KS, KSL, SL, RT]
-SPARK_SIDES = (SL, RT)
+FL, FLS, KS, KSL, SL, SLX, RT = ("flink", "flink-sql", "kafka-streams", "ks-lowlat", "sluice", "sluice-exp",
+                                 "sluice-rt")
+SIDES = [FL, FLS, KS, KSL, SL, SLX, RT]
+SPARK_SIDES = (SL, SLX, RT)
+# The micro-batch sluice sides, each compared with every other engine's side.
+SLUICE_MB = (SL, SLX)
+COMPARATORS = (FL, FLS, KS, KSL)
+
+# sluice's experimental rewrites, opt-in (off in the product defaults): configure() option -> (this
+# bench's flag and spark_side.py's, the flag's value that turns it on, the Spark key). The `sluice` and
+# `sluice-rt` sides set those whose flag is given; `sluice-exp` sets all five.
+EXPERIMENTAL = {
+    "json_decoder": ("json-decoder", "sluice", "spark.sluice.json.decoder"),
+    "window_slicing": ("window-slicing", "on", "spark.sluice.window.slicing"),
+    "aggregate_partial_hash": ("partial-hash", "on", "spark.sluice.aggregate.partial.hash"),
+    "input_kafka_direct": ("kafka-direct", "on", "spark.sluice.input.kafka.direct"),
+    "checkpoint_local_direct": ("checkpoint-direct", "on", "spark.sluice.checkpoint.local.direct"),
+}
+# Each flag's value at sluice's product default.
+EXPERIMENTAL_OFF = {"json-decoder": "spark", "window-slicing": "off", "partial-hash": "off", "kafka-direct": "off",
+                    "checkpoint-direct": "off"}
+
+
+def rewrite_flags(side: str, a: argparse.Namespace) -> dict[str, str]:
+    """The experimental rewrites' flags a Spark side runs with: `sluice-exp` all on, the others as given
+    (default: off, sluice's product default)."""
+    if side == SLX:
+        return {flag: on for flag, on, _ in EXPERIMENTAL.values()}
+    return {flag: getattr(a, flag.replace("-", "_")) for flag, _, _ in EXPERIMENTAL.values()}
+
+
+def sluice_keys(side: str, a: argparse.Namespace) -> dict[str, str]:
+    """The spark.sluice.* keys a Spark side sets beside its state store: the experimental rewrites it
+    turns on (none at the product defaults)."""
+    flags = rewrite_flags(side, a)
+    return {key: ("sluice" if flag == "json-decoder" else "true")
+            for flag, on, key in EXPERIMENTAL.values() if flags[flag] == on}
 # The broker's JVM, whose threads each drain's CPU split counts beside the side's (set once it runs).
 BROKER_PIDS: list[int] = []
 QUERIES = ["count", "q5", "q7", "q8", "q11"]
@@ -196,7 +231,7 @@ def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, to
         cmd = [sys.executable, str(HERE / "spark_side.py"), "--query", q, "--bootstrap", bs, "--input", topic,
                "--output", out, "--checkpoint", str(work / f"ckpt-{name}"), "--lateness-ms", str(late),
                "--heap", a.heap, "--trigger", a.trigger, "--max-offsets", str(a.max_offsets),
-               "--json-decoder", a.json_decoder, "--window-slicing", a.window_slicing, "--sliced-state", a.sliced_state, "--partial-hash", a.partial_hash, "--state-merge", a.state_merge, "--kafka-direct", a.kafka_direct, "--checkpoint-direct", a.checkpoint_direct] + (["--stamp-emit", f"--extra-jar={HERE / 'target' / 'sendstamp.jar'}"] if a.stamp_emit else []) + [f"--sink-option={o}" for o in a.sink_option] + [f"--source-option={o}" for o in a.source_option] + [f"--spark-conf={o}" for o in a.spark_conf]
+               *[x for flag, value in rewrite_flags(side, a).items() for x in (f"--{flag}", value)]] + (["--stamp-emit", f"--extra-jar={HERE / 'target' / 'sendstamp.jar'}"] if a.stamp_emit else []) + [f"--sink-option={o}" for o in a.sink_option] + [f"--source-option={o}" for o in a.source_option] + [f"--spark-conf={o}" for o in a.spark_conf]
         cmd += [f"--java-option={o}" for o in jfr(a, name)]
         cmd += (["--realtime", a.rt_checkpoint, "--cores", str(a.rt_cores), "--shuffle-wait-ms", str(a.rt_shuffle_wait_ms)]
                 if side == RT else ["--cores", "2"])
@@ -283,7 +318,7 @@ def start_costs(runs: dict[str, list[dict[str, Any]]], warm: dict[str, float], e
     at which sluice's drain would take as long as another side's. Not a target."""
     cost = {n: statistics.median(r["drain_s"] - events / r["warm_events_per_s"] for r in runs[n]) for n in warm}
     parts = ["start cost (drain s - backlog / warm rate), median: " + ", ".join(f"{n} {c:.2f} s" for n, c in cost.items())]
-    for n in [x for x in warm if x.endswith("/sluice")]:
+    for n in [x for x in warm if x.split("/")[1] in SLUICE_MB]:
         for m in [x for x in warm if x != n]:
             extra, per_event = cost[n] - cost[m], 1 / warm[m] - 1 / warm[n]
             if extra <= 0 and per_event >= 0:
@@ -489,8 +524,9 @@ def rate_search(side: str, q: str, a: argparse.Namespace, work: Path, bs: str) -
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--queries", default=",".join(QUERIES), help="comma-separated, of " + ",".join(QUERIES))
-    ap.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated, of {','.join(SIDES)} ({RT}: the "
-                    "count, q7 and q8; the other queries run without it)")
+    ap.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated, of {','.join(SIDES)} ({SL}: "
+                    f"sluice's product defaults; {SLX}: the same with the five experimental rewrites on; {RT}: the "
+                    "count, q7 and q8, the other queries run without it)")
     ap.add_argument("--events", type=int, default=10_000_000, help="Nexmark backlog events (and count records)")
     ap.add_argument("--count-records", type=int, default=0, help="the count's backlog (default --events; keys: a tenth)")
     ap.add_argument("--event-rate", type=int, default=10_000,
@@ -527,7 +563,7 @@ def main() -> None:
                          "of them the warm-up)")
     ap.add_argument("--rate-search-p99-ms", type=int, default=100)
     ap.add_argument("--rt-p99-target-ms", type=int, default=50,
-                    help="target: the real-time side's p99 at --rate (issue #22: 50 ms at 50,000/s)")
+                    help="target: the real-time side's p99 at --rate (50 ms, set for 50,000/s)")
     ap.add_argument("--ks-commit-ms", type=int, default=1000, help="Kafka Streams commit.interval.ms (see README)")
     ap.add_argument("--ks-lowlat-commit-ms", type=int, default=10,
                     help=f"{KSL}: commit.interval.ms (its record cache is 0)")
@@ -539,26 +575,22 @@ def main() -> None:
     ap.add_argument("--flink-checkpoint-ms", type=int, default=10_000, help="Flink checkpoint interval (0: off)")
     ap.add_argument("--trigger", default="0", help="sluice's processing-time trigger (0: Spark's default)")
     ap.add_argument("--max-offsets", type=int, default=0, help="sluice's maxOffsetsPerTrigger (0: not set)")
-    ap.add_argument("--json-decoder", default="sluice", choices=["sluice", "spark"],
-                    help="sluice's json_decoder (spark.sluice.json.decoder): who parses from_json's input on the Nexmark "
-                         "queries, sluice from the record's bytes or Spark's own parser")
-    ap.add_argument("--window-slicing", default="on", choices=["on", "off"],
-                    help="sluice's window_slicing (spark.sluice.window.slicing): q5's sliding windows formed from "
+    # sluice's experimental rewrites (opt-in), for ad-hoc runs of the `sluice` and `sluice-rt` sides; each
+    # defaults to sluice's product default. The `sluice-exp` side turns all five on whatever these say.
+    ap.add_argument("--json-decoder", default="spark", choices=["sluice", "spark"],
+                    help="experimental, json_decoder (spark.sluice.json.decoder): who parses from_json's input on the "
+                         "Nexmark queries, Spark's own parser (the default) or sluice from the record's bytes")
+    ap.add_argument("--window-slicing", default="off", choices=["on", "off"],
+                    help="experimental, window_slicing (spark.sluice.window.slicing): q5's sliding windows formed from "
                          "per-slice partial aggregates")
-    ap.add_argument("--sliced-state", default="on", choices=["on", "off"],
-                    help="sluice's window_slicing_state (spark.sluice.window.slicing.state): q5's final results of sliding "
-                         "windows kept in state per slice and key, each window formed from its slices when it closes")
-    ap.add_argument("--partial-hash", default="on", choices=["on", "off"],
-                    help="sluice's aggregate_partial_hash (spark.sluice.aggregate.partial.hash): q7's max(struct) "
+    ap.add_argument("--partial-hash", default="off", choices=["on", "off"],
+                    help="experimental, aggregate_partial_hash (spark.sluice.aggregate.partial.hash): q7's max(struct) "
                          "aggregated by hash before the shuffle instead of sorted")
-    ap.add_argument("--state-merge", default="on", choices=["on", "off"],
-                    help="sluice's aggregate_state_merge (spark.sluice.aggregate.state.merge): each key's restored "
-                         "state merged into the batch's aggregate per row, not in a second hash aggregation")
-    ap.add_argument("--kafka-direct", default="on", choices=["on", "off"],
-                    help="sluice's input_kafka_direct (spark.sluice.input.kafka.direct): micro-batches read Kafka "
+    ap.add_argument("--kafka-direct", default="off", choices=["on", "off"],
+                    help="experimental, input_kafka_direct (spark.sluice.input.kafka.direct): micro-batches read Kafka "
                          "records as rows over the records' own fields, without Spark's two copies")
-    ap.add_argument("--checkpoint-direct", default="on", choices=["on", "off"],
-                    help="sluice's checkpoint_local_direct (spark.sluice.checkpoint.local.direct): the local "
+    ap.add_argument("--checkpoint-direct", default="off", choices=["on", "off"],
+                    help="experimental, checkpoint_local_direct (spark.sluice.checkpoint.local.direct): the local "
                          "checkpoint's files written with java.nio, without Hadoop's chmod and readlink processes")
     ap.add_argument("--sink-option", action="append", default=[],
                     help="KEY=VALUE, repeatable: an option of the Spark sides' Kafka sink (e.g. kafka.linger.ms=0)")
@@ -617,19 +649,54 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def settings_of(a: argparse.Namespace, count_records: int) -> dict[str, Any]:
-    return {
-        "machine": f"{os.cpu_count()} cores; load at start {os.getloadavg()[0]:.2f} (1 min)",
-        "broker": "Kafka 3.9.1 KRaft, one node on loopback (tests/kafka_harness.py); topics of 2 partitions",
-        "nexmark": f"{a.events} events (persons:auctions:bids 1:3:46, Nexmark's hot sellers/auctions/bidders), "
-                   f"{a.event_rate} events per second of event time, in order, round-robin over 2 partitions, "
-                   f"JSON values, seed {a.seed}; rows compared for the windows that close by last event time - "
-                   f"2 x (10 s + lateness) - 2 s (no flush events)",
-        "count": f"{count_records} records, {max(1, count_records // 10)} keys Zipf(1.0), 3 h of event time, "
-                 "disorder <= 2 s, keyed, one flush record per partition 1 h later; 1-minute tumbling count per key, "
-                 f"grace {a.count_grace_ms} ms; fixed rate: keys {a.rate_keys or 'rate x 6'}, event time = send time "
-                 f"- up to {a.rate_disorder_ms} ms",
-        "allowed lateness (Nexmark)": f"{a.lateness_ms} ms on every side (fixed-rate runs: {a.rate_lateness_ms} ms)",
+def side_settings(a: argparse.Namespace, sides: list[str]) -> dict[str, dict[str, Any]]:
+    """Every side's configuration as data (printed at the start, stored in the result file): for the Spark
+    sides the spark.sluice.* keys they set and each experimental rewrite on or off, for the others their
+    engine's settings."""
+    jar = os.path.basename(sluice.jar_path())
+    out: dict[str, dict[str, Any]] = {}
+    for side in sides:
+        if side in (FL, FLS):
+            out[side] = {"engine": f"Flink 2.3.0 {'DataStream API' if side == FL else 'SQL (window TVFs)'}",
+                         "parallelism": 2, "state backend": "hashmap (Flink's default)",
+                         "checkpoint interval ms": a.flink_checkpoint_ms, "kafka connector": "5.0.0-2.2",
+                         "heap": a.heap}
+        elif side in (KS, KSL):
+            out[side] = {"engine": "Kafka Streams 4.1.1", "num.stream.threads": a.ks_threads,
+                         "commit.interval.ms": a.ks_commit_ms if side == KS else a.ks_lowlat_commit_ms,
+                         "statestore.cache.max.bytes": a.ks_cache_bytes if side == KS else 0,
+                         "stores": "in-memory window/session stores, changelogs on", "processing": "at-least-once",
+                         "heap": a.heap}
+        else:
+            flags = rewrite_flags(side, a)
+            out[side] = {"engine": f"Spark {PYSPARK_VERSION} + sluice ({jar}), Python API",
+                         "mode": "real-time" if side == RT else "micro-batch",
+                         "master": f"local[{a.rt_cores}]" if side == RT else "local[2]",
+                         "configuration": "sluice's product defaults" if not sluice_keys(side, a) else
+                         "the five experimental rewrites on" if side == SLX else "experimental rewrites as flagged",
+                         "state_store": "Spark's RocksDB (real-time mode's only provider)" if side == RT else
+                         "in_memory_window (sluice's in-memory window store)",
+                         "spark.sluice.* keys set": sluice_keys(side, a),
+                         "experimental rewrites": {opt: ("on" if flags[flag] == on else "off")
+                                                   + (f" ({flags[flag]})" if flag == "json-decoder" else "")
+                                                   for opt, (flag, on, _) in EXPERIMENTAL.items()},
+                         "spark.driver.memory": a.heap, "spark.sql.shuffle.partitions": 2,
+                         "trigger": f"realTime={a.rt_checkpoint}" if side == RT else
+                         ("default" if a.trigger == "0" else a.trigger),
+                         "maxOffsetsPerTrigger": a.max_offsets or "not set",
+                         "source options": a.source_option, "sink options": a.sink_option, "spark conf": a.spark_conf}
+            if side == RT:
+                out[side]["spark.shuffle.streaming.networkBufferMaxWaitTimeMs"] = \
+                    "50 (Spark's default)" if a.rt_shuffle_wait_ms < 0 else a.rt_shuffle_wait_ms
+    return out
+
+
+SL_MODE = "at sluice's product defaults"
+
+
+def settings_of(a: argparse.Namespace, count_records: int, sides: list[str]) -> dict[str, Any]:
+    rewrites = ", ".join(f"{opt} ({key})" for opt, (_, _, key) in EXPERIMENTAL.items())
+    described = {
         FL: f"Flink 2.3.0 DataStream API, local MiniCluster parallelism 2, state backend hashmap (Flink's default), "
             f"checkpoints every {a.flink_checkpoint_ms} ms (0 = off) to local disk, Kafka connector 5.0.0-2.2, "
             f"-Xmx{a.heap}",
@@ -642,29 +709,39 @@ def settings_of(a: argparse.Namespace, count_records: int) -> dict[str, Any]:
             f"commit.interval.ms {a.ks_commit_ms}, statestore.cache.max.bytes {a.ks_cache_bytes}, -Xmx{a.heap}",
         KSL: f"as {KS}, at its lowest-latency settings: commit.interval.ms {a.ks_lowlat_commit_ms}, "
              "statestore.cache.max.bytes 0 (every update reaches suppress at once)",
-        SL: f"Spark {PYSPARK_VERSION} local[2] micro-batch + sluice (Python API, {os.path.basename(sluice.jar_path())}), "
-            f"spark.driver.memory={a.heap}, shuffle partitions 2, state store in_memory_window, "
-            "suppress(until_window_closes(unbounded())) fused (q11: over an update-mode session_window), trigger "
-            f"{'default' if a.trigger == '0' else a.trigger}, maxOffsetsPerTrigger {a.max_offsets or 'not set'}, "
-            f"json_decoder {a.json_decoder} (spark.sluice.json.decoder: from_json parsed by "
-            f"{'sluice from the record bytes' if a.json_decoder == 'sluice' else 'Spark'}), window_slicing "
-            f"{a.window_slicing} (spark.sluice.window.slicing: q5's sliding windows), window_slicing_state "
-            f"{a.sliced_state} (spark.sluice.window.slicing.state: q5's state per slice), aggregate_partial_hash "
-            f"{a.partial_hash} (spark.sluice.aggregate.partial.hash: q7's max(struct) before the shuffle), "
-            f"aggregate_state_merge {a.state_merge} (spark.sluice.aggregate.state.merge: restored state merged per "
-            "row: the count, q5 without sliced state, q7, q8's none), "
-            f"input_kafka_direct {a.kafka_direct} (spark.sluice.input.kafka.direct: records read without Spark's "
-            "copies into a generic and an unsafe row), "
-            f"checkpoint_local_direct {a.checkpoint_direct} (spark.sluice.checkpoint.local.direct: the checkpoint's "
-            "files written with java.nio), "
-            "Kafka source options "
+        SL: f"Spark {PYSPARK_VERSION} local[2] micro-batch + sluice (Python API, {os.path.basename(sluice.jar_path())}) "
+            f"{SL_MODE if not sluice_keys(SL, a) else 'with experimental rewrites as flagged'}: "
+            "spark.sluice.* keys set "
+            f"{sluice_keys(SL, a) or 'none'} beside state_store=in_memory_window; spark.driver.memory={a.heap}, "
+            "shuffle partitions 2, suppress(until_window_closes(unbounded())) fused (q11: over an update-mode "
+            f"session_window), trigger {'default' if a.trigger == '0' else a.trigger}, maxOffsetsPerTrigger "
+            f"{a.max_offsets or 'not set'}, Kafka source options "
             f"{', '.join(a.source_option) or 'none beyond the subscription (Spark defaults)'}",
+        SLX: f"the {SL} pipeline with sluice's five experimental rewrites on ({rewrites}): spark.sluice.* keys set "
+             f"{sluice_keys(SLX, a)} beside state_store=in_memory_window",
         RT: f"the {SL} pipeline with trigger(realTime='{a.rt_checkpoint}') (checkpoint interval), "
             f"local[{a.rt_cores}] (2 source + 2 shuffle partitions, all tasks at once), shuffle partitions 2, "
             "spark.shuffle.streaming.networkBufferMaxWaitTimeMs "
             f"{'50 (default)' if a.rt_shuffle_wait_ms < 0 else a.rt_shuffle_wait_ms}, "
             "Spark's RocksDB provider (the only one real-time mode allows), suppress not fused (each window "
-            "closed on its partition's stream time, per row), Kafka sink; the count, q7 and q8",
+            "closed on its partition's stream time, per row), Kafka sink; the count, q7 and q8; spark.sluice.* "
+            f"keys set {sluice_keys(RT, a) or 'none'}",
+    }
+    return {
+        "machine": f"{os.cpu_count()} cores; load at start {os.getloadavg()[0]:.2f} (1 min)",
+        "spark": PYSPARK_VERSION,
+        "sides": ", ".join(sides),
+        "broker": "Kafka 3.9.1 KRaft, one node on loopback (tests/kafka_harness.py); topics of 2 partitions",
+        "nexmark": f"{a.events} events (persons:auctions:bids 1:3:46, Nexmark's hot sellers/auctions/bidders), "
+                   f"{a.event_rate} events per second of event time, in order, round-robin over 2 partitions, "
+                   f"JSON values, seed {a.seed}; rows compared for the windows that close by last event time - "
+                   f"2 x (10 s + lateness) - 2 s (no flush events)",
+        "count": f"{count_records} records, {max(1, count_records // 10)} keys Zipf(1.0), 3 h of event time, "
+                 "disorder <= 2 s, keyed, one flush record per partition 1 h later; 1-minute tumbling count per key, "
+                 f"grace {a.count_grace_ms} ms; fixed rate: keys {a.rate_keys or 'rate x 6'}, event time = send time "
+                 f"- up to {a.rate_disorder_ms} ms",
+        "allowed lateness (Nexmark)": f"{a.lateness_ms} ms on every side (fixed-rate runs: {a.rate_lateness_ms} ms)",
+        **{side: described[side] for side in sides},
         "run bound": f"a drain run ends incomplete after {a.run_bound} x the query's fastest complete drain so far "
                      f"(at least {a.run_bound_min_s} s), or after {a.timeout_s} s",
         "drain time": "from the side's start() call (KafkaStreams.start, StreamExecutionEnvironment.executeAsync, "
@@ -681,7 +758,9 @@ def settings_of(a: argparse.Namespace, count_records: int) -> dict[str, Any]:
 def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: list[str], work: Path, bs: str) -> None:
     count_records = a.count_records or a.events
     h = Harness("peers", "sluice on Spark (micro-batch and real-time) vs Flink vs Kafka Streams: drain, fixed-rate "
-                "latency, rate search", settings_of(a, count_records))
+                "latency, rate search", settings_of(a, count_records, sides))
+    for side, conf in side_settings(a, sides).items():
+        print(f"   {side} settings: {json.dumps(conf)}")
 
     data: dict[str, Data] = {}
     warm: dict[str, Data] = {}
@@ -706,6 +785,7 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: lis
         return "count" if q == "count" else "nexmark"
 
     comparisons: dict[str, Any] = {}
+    side_config: dict[str, Any] = {}
     latency: dict[str, list[dict[str, Any]]] = {}
     searches: dict[str, dict[str, Any]] = {}
     for qi, q in enumerate(queries):
@@ -766,7 +846,7 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: lis
                 print(f"   {q}: median warm drain events/s (second half of the backlog) "
                       + ", ".join(f"{n} {v:.0f}" for n, v in warm_med.items())
                       + "".join(f"; {n} / {m} {warm_med[n] / warm_med[m]:.3f}" for n in warm_med for m in warm_med
-                                if n.endswith("/sluice") and m != n and warm_med[m] > 0))
+                                if n.split("/")[1] in SLUICE_MB and m != n and warm_med[m] > 0))
                 print(f"   {q}: {start_costs(runs, warm_med, data[family(q)].events)}")
 
             def ratio(x: str, y: str, bound: float) -> None:
@@ -779,12 +859,18 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: lis
                     h.target(f"{q}: {x} / {y} drain throughput (median events/s {med[f'{q}/{x}']:.0f} / "
                              f"{med[f'{q}/{y}']:.0f}){note}", med[f"{q}/{x}"] / med[f"{q}/{y}"], ">=", bound)
 
-            for other in (FL, FLS, KS, KSL):
-                ratio(SL, other, 1.0)
-            ratio(RT, SL, 0.5)  # issue #22: real-time drains at least half as fast as micro-batch
+            for mine in SLUICE_MB:
+                for other in COMPARATORS:
+                    ratio(mine, other, 1.0)
+            ratio(RT, SL, 0.5)  # real-time drains at least half as fast as micro-batch
+            if SL in qsides and SLX in qsides and med[f"{q}/{SL}"] > 0:
+                # Not a target: what the experimental rewrites give over the product defaults.
+                print(f"   {q}: {SLX} / {SL} median drain events/s {med[f'{q}/{SLX}'] / med[f'{q}/{SL}']:.3f}")
             h.target(f"{q}: differing rows, worst drain run (vs reference and vs {names[0]})", float(worst), "<=", 0.0)
             comparisons[q] = {n: [d["differing"] for d in cross[n]] for n in names}
             for n in names:
+                # Each side's own settings (as it printed them), once per query in the result file.
+                side_config[n] = runs[n][0].get("config")
                 for r in runs[n]:
                     r.pop("config", None)
         if a.rate:
@@ -799,7 +885,7 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: lis
                       f"{r['from_ack_p99_ms']}, {r['results_timed']}" for s, r in lat.items()))
             if RT in lat:
                 rt = lat[RT]
-                h.target(f"{q}: {RT} p99 latency ms at {a.rate}/s (issue #22's target, at 50,000/s)"
+                h.target(f"{q}: {RT} p99 latency ms at {a.rate}/s (the target is set at 50,000/s)"
                          + ("" if rt["complete"] and rt["results_timed"] else " [incomplete or nothing timed]"),
                          float(rt["p99_ms"] if rt["p99_ms"] is not None else float("inf")), "<=",
                          float(a.rt_p99_target_ms))
@@ -813,7 +899,7 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: lis
                       f"{searches[side]['held_rate']}/s ({a.rate_search_duration_s} s per rate; stopped: "
                       f"{searches[side]['stopped_because']})")
     if latency.get(f"count/{RT}") or searches:
-        # Issue #22's figures side by side.
+        # The count's low-latency figures side by side.
         print("   == count, real-time vs the others:")
         for s in [x for x in SIDES if f"count/{x}" in latency or x in searches]:
             r = (latency.get(f"count/{s}") or [{}])[-1]
@@ -822,7 +908,8 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: lis
                   f"(warm-up window: {r.get('warmup_results')} results, max {r.get('warmup_max_ms')} ms)"
                   + (f"; holds {held}/s at p99 <= {a.rate_search_p99_ms} ms" if held is not None else ""))
     h.write(data={k: v.summary for k, v in data.items()}, latency=latency, rate_search=searches,
-            differing_vs_first=comparisons)
+            differing_vs_first=comparisons, sides=sides, side_settings=side_settings(a, sides),
+            side_config=side_config)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,19 @@
 """Probes of bench/peers: one part of a Nexmark query's cost measured alone, in one Spark session (batch
 jobs over data cached in memory, so that neither Kafka nor a stream's micro-batches are in the time).
-They say where a drain's time goes and what a change there is worth (README "Results"); the drains
+They say where a drain's time goes and what a change there is worth (bench/RESULTS.md); the drains
 themselves are bench.py's.
 
     probes.py [--probes decode,max-struct] [--events 2000000] [--rows 6000000] [--warmups 2] [--repeats 6]
 
 decode      Nexmark's values (Peers nexmark-file: the backlog's records for the same seed), parsed as q7
             reads them: from_json with the event schema, the bids' four fields q7 keeps. Sides: Spark's
-            parser (spark.sluice.json.decoder=spark) and sluice's (=sluice). Target: sluice >= Spark.
+            parser (spark.sluice.json.decoder=spark, sluice's product default, measured first) and
+            sluice's (=sluice, an EXPERIMENTAL rewrite, opt-in). Target: sluice >= Spark.
 max-struct  q7's aggregation shape without the parse: rows of four longs grouped by a window number,
             max(struct(four longs)) (Spark's sort-based aggregation: its hash aggregation takes only
-            fixed-width buffers) against four max(long) (hash aggregation). No target: what a
-            fixed-width max(struct) would gain, the reason it was not built being in the README.
+            fixed-width buffers) against four max(long) (hash aggregation). No target: what q7's
+            sort before its partial aggregation costs (the experimental aggregate_partial_hash
+            rewrite aggregates max(struct) by hash instead).
 """
 from __future__ import annotations
 
@@ -60,12 +62,13 @@ def decode(spark: SparkSession, a: argparse.Namespace, work: Path) -> None:
     # Both decoders must give the same rows, or the times compare nothing.
     digest = {side: q7(side).agg(F.count("*"), F.sum(F.pmod(F.xxhash64("*"), F.lit(1_000_000_007)))).first() for side in ("spark", "sluice")}
     assert digest["spark"] == digest["sluice"], f"the decoders differ: {digest}"
-    h = Harness("peers_probe_decode", "q7's JSON parse alone: Spark's from_json parser vs sluice's decoder", {
+    h = Harness("peers_probe_decode", "q7's JSON parse alone: Spark's from_json parser (the product default) vs "
+                "sluice's experimental decoder", {
         "input": f"{a.events:,} Nexmark events (seed {a.seed}, {made.get('bytes', 0):,} bytes of JSON), cached, "
                  "2 partitions, local[2]",
         "query": "from_json(value, the event schema), event_type = 2, the four bid fields q7 reads; noop sink",
-        "spark": f"{DECODER_KEY}=spark (Spark {PYSPARK_VERSION}'s JSON parser)",
-        "sluice": f"{DECODER_KEY}=sluice (sluice.json.internal.RecordDecoder and its JsonScanner)",
+        "spark": f"{DECODER_KEY}=spark (Spark {PYSPARK_VERSION}'s JSON parser; sluice's product default)",
+        "sluice": f"{DECODER_KEY}=sluice (experimental: sluice.json.internal.RecordDecoder and its JsonScanner)",
         "rows": f"{digest['sluice'][0]:,} bids, the same on both sides",
         "runs": f"{a.warmups} warm-ups per side, then {a.repeats} repeats alternating",
     })

@@ -8,21 +8,23 @@ stopped) and stops when "stop" comes on stdin.
 Micro-batch (the `sluice` side, local[2]): every query is an update-mode window aggregation under
 ``suppress(..., Suppressed.until_window_closes(BufferConfig.unbounded()))``, which sluice fuses into
 the aggregation (each window emitted once, when the watermark passes its end); q11's is a
-``session_window`` aggregation (sluice runs session windows in update mode, issue #23). q5's second
+``session_window`` aggregation (sluice runs session windows in update mode). q5's second
 step (the auctions with the most bids in each window) runs on each micro-batch's final counts in
 ``foreachBatch``: a window's counts are all released in the same micro-batch. State store: sluice's
-in-memory window store (``state_store="in_memory_window"``). JSON: ``from_json`` decoded by sluice
-from the record's bytes (``json_decoder="sluice"``; ``--json-decoder spark`` for Spark's parser). q5's
-sliding windows: formed from per-slice partial aggregates (``window_slicing=True``; ``--window-slicing off``), and
-their state kept per slice, each window formed from its slices when it closes (``window_slicing_state=True``;
-``--sliced-state off``).
-q7's ``max(struct)``: aggregated by hash before the shuffle, not sorted (``aggregate_partial_hash=True``;
-``--partial-hash off``). Each key's restored state merged into the batch's aggregate per row, not in a
-second hash aggregation (``aggregate_state_merge=True``; ``--state-merge off``). Kafka records read
-by sluice's direct reader, without Spark's copies into a generic and an unsafe row
-(``input_kafka_direct=True``; ``--kafka-direct off``). The checkpoint's files written by sluice's checkpoint
-file manager with java.nio, without Hadoop's process per file (``checkpoint_local_direct=True``;
-``--checkpoint-direct off``).
+in-memory window store (``state_store="in_memory_window"``). Everything else is sluice's product
+default: no other ``spark.sluice.*`` key is set unless one of the five experimental rewrites is turned
+on (bench.py's `sluice-exp` side turns on all five):
+
+- ``--json-decoder sluice`` (``json_decoder="sluice"``): ``from_json`` decoded by sluice from the
+  record's bytes instead of Spark's parser;
+- ``--window-slicing on`` (``window_slicing=True``): q5's sliding windows formed from per-slice
+  partial aggregates;
+- ``--partial-hash on`` (``aggregate_partial_hash=True``): q7's ``max(struct)`` aggregated by hash
+  before the shuffle, not sorted;
+- ``--kafka-direct on`` (``input_kafka_direct=True``): Kafka records read by sluice's direct reader,
+  without Spark's copies into a generic and an unsafe row;
+- ``--checkpoint-direct on`` (``checkpoint_local_direct=True``): the checkpoint's files written by
+  sluice's checkpoint file manager with java.nio, without Hadoop's process per file.
 
 Real-time (the `sluice-rt` side, ``--realtime``; the count, q7 and q8, the queries of tumbling windows
 under suppress written to the Kafka sink): the same pipeline with
@@ -51,7 +53,7 @@ import kafka_harness as kh  # noqa: E402
 import sluice  # noqa: E402
 from sluice import BufferConfig, Suppressed, suppress  # noqa: E402
 
-from bench import RT_QUERIES  # noqa: E402  (bench.py, beside this file)
+from bench import EXPERIMENTAL, RT_QUERIES  # noqa: E402  (bench.py, beside this file)
 
 L = T.LongType()
 S = T.StringType()
@@ -175,20 +177,21 @@ def main() -> None:
     ap.add_argument("--java-option", action="append", default=[], help="a JVM option of the driver (a profiler)")
     ap.add_argument("--trigger", default="0", help="processing-time trigger; 0 = Spark's default")
     ap.add_argument("--max-offsets", type=int, default=0, help="maxOffsetsPerTrigger (0: not set)")
-    ap.add_argument("--json-decoder", default="sluice", choices=["sluice", "spark"],
-                    help="sluice's json_decoder option: who parses from_json's input")
-    ap.add_argument("--window-slicing", default="on", choices=["on", "off"],
-                    help="sluice's window_slicing option: sliding windows (q5) formed from per-slice partial aggregates")
-    ap.add_argument("--sliced-state", default="on", choices=["on", "off"],
-                    help="sluice's window_slicing_state option: q5's state per slice, windows formed when they close")
-    ap.add_argument("--partial-hash", default="on", choices=["on", "off"],
-                    help="sluice's aggregate_partial_hash option: q7's max(struct) aggregated by hash before the shuffle")
-    ap.add_argument("--state-merge", default="on", choices=["on", "off"],
-                    help="sluice's aggregate_state_merge option: restored state merged into the batch's aggregate per row")
-    ap.add_argument("--kafka-direct", default="on", choices=["on", "off"],
-                    help="sluice's input_kafka_direct option: Kafka records read as rows over their own fields")
-    ap.add_argument("--checkpoint-direct", default="on", choices=["on", "off"],
-                    help="sluice's checkpoint_local_direct option: the local checkpoint's files written with java.nio")
+    # The experimental rewrites, each off (sluice's product default) unless given.
+    ap.add_argument("--json-decoder", default="spark", choices=["sluice", "spark"],
+                    help="experimental, sluice's json_decoder option: who parses from_json's input")
+    ap.add_argument("--window-slicing", default="off", choices=["on", "off"],
+                    help="experimental, sluice's window_slicing option: sliding windows (q5) formed from per-slice "
+                         "partial aggregates")
+    ap.add_argument("--partial-hash", default="off", choices=["on", "off"],
+                    help="experimental, sluice's aggregate_partial_hash option: q7's max(struct) aggregated by hash "
+                         "before the shuffle")
+    ap.add_argument("--kafka-direct", default="off", choices=["on", "off"],
+                    help="experimental, sluice's input_kafka_direct option: Kafka records read as rows over their own "
+                         "fields")
+    ap.add_argument("--checkpoint-direct", default="off", choices=["on", "off"],
+                    help="experimental, sluice's checkpoint_local_direct option: the local checkpoint's files written "
+                         "with java.nio")
     ap.add_argument("--sink-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka sink "
                     "(e.g. kafka.linger.ms=0)")
     ap.add_argument("--source-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka source "
@@ -230,11 +233,10 @@ def main() -> None:
     for k, v in conf.items():
         builder = builder.config(k, v)
     # Real-time mode runs on Spark's RocksDB provider only (Spark refuses any other): no state store set.
-    options = {"json_decoder": args.json_decoder, "window_slicing": args.window_slicing == "on",
-               "window_slicing_state": args.sliced_state == "on",
-               "aggregate_partial_hash": args.partial_hash == "on", "aggregate_state_merge": args.state_merge == "on",
-               "input_kafka_direct": args.kafka_direct == "on",
-               "checkpoint_local_direct": args.checkpoint_direct == "on"}
+    # Only the rewrites turned on are passed: at the product defaults configure() gets none of them.
+    flags = {flag: getattr(args, flag.replace("-", "_")) for flag, _, _ in EXPERIMENTAL.values()}
+    options: dict = {opt: (on if flag == "json-decoder" else True)
+                     for opt, (flag, on, _) in EXPERIMENTAL.items() if flags[flag] == on}
     if not rt:
         options["state_store"] = "in_memory_window"
     spark = sluice.configure(builder, **options).getOrCreate()
@@ -274,6 +276,11 @@ def main() -> None:
                 "trigger": f"realTime={args.realtime} (checkpoint interval)" if rt else
                 args.trigger if args.trigger != "0" else "default (as soon as possible)",
                 "maxOffsetsPerTrigger": args.max_offsets or "not set",
+                "sluice options": options,
+                "experimental rewrites": {opt: "on" if opt in options else "off" for opt in EXPERIMENTAL},
+                # every spark.sluice.* key the session was started with (sluice.configure's and --spark-conf's)
+                "spark.sluice.* keys set": {k: v for k, v in sorted(spark.sparkContext.getConf().getAll())
+                                            if k.startswith("spark.sluice.")},
                 "spark.sluice.input.buffer.max.bytes": spark.conf.get("spark.sluice.input.buffer.max.bytes", "default"),
                 "spark.sluice.input.fetch.max.bytes": spark.conf.get("spark.sluice.input.fetch.max.bytes", "default")}
     print(json.dumps({"event": "config", "spark": settings}), flush=True)
