@@ -2,6 +2,7 @@
 
 Importing this package needs no JVM; ``configure`` only sets builder options.
 """
+
 from __future__ import annotations
 
 from importlib import metadata as _metadata
@@ -9,8 +10,13 @@ from typing import Any
 
 from sluice import _conf
 from sluice._configure import configure, jar_path
-from sluice._errors import (SluiceBufferFullError, SluiceConfError, SluiceError, SluiceSuppressError,
-                            SluiceUnsupportedSparkError)
+from sluice._errors import (
+    SluiceBufferFullError,
+    SluiceConfError,
+    SluiceError,
+    SluiceSuppressError,
+    SluiceUnsupportedSparkError,
+)
 from sluice.suppress import BufferConfig, Suppressed, suppress
 from sluice.windowstore import InMemoryWindowStoreSupplier, Stores
 

@@ -5,12 +5,14 @@ Java exception object, whose cause chain names the sluice class) or from a Spark
 (text: pyspark shows an exception it has no Python class for as ``(<Java class>) <message>``).
 ``translate`` reads both; ``translating`` applies it as a decorator or a context manager.
 """
+
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import Any, Callable, Iterator, Literal, Optional, TypeVar
+from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
 
@@ -109,8 +111,7 @@ class _Translating:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Optional[type], exc: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> Literal[False]:
+    def __exit__(self, kind: type | None, exc: BaseException | None, tb: TracebackType | None) -> Literal[False]:
         if exc is None or not isinstance(exc, Exception):
             return False
         translated = translate(exc)
@@ -119,7 +120,7 @@ class _Translating:
         raise translated from None
 
 
-def translating(fn: Optional[Callable[..., T]] = None) -> Any:
+def translating(fn: Callable[..., T] | None = None) -> Any:
     """``@translating`` on a function, or ``with translating():`` around a block: sluice JVM
     errors raised there are re-raised as sluice exceptions, others pass unchanged."""
     if fn is None:

@@ -3,6 +3,7 @@
 pyspark's private attributes (``_jdf``, ``_jsparkSession``, ``_plan``, ``_options``, a context's
 ``_jvm``) and its Connect classes change between Spark releases; sluice's other modules ask here.
 """
+
 from __future__ import annotations
 
 import sys
@@ -35,7 +36,8 @@ def jvm(spark: Any) -> Any:
     if is_connect_session(spark):
         raise SluiceError(
             "this needs a classic SparkSession: a Spark Connect client has no JVM to call (sluice's "
-            "conf keys, suppress and the query metrics work over Connect)")
+            "conf keys, suppress and the query metrics work over Connect)"
+        )
     return spark.sparkContext._jvm
 
 

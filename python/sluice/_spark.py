@@ -5,6 +5,7 @@ one jar per supported Spark minor (``jars/sluice-spark-<minor>.jar``), each comp
 minor. The list of supported minors and the messages are in ``sluice/conf.json`` (its ``spark``
 section), the file the build and the Scala side read too.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,7 +39,8 @@ def spec() -> dict[str, Any]:
     jars = bundled_jars()
     if not jars:
         raise FileNotFoundError(
-            f"no sluice jar in {JARS_DIR}: install sluice with pip (it builds the jars) or run dev/build-jar")
+            f"no sluice jar in {JARS_DIR}: install sluice with pip (it builds the jars) or run dev/build-jar"
+        )
     with zipfile.ZipFile(sorted(jars.values())[-1]) as jar:
         spec: dict[str, Any] = json.loads(jar.read("sluice/conf.json"))
         return spec
@@ -67,7 +69,8 @@ def jar_for(version: str | None = None) -> Path:
     if jar is None:
         raise FileNotFoundError(
             f"{JARS_DIR / spec()['spark']['jar'].replace('{minor}', minor)} is missing: install sluice with pip "
-            f"(it builds a jar per supported Spark) or run dev/build-jar {minor}")
+            f"(it builds a jar per supported Spark) or run dev/build-jar {minor}"
+        )
     return jar
 
 

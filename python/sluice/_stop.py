@@ -12,6 +12,7 @@ of the two comes first is a race. Here either error reaches the JVM as py4j's fi
 Java exception's first line, without the stack trace: Spark still recognises it as a stop, at a
 depth the regex can take. Any other error is left as it is.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -19,11 +20,13 @@ from typing import Any
 from py4j.protocol import Py4JJavaError
 
 # The exception names Spark's check looks for after "An error occurred while calling".
-_INTERRUPTIONS = frozenset({
-    "java.lang.InterruptedException",
-    "java.io.InterruptedIOException",
-    "java.nio.channels.ClosedByInterruptException",
-})
+_INTERRUPTIONS = frozenset(
+    {
+        "java.lang.InterruptedException",
+        "java.io.InterruptedIOException",
+        "java.nio.channels.ClosedByInterruptException",
+    }
+)
 
 
 class _StopCall(Py4JJavaError):  # type: ignore[misc]  # py4j is untyped
@@ -64,8 +67,13 @@ def _stop_cause(error: Py4JJavaError, job_group: str | None) -> str | None:
             if name in _INTERRUPTIONS:
                 return name
             message = cause.getMessage()
-            if (name == "org.apache.spark.SparkException" and job_group and message is not None
-                    and "cancelled" in str(message) and job_group in str(message)):
+            if (
+                name == "org.apache.spark.SparkException"
+                and job_group
+                and message is not None
+                and "cancelled" in str(message)
+                and job_group in str(message)
+            ):
                 return f"{name}: {str(message).splitlines()[0]}"
             cause = cause.getCause()
     except Exception:  # the JVM side may be going away: leave the error as it is

@@ -6,15 +6,20 @@ for one source; ``BYTES_METRIC`` and ``THROTTLED_METRIC`` are the keys sluice ad
 source's ``metrics`` in the query progress, and ``DIRECT_RECORDS_METRIC`` the one it adds to a Kafka
 source's where ``input_kafka_direct`` is on (the batch's records read by sluice's direct reader).
 """
+
 from __future__ import annotations
 
 from sluice import _conf
 
-__all__ = ["MAX_BYTES_PER_TRIGGER", "BYTES_METRIC", "THROTTLED_METRIC", "DIRECT_RECORDS_METRIC"]
+__all__ = ["MAX_BYTES_PER_TRIGGER", "BYTES_METRIC", "THROTTLED_METRIC", "DIRECT_RECORDS_METRIC"]  # noqa: F822 (module __getattr__)
 
 # Where each name is in conf.json's contract.input, which the JVM side reads too.
-_CONTRACT = {"MAX_BYTES_PER_TRIGGER": "source_option", "BYTES_METRIC": "bytes_metric",
-             "THROTTLED_METRIC": "throttled_metric", "DIRECT_RECORDS_METRIC": "direct_records_metric"}
+_CONTRACT = {
+    "MAX_BYTES_PER_TRIGGER": "source_option",
+    "BYTES_METRIC": "bytes_metric",
+    "THROTTLED_METRIC": "throttled_metric",
+    "DIRECT_RECORDS_METRIC": "direct_records_metric",
+}
 
 
 def __getattr__(name: str) -> str:

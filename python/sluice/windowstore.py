@@ -1,5 +1,6 @@
 """Kafka Streams' ``Stores`` factory for the in-memory window store sluice adds to Spark (KIP-428);
 the Scala side is ``sluice.windowstore.Stores``."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -41,8 +42,7 @@ def _millis(d: Any, what: str) -> int:
 class InMemoryWindowStoreSupplier:
     """Selects sluice's in-memory window store as the session's state store provider."""
 
-    def __init__(self, name: str, retention: timedelta, window_size: timedelta,
-                 grace: timedelta) -> None:
+    def __init__(self, name: str, retention: timedelta, window_size: timedelta, grace: timedelta) -> None:
         self.name = name
         self.retention = retention
         self.window_size = window_size
@@ -66,16 +66,19 @@ class InMemoryWindowStoreSupplier:
         return builder
 
     def __repr__(self) -> str:
-        return (f"InMemoryWindowStoreSupplier(name={self.name!r}, retention={self.retention!r}, "
-                f"window_size={self.window_size!r}, grace={self.grace!r})")
+        return (
+            f"InMemoryWindowStoreSupplier(name={self.name!r}, retention={self.retention!r}, "
+            f"window_size={self.window_size!r}, grace={self.grace!r})"
+        )
 
 
 class Stores:
     """Factories for state store suppliers, after Kafka Streams' ``Stores``."""
 
     @staticmethod
-    def in_memory_window_store(name: str, retention: timedelta, window_size: timedelta,
-                               grace: timedelta) -> InMemoryWindowStoreSupplier:
+    def in_memory_window_store(
+        name: str, retention: timedelta, window_size: timedelta, grace: timedelta
+    ) -> InMemoryWindowStoreSupplier:
         """An in-memory window store: state segmented by window start; windows starting at or
         before stream time minus ``retention`` are dropped, and so are later puts into them.
 
@@ -89,9 +92,18 @@ class Stores:
         size_ms = _millis(window_size, "windowSize")
         grace_ms = _millis(grace, "gracePeriod")
         if size_ms > retention_ms:
-            raise ValueError(supplier_message("retention_below_size", name=name, size=_java_duration(window_size),
-                                              retention=_java_duration(retention)))
+            raise ValueError(
+                supplier_message(
+                    "retention_below_size",
+                    name=name,
+                    size=_java_duration(window_size),
+                    retention=_java_duration(retention),
+                )
+            )
         if grace_ms > retention_ms:
-            raise ValueError(supplier_message("grace_above_retention", name=name, grace=_java_duration(grace),
-                                              retention=_java_duration(retention)))
+            raise ValueError(
+                supplier_message(
+                    "grace_above_retention", name=name, grace=_java_duration(grace), retention=_java_duration(retention)
+                )
+            )
         return InMemoryWindowStoreSupplier(name, retention, window_size, grace)
