@@ -65,9 +65,10 @@ final class PipelineDriver(
   def start(output: DataFrame): Unit = {
     require(running.isEmpty, "the query is running: stop or restart it")
     clock = new DrivenClock(clock.nowMs)
-    running = Some(DrivenQueries.start(output, checkpoint, outputMode, sink, clock, None))
+    val q = DrivenQueries.start(output, checkpoint, outputMode, sink, clock, None)
+    running = Some(q)
     // The first trigger runs at once (a batch replayed from the log, or input piped while stopped).
-    awaitIdle()
+    awaitIdle(q)
   }
 
   /** Starts the query of `pipeline` over [[input]]. */
@@ -101,8 +102,7 @@ final class PipelineDriver(
     require(ms >= 1, s"the clock moves forward by at least 1 ms, not $ms")
     val q = query
     clock.advanceMs(ms)
-    awaitIdle()
-    if (!q.isActive) stopped(q)
+    awaitIdle(q)
     newDeliveries()
   }
 
@@ -146,8 +146,7 @@ final class PipelineDriver(
 
   /** Waits until the stream thread waits for the clock at its current time (the trigger due has
    * run), or the query has stopped. */
-  private def awaitIdle(): Unit = {
-    val q = query
+  private def awaitIdle(q: StreamingQuery): Unit = {
     val deadline = System.nanoTime() + timeoutMs * 1000000L
     while (q.isActive && !clock.waitingSince(clock.nowMs)) {
       if (System.nanoTime() > deadline) {
