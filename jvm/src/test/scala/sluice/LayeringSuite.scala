@@ -118,7 +118,7 @@ object LayeringSuite {
 
   /** Lowest first: each layer may use only those before it. */
   val Layers: Seq[String] =
-    Seq("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions", "cache", "input", "json", "slicing", "aggregate", "inspect", "connect", "plugin")
+    Seq("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions", "cache", "input", "json", "slicing", "aggregate", "inspect", "connect", "plugin", "testing")
 
   /**
    * The bridge's classes: each adapts a Spark API that is `private[sql]` or `private[spark]`, or (in
@@ -126,7 +126,8 @@ object LayeringSuite {
    */
   val BridgeAdapters: Set[String] = Set("StatefulOperatorSupport", "SluiceStatefulNode", "StreamContext",
     "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric", "SizeOperatorMetric",
-    "DatasetAccess", "DirectReads", "DirectReaderFactory", "DirectReader", "RealTimeReads")
+    "DatasetAccess", "DirectReads", "DirectReaderFactory", "DirectReader", "RealTimeReads",
+    "DrivenQueries", "DrivenSource", "DrivenClock", "DrivenSink")
 
   /** Where Spark's internals may be named: the seam (shared and per-minor folders) and the bridge. */
   val SeamSourceDirs: Seq[String] = Seq("scala/sluice/spark/.*", "spark-[^/]+/sluice/spark/.*",

@@ -37,9 +37,10 @@ private[sluice] case class EmitCacheExec(
 
   override protected def customStatefulOperatorMetrics: Seq[StatefulOperatorCustomMetric] = EmitCacheExec.Metrics
 
-  // A partition holds rows whose interval has elapsed.
+  // A partition holds rows whose interval has elapsed by the query's clock (the one its batches
+  // are stamped with, which EmitCache judges the interval by).
   override protected def dueWithoutInput(next: Long, newInputWatermark: Long): Boolean =
-    next <= System.currentTimeMillis()
+    next <= queryClockMs
 
   override protected def doExecute(): RDD[InternalRow] = {
     val ctx = startBatch("the emission cache runs only inside a streaming query")

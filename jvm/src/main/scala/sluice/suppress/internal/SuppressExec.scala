@@ -65,7 +65,8 @@ private[sluice] case class SuppressExec(
   // `next` is the earliest buffer time left.
   override protected def dueWithoutInput(next: Long, newInputWatermark: Long): Boolean = suppressed match {
     case _: UntilWindowCloses => next <= newInputWatermark
-    case w: UntilWallClockTimeLimit => next + w.limitMs <= System.currentTimeMillis()
+    // The query's clock, which stamps the batches the limit is judged by.
+    case w: UntilWallClockTimeLimit => next + w.limitMs <= queryClockMs
     case _: UntilTimeLimit => false // stream time advances only with input
   }
 

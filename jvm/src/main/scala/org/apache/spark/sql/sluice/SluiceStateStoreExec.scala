@@ -40,6 +40,17 @@ trait SluiceStateStoreExec extends UnaryExecNode with StateStoreWriter {
    */
   @transient protected lazy val nextDue: MinMetric = MinMetric.registered(sparkContext, nextDueName)
 
+  /**
+   * The time on the trigger clock of the query running on this thread, the clock Spark stamps each
+   * batch with: the system clock unless a test drives the query's clock (sluice.testing does). Read
+   * on the driver when Spark asks whether a batch without input is due (the stream thread, where
+   * the batch about to be planned was just stamped with this clock); off a stream thread, the
+   * system clock.
+   */
+  protected def queryClockMs: Long =
+    StatefulOperatorSupport.currentStream(session).map(_.triggerClock.getTimeMillis())
+      .getOrElse(System.currentTimeMillis())
+
   // Every no-data batch commits a new version of every store: run one only when something is due.
   override def shouldRunAnotherBatch(newInputWatermark: Long): Boolean = {
     val next = nextDue.value
