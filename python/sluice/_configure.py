@@ -40,7 +40,8 @@ def configure(builder: SparkSession.Builder, spark_version: str | None = None,
     Options are the snake_case forms of the keys, e.g. ``statestore_cache_max_bytes="64m"``,
     ``input_buffer_max_bytes``, ``commit_interval_ms``, and ``state_store`` (``"in_memory_window"``,
     ``"hdfs"`` or ``"rocksdb"``: the state store provider). An unknown option raises ``TypeError``
-    and a bad value ``ValueError``, both before any Spark work. The returned builder's
+    and a bad value ``ValueError``, both before any Spark work; so does an option or a key already on
+    the builder that sluice removed (``ValueError``, saying when and why). The returned builder's
     ``getOrCreate()`` reports sluice's startup errors as :class:`SluiceError` subclasses.
     It also makes ``query.stop()`` on a foreachBatch query whose batch function is running a job
     end without a StackOverflowError from Spark's stop check (see ``sluice._stop``).
@@ -57,6 +58,11 @@ def configure(builder: SparkSession.Builder, spark_version: str | None = None,
     """
     jar = jar_path(spark_version)
     known = _conf.options()
+    current = _handles.builder_options(builder)
+    # a removed option or key: when and why it went, not an unknown name (the JVM says the same at start)
+    gone = [m for name in sorted(set(options) | set(current)) if (m := _conf.removed_refusal(name)) is not None]
+    if gone:
+        raise ValueError("; ".join(gone))
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise TypeError(f"configure() got unknown option(s) {', '.join(unknown)}; "
@@ -68,7 +74,6 @@ def configure(builder: SparkSession.Builder, spark_version: str | None = None,
     settings = {k: v for k, v in settings.items() if v is not None}  # a False flag sets nothing
 
     _stop.install()
-    current = _handles.builder_options(builder)
     builder.config("spark.jars", _append(current.get("spark.jars"), jar))
     for key, cls in _conf.loading_settings().items():
         builder.config(key, _append(current.get(key), cls))
