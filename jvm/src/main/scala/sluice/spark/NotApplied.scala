@@ -44,8 +44,9 @@ private[sluice] object NotApplied {
   def log(session: SparkSession, rewrite: String, notes: Seq[(String, String)]): Unit =
     if (notes.nonEmpty && logger.isInfoEnabled) {
       val text = line(rewrite, notes.distinct)
+      // without expression ids: a micro-batch's planning may name its own grouping aliases anew
       val first = scope(session).forall { s =>
-        seen.synchronized(seen.put((s, text), java.lang.Boolean.TRUE) == null)
+        seen.synchronized(seen.put((s, text.replaceAll("#\\d+L?", "#")), java.lang.Boolean.TRUE) == null)
       }
       if (first) logger.info(text)
     }
