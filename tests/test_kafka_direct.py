@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import kafka_harness as kh
-from conftest import kafka_session, session_conf, stop_session
+from conftest import driver_log, kafka_session, session_conf, stop_session
 from sluice import input as sluice_input
 from sluice._conf import spec, state_store_providers
 from test_slicing import BATCHES, DELAY, SIZE, T0, Run, final, model, ts
@@ -130,7 +130,14 @@ def test_a_source_with_headers_keeps_sparks_reader(kspark: SparkSession, broker:
     expected = batch_read(kspark, broker, "headers", columns, includeHeaders="true")
     assert sum(r[-1] is not None for r in expected) == 20
     sink = Batches(columns)
-    metrics = drain(source(kspark, broker, "headers", True, includeHeaders="true"), sink, tmp_path / "cp")
+    # the source is named, with why, in one INFO line when it is loaded (an experimental rewrite's note)
+    jvm = kspark.sparkContext._jvm
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("sluice.rewrites", jvm.org.apache.logging.log4j.Level.INFO)
+    with driver_log("sluice.rewrites") as lines:
+        df = source(kspark, broker, "headers", True, includeHeaders="true")
+        assert lines() == ["INFO sluice: Kafka records read directly did not apply to the Kafka source (subscribe=headers): "
+                           "it reads the records' headers (includeHeaders=true), whose column only Spark's reader builds"]
+    metrics = drain(df, sink, tmp_path / "cp")
     assert sink.all() == expected
     assert metrics and all(m[sluice_input.DIRECT_RECORDS_METRIC] == "0" for m in metrics.values())
 

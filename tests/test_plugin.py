@@ -56,9 +56,9 @@ def test_configure_sets_plugin_extensions_and_appends_jar() -> None:
     assert opts["spark.sql.extensions"] == "sluice.plugin.SluiceExtensions"
     assert opts["spark.sluice.statestore.cache.max.bytes"] == str(64 << 20)
     assert opts["spark.sluice.commit.interval.ms"] == "30000"
-    sluice.configure(b, window_slicing=True, window_slicing_state=True)
+    sluice.configure(b, window_slicing=True, aggregate_partial_hash=True)
     assert b._options["spark.sluice.window.slicing"] == "true"
-    assert b._options["spark.sluice.window.slicing.state"] == "true"
+    assert b._options["spark.sluice.aggregate.partial.hash"] == "true"
 
 
 def test_configure_signature_is_conf_json_options() -> None:
@@ -104,7 +104,7 @@ def test_configure_rejects_unknown_option_and_bad_values_before_spark() -> None:
     ("spark.sluice.statestore.cache.max.bytes", "-5", "expected a byte size"),
     ("spark.sluice.commit.interval.ms", "whenever", "expected a duration"),
     ("spark.sluice.window.slicing", "maybe", "expected true or false"),
-    ("spark.sluice.window.slicing.state", "sliced", "expected true or false"),
+    ("spark.sluice.aggregate.partial.hash", "hashed", "expected true or false"),
 ])
 def test_bad_conf_fails_session_start_naming_the_key(key: str, value: str, expect: str) -> None:
     stop_session()

@@ -503,14 +503,11 @@ def test_spark_itself_refuses_an_append_mode_session_window_in_real_time_mode(rt
          .trigger(realTime="5 seconds").start())
 
 
-@pytest.mark.parametrize("key", ["spark.sluice.window.slicing", "spark.sluice.window.slicing.state",
-                                 "spark.sluice.aggregate.partial.hash", "spark.sluice.aggregate.state.merge"])
+@pytest.mark.parametrize("key", ["spark.sluice.window.slicing", "spark.sluice.aggregate.partial.hash"])
 def test_the_plan_rewrites_leave_a_real_time_plan_as_spark_makes_it(rt, tmp_path: Path, key: str) -> None:
-    """Window slicing, sliced state, partial aggregation by hash and state merged per row rewrite
-    micro-batch plans only: switched on, a real-time query over the shape each rewrites (sliding
-    windows; max of a struct; a keyed aggregation)
-    runs the plan Spark makes with it off, counts every record in each of its windows, and leaves no
-    sliced-state marker in its checkpoint."""
+    """Window slicing and partial aggregation by hash rewrite micro-batch plans only: switched on, a
+    real-time query over the shape each rewrites (sliding windows; max of a struct) runs the plan
+    Spark makes with it off and counts every record in each of its windows."""
     spark, broker = rt
     sliding = "slicing" in key
     src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
@@ -544,7 +541,6 @@ def test_the_plan_rewrites_leave_a_real_time_plan_as_spark_makes_it(rt, tmp_path
     below_exchange = plans[True].split("Exchange", 1)[1]
     assert ("Expand" if sliding else "max(") in below_exchange, below_exchange
     assert plans[True] == plans[False]
-    assert not list(tmp_path.rglob("_sluice_sliced_state"))
 
 
 def test_the_direct_kafka_reader_reads_in_real_time_too(rt, tmp_path: Path) -> None:

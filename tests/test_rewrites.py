@@ -29,7 +29,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import test_partial_hash as hashed
-import test_slicing as sliced
+import test_slicing as slicing
 from conftest import session_conf
 from sluice._conf import spec
 from test_slicing import BATCHES, SIZE, SLIDE, final, json_lines, result_rows
@@ -55,8 +55,8 @@ class Rewrite:
 
 def rewrites() -> dict[str, Rewrite]:
     return {
-        "slicing": Rewrite(sliced.SLICING_KEY, F.window("ts", f"{SIZE} seconds", f"{SLIDE} seconds"),
-                           sliced.aggregates, lambda df: df, sliced.map_side, sliced.SLICED),
+        "slicing": Rewrite(slicing.SLICING_KEY, F.window("ts", f"{SIZE} seconds", f"{SLIDE} seconds"),
+                           slicing.aggregates, lambda df: df, slicing.map_side, slicing.SLICED),
         "partial_hash": Rewrite(hashed.KEY, F.window("ts", f"{SIZE} seconds"), hashed.aggregates, hashed.rows,
                                 hashed.map_side, "hash"),
     }
@@ -99,7 +99,7 @@ class Runs:
         self.run(range(FIRST, len(BATCHES)), intervals[1])
 
     def run(self, files: range, interval: str) -> None:
-        providers = sliced.state_store_providers()
+        providers = slicing.state_store_providers()
         settings = ({self.r.key: "true", INTERVAL_KEY: interval, PROVIDER_KEY: spec()["caching_provider"]}
                     if self.sluice else {PROVIDER_KEY: providers["hdfs"]})
         with session_conf(self.spark, settings):

@@ -171,6 +171,29 @@ def key(name: str) -> str:
     return spec()["prefix"] + name
 
 
+def removed() -> list[dict[str, Any]]:
+    """The keys sluice no longer has (conf.json's ``removed``): name, option, version, what, reason."""
+    return list(spec()["removed"]["keys"])
+
+
+def removed_refusal(name_or_option: str) -> str | None:
+    """The error of a removed key (a full ``spark.sluice.*`` key) or ``configure()`` option, or None
+    for a name sluice did not remove."""
+    prefix = spec()["prefix"]
+    for r in removed():
+        key = prefix + r["name"]
+        if name_or_option == key:
+            return message("removed", key=key, version=r["version"], reason=r["reason"])
+        if name_or_option == r.get("option"):
+            return message("removed_option", option=name_or_option, key=key, version=r["version"], reason=r["reason"])
+    return None
+
+
+def experimental_keys() -> list[str]:
+    """The keys conf.json marks experimental (a ``"status": "experimental"`` key)."""
+    return [spec()["prefix"] + k["name"] for k in spec()["keys"] if k.get("status") == "experimental"]
+
+
 def state_store_providers() -> dict[str, str]:
     """State store provider classes by the names sluice's options use."""
     return dict(spec()["providers"])

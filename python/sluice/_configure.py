@@ -2,10 +2,11 @@
 the extensions and the ``spark.sluice.*`` options)."""
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from datetime import timedelta
-from typing import Any, Literal, Union
+from typing import Any, Callable, Literal, ParamSpec, TypeVar, Union
 
 from pyspark.sql import SparkSession
 
@@ -43,6 +44,25 @@ Provider = Literal["hdfs", "rocksdb", "in_memory_window"]
 """A state store provider by sluice's name for it (conf.json's ``providers``)."""
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _refusing_removed_options(fn: Callable[P, R]) -> Callable[P, R]:
+    """A removed option fails with when and why it went (conf.json's ``removed``), not with Python's
+    unexpected-keyword ``TypeError``; the signature, for IDEs and mypy, stays ``fn``'s."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        gone = [m for name in sorted(kwargs) if (m := _conf.removed_refusal(name)) is not None]
+        if gone:
+            raise ValueError("; ".join(gone))
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_refusing_removed_options
 def configure(builder: SparkSession.Builder, spark_version: str | None = None, *,
               statestore_cache_max_bytes: ByteSize | None = None,
               commit_interval_ms: Duration | None = None,
@@ -60,7 +80,8 @@ def configure(builder: SparkSession.Builder, spark_version: str | None = None, *
 
     Every option left at ``None`` is not set, so its key keeps its default (or the value another
     setting of the builder gave it). A bad value raises ``ValueError`` naming the key, the value and
-    the expected form, before any Spark work; an unknown option is a ``TypeError``. The returned
+    the expected form, before any Spark work; an unknown option is a ``TypeError``, and an option or a
+    key already on the builder that sluice removed a ``ValueError`` saying when and why. The returned
     builder's ``getOrCreate()`` reports sluice's startup errors as :class:`SluiceError` subclasses.
 
     Args:
@@ -108,6 +129,11 @@ def configure(builder: SparkSession.Builder, spark_version: str | None = None, *
     options = {name: value for name, value in locals().items() if name in OPTION_NAMES and value is not None}
     jar = jar_path(spark_version)
     known = _conf.options()
+    current = _handles.builder_options(builder)
+    # a removed key already on the builder: when and why it went (the JVM says the same at start)
+    gone = [m for name in sorted(current) if (m := _conf.removed_refusal(name)) is not None]
+    if gone:
+        raise ValueError("; ".join(gone))
     if options.get("state_store_cache") is True and "state_store" in options:
         raise ValueError("state_store and state_store_cache=True both choose the state store provider; "
                          "to cache a provider, pass statestore_cache_delegate instead of state_store")
@@ -115,7 +141,6 @@ def configure(builder: SparkSession.Builder, spark_version: str | None = None, *
     settings = {k: v for k, v in settings.items() if v is not None}  # a False flag sets nothing
 
     _stop.install()
-    current = _handles.builder_options(builder)
     builder.config("spark.jars", _append(current.get("spark.jars"), jar))
     for key, cls in _conf.loading_settings().items():
         builder.config(key, _append(current.get(key), cls))

@@ -27,16 +27,38 @@ import sluice.spark.SwitchedRewrite
  *
  * A [[SwitchedRewrite]] (so not of real-time plans). It takes only a partial aggregation (no
  * distribution required of its input) directly over a sort of the grouping keys that is local to the
- * partition.
+ * partition. Experimental (conf.json): each partial sort aggregation that it leaves alone is named,
+ * with why ([[PartialHashRule.Why]]), in one INFO line per plan.
  */
 private[sluice] object PartialHashRule {
-  def rule(session: SparkSession): ColumnarRule =
-    SwitchedRewrite(session, SluiceConf.AggregatePartialHash) { case agg: SortAggregateExec => byHash(agg).getOrElse(agg) }
+  /** The rewrite's name in the lines saying why it left an aggregation alone. */
+  val Name = "partial aggregation by hash"
 
-  /** The object-hash aggregation replacing `agg` and its sort, where `agg` is a partial one over a local sort. */
-  def byHash(agg: SortAggregateExec): Option[SparkPlan] = agg.child match {
-    case sort: SortExec if isMapSide(agg) && !sort.global && sortsByKeys(sort.sortOrder, agg) =>
-      Some(ObjectHashAggregateExec(
+  /**
+   * Why a partial sort aggregation stays as Spark plans it: the texts of the INFO line
+   * ([[sluice.spark.NotApplied]]) for the aggregations the rule examines, the map-side sort
+   * aggregations (no distribution required of their input).
+   */
+  object Why {
+    val NotAllPartial = "it is not a plain partial aggregation (no aggregate function, a distinct one, or partial aggregates merged)"
+    val NoSort = "no sort is below it: its input comes in an order Spark did not sort for it (a global " +
+      "aggregation, or input sorted by the operator below), so there is no sort to save"
+    val GlobalSort = "the sort below it is a global one (a shuffle of its own), not the one Spark adds for the aggregation"
+    val OtherOrder = "the sort below it is not by its grouping keys alone, so it is not the one Spark adds for the aggregation"
+  }
+
+  def rule(session: SparkSession): ColumnarRule =
+    SwitchedRewrite(session, SluiceConf.AggregatePartialHash, Name) {
+      case agg: SortAggregateExec if agg.requiredChildDistributionExpressions.isEmpty => byHash(agg)
+    }
+
+  /** The object-hash aggregation replacing `agg` and its sort, where `agg` is a partial one over a local sort; else why not. */
+  def byHash(agg: SortAggregateExec): Either[String, SparkPlan] = agg.child match {
+    case _ if !isMapSide(agg) => Left(Why.NotAllPartial)
+    case sort: SortExec if sort.global => Left(Why.GlobalSort)
+    case sort: SortExec if !sortsByKeys(sort.sortOrder, agg) => Left(Why.OtherOrder)
+    case sort: SortExec =>
+      Right(ObjectHashAggregateExec(
         requiredChildDistributionExpressions = agg.requiredChildDistributionExpressions,
         isStreaming = agg.isStreaming,
         numShufflePartitions = agg.numShufflePartitions,
@@ -46,7 +68,7 @@ private[sluice] object PartialHashRule {
         initialInputBufferOffset = agg.initialInputBufferOffset,
         resultExpressions = agg.resultExpressions,
         child = sort.child))
-    case _ => None
+    case _ => Left(Why.NoSort)
   }
 
   private def isMapSide(agg: SortAggregateExec): Boolean =

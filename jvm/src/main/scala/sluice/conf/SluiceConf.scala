@@ -215,23 +215,63 @@ object SluiceConf {
   // --- window slicing (sluice.slicing) ---
   /** Whether sliding-window aggregations aggregate each slice of event time once before the windows are formed. */
   val WindowSlicing: ConfEntry[Boolean] = boolean("window.slicing")
-  /** Whether a new checkpoint's sliding-window final results keep their state per slice (pinned in it). */
-  val WindowSlicingState: ConfEntry[Boolean] = boolean("window.slicing.state")
 
   // --- aggregation plans (sluice.aggregate) ---
   /** Whether a partial aggregation Spark would sort for runs as an object-hash aggregation instead. */
   val AggregatePartialHash: ConfEntry[Boolean] = boolean("aggregate.partial.hash")
-  /** Whether a streaming aggregation merges restored state into the batch's aggregate per row, not by hash. */
-  val AggregateStateMerge: ConfEntry[Boolean] = boolean("aggregate.state.merge")
 
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
     Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes, InputKafkaDirect, CheckpointLocalDirect,
       CommitIntervalMs) ++
-    Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder, WindowSlicing, WindowSlicingState, AggregatePartialHash,
-      AggregateStateMerge)
+    Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder, WindowSlicing, AggregatePartialHash)
   require(entries.map(_.key).toSet == spec.get("keys").elements().asScala.map(Prefix + _.get("name").asText()).toSet,
     "every key of sluice/conf.json has an entry here, and no other")
+
+  // --- experimental rewrites (a key's "status" in conf.json) ---
+  /** The keys conf.json marks experimental: opt-in rewrites that may change or go. */
+  val experimental: Seq[ConfEntry[_]] = entries.filter { e =>
+    val k = keySpec(e.key.stripPrefix(Prefix))
+    k.has("status") && k.get("status").asText() == "experimental"
+  }
+
+  /** The experimental keys `settings` sets to a valid value other than their default, in conf.json's order. */
+  def experimentalOn(settings: Map[String, String]): Seq[String] = {
+    val conf = apply(settings)
+    experimental.filter(e => conf.settings.get(e.key).exists(v => e.parse(v.trim).exists(_ != e.default))).map(_.key)
+  }
+
+  /** The driver's one warning line naming the experimental keys that are on, if any is. */
+  def experimentalWarning(settings: Map[String, String]): Option[String] =
+    Some(experimentalOn(settings)).filter(_.nonEmpty).map(on => message("experimental", "keys" -> on.mkString(", ")))
+
+  // --- keys sluice no longer has (conf.json's "removed") ---
+  /**
+   * A removed key: its full name, the `configure()` option it had, the release that removed it, what
+   * it switched on, why it went, and the marker file it wrote into a state operator's checkpoint
+   * directory, if it wrote one.
+   */
+  final case class RemovedKey(key: String, option: Option[String], version: String, what: String, reason: String,
+      marker: Option[String]) {
+    /** The one-line error of a setting of this key. */
+    def refusal: String = message("removed", "key" -> key, "version" -> version, "reason" -> reason)
+
+    /** The one-line error of a checkpoint whose state operator `operator`, in `dir`, holds the marker. */
+    def markerRefusal(operator: Long, checkpoint: String, dir: String): String =
+      message("removed_marker", "operator" -> operator, "checkpoint" -> checkpoint, "what" -> what, "key" -> key,
+        "marker" -> marker.getOrElse(""), "dir" -> dir, "version" -> version)
+  }
+
+  val removed: Seq[RemovedKey] = spec.get("removed").get("keys").elements().asScala.map { k =>
+    def opt(f: String) = Option(k.get(f)).map(_.asText())
+    RemovedKey(Prefix + k.get("name").asText(), opt("option"), k.get("version").asText(), k.get("what").asText(),
+      k.get("reason").asText(), opt("marker"))
+  }.toSeq
+  require(removed.forall(r => !entries.exists(_.key == r.key)), "a removed key of sluice/conf.json is also a key")
+
+  /** The removed key named `name` (without the prefix). */
+  def removedKey(name: String): RemovedKey =
+    removed.find(_.key == Prefix + name).getOrElse(throw new IllegalArgumentException(s"$name is not a removed key"))
 
   def apply(settings: Iterable[(String, String)]): SluiceConf =
     new SluiceConf(settings.iterator.filter(_._1.startsWith(Prefix)).toMap)
@@ -244,11 +284,16 @@ object SluiceConf {
     conf
   }
 
-  /** One message per bad key: unknown keys (with the closest known key) and values of the wrong form. */
+  /**
+   * One message per bad key: removed keys (when and why they went), unknown keys (with the closest
+   * known key) and values of the wrong form.
+   */
   def errors(settings: Map[String, String]): Seq[String] = {
     val known = entries.map(e => e.key -> e).toMap
+    val gone = removed.map(r => r.key -> r).toMap
     settings.toSeq.sortBy(_._1).flatMap { case (key, value) =>
       known.get(key) match {
+        case None if gone.contains(key) => Some(gone(key).refusal)
         case None =>
           Some(message("unknown", "key" -> key, "value" -> value, "closest" -> closest(key, known.keys.toSeq)))
         case Some(entry) if entry.parse(value.trim).isEmpty =>

@@ -4,8 +4,9 @@ import org.apache.spark.sql.SparkSessionExtensions
 
 /**
  * `spark.sql.extensions=sluice.plugin.SluiceExtensions`: installs sluice's planner strategies
- * (suppress, emission cache), source rules (input bound), window slicing, partial aggregation by hash and
- * sluice's from_json decoding into every session.
+ * (suppress, emission cache), source rules (input bound), window slicing, partial aggregation by hash,
+ * sluice's from_json decoding (the last three experimental) and the refusal of checkpoints written
+ * with sliced state into every session.
  */
 class SluiceExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(ext: SparkSessionExtensions): Unit = {
@@ -24,16 +25,12 @@ class SluiceExtensions extends (SparkSessionExtensions => Unit) {
     ext.injectColumnar(RealTimeAllowlist.rule(_))
     // input bound (KIP-770)
     ext.injectResolutionRule(session => new sluice.input.InputBoundRule(session))
-    // sliced state: final results of sliding windows kept per slice (spark.sluice.window.slicing.state);
-    // before window slicing, which would otherwise take the map side it replaces
-    ext.injectColumnar(sluice.slicing.SlicedStateRule.rule(_))
+    // a checkpoint written with sliced state (spark.sluice.window.slicing.state, removed) fails at start
+    ext.injectColumnar(sluice.slicing.SlicedStateMarker.rule(_))
     // window slicing: the map side of sliding-window aggregations (spark.sluice.window.slicing)
     ext.injectColumnar(sluice.slicing.SlicingRule.rule(_))
     // partial aggregations by hash where Spark would sort (spark.sluice.aggregate.partial.hash)
     ext.injectColumnar(sluice.aggregate.PartialHashRule.rule(_))
-    // restored state merged per row (spark.sluice.aggregate.state.merge); after sliced state, which
-    // takes the merges it would replace
-    ext.injectColumnar(sluice.aggregate.StateMergeRule.rule(_))
     // from_json decoded from the record's bytes (spark.sluice.json.decoder=sluice)
     ext.injectOptimizerRule(sluice.json.internal.JsonDecodeRule(_))
   }

@@ -20,9 +20,11 @@ import sluice.windowstore.InMemoryWindowStoreProvider
  * The Spark plugin (`spark.plugins=sluice.plugin.SluicePlugin`).
  *
  * Driver part: when the SparkContext starts, refuses a Spark minor other than the one this jar is
- * built for, validates every `spark.sluice.*` key, and the session's state store conf where a
- * sluice provider would refuse it, so a bad value fails startup instead of a query minutes later;
- * installs sluice's checkpoint file manager where `spark.sluice.checkpoint.local.direct` asks for it.
+ * built for, validates every `spark.sluice.*` key (a key sluice removed fails with when and why), and
+ * the session's state store conf where a sluice provider would refuse it, so a bad value fails startup
+ * instead of a query minutes later; installs sluice's checkpoint file manager where
+ * `spark.sluice.checkpoint.local.direct` asks for it; logs one warning naming the experimental
+ * rewrites that are on.
  * Executor part: owns the executor-wide record-cache budget and splits it over the task slots.
  */
 class SluicePlugin extends SparkPlugin {
@@ -81,6 +83,7 @@ class SluiceDriverPlugin extends DriverPlugin {
       sc.hadoopConfiguration.set(SessionConf.CheckpointFileManagerKey, classOf[LocalCheckpointFileManager].getName)
     }
     SluiceConf.deprecationWarnings(conf.settings).foreach(w => log.warn(w))
+    SluiceConf.experimentalWarning(conf.settings).foreach(w => log.warn(w))
     val cores = SluicePlugin.executorCores(sc.master, sc.getConf.getOption("spark.executor.cores").map(_.toInt))
     cores.map(c => Map(SluicePlugin.ExecutorCoresKey -> c.toString)).getOrElse(Map.empty[String, String]).asJava
   }

@@ -3,9 +3,10 @@ package sluice.slicing
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Expression, NamedExpression}
 import org.apache.spark.sql.catalyst.expressions.aggregate.{Partial, PartialMerge}
+import org.apache.spark.sql.types.{DataType, StructType, TimestampNTZType, TimestampType}
 
 import sluice.conf.SluiceConf
-import sluice.spark.PlanTypes.{ColumnarRule, ExpandExec, HashAggregateExec, ProjectExec, SparkPlan}
+import sluice.spark.PlanTypes.{ColumnarRule, ExpandExec, FilterExec, HashAggregateExec, ProjectExec, SparkPlan}
 import sluice.spark.SwitchedRewrite
 
 /**
@@ -32,35 +33,69 @@ import sluice.spark.SwitchedRewrite
  * A [[SwitchedRewrite]] (so not of real-time plans) of the partial aggregations Spark plans directly
  * over such an Expand (the window size a multiple of the slide: otherwise a filter between them drops
  * the windows a row is not in). It leaves alone an aggregation whose functions read the window column.
+ * Experimental (conf.json): each partial aggregation by a window that it leaves alone is named, with
+ * why ([[SlicingRule.Why]]), in one INFO line per plan.
  */
 /** The map side of a sliding-window aggregation: the windows' Expand and a projection between them, if any. */
 private[slicing] final case class MapSide(expand: ExpandExec, between: Option[ProjectExec], windows: SlidingWindows,
     window: Attribute)
 
 private[sluice] object SlicingRule {
-  def rule(session: SparkSession): ColumnarRule =
-    SwitchedRewrite(session, SluiceConf.WindowSlicing) { case agg: HashAggregateExec => sliced(agg).getOrElse(agg) }
+  /** The rewrite's name in the lines saying why it left an aggregation alone. */
+  val Name = "window slicing"
 
-  /** The sliced map side replacing `agg`, where `agg` is a partial aggregation over sliding windows. */
-  def sliced(agg: HashAggregateExec): Option[SparkPlan] = sliceable(agg).map(slice(agg, _))
+  /**
+   * Why a map-side aggregation by a window stays as Spark plans it: the texts of the INFO line
+   * ([[sluice.spark.NotApplied]]) for the aggregations the rule examines, the partial ones grouping
+   * by a window column (a struct of timestamps `start` and `end`).
+   */
+  object Why {
+    val Tumbling = "the windows are tumbling (slide == size): each row is in one window, so there is nothing to slice"
+    val SlideNotDividingSize = "the window size is not a multiple of the slide: Spark filters out the windows a row " +
+      "is not in between the windows' Expand and the aggregation"
+    val NoWindows = "its window column is not formed by Spark's windows directly below it"
+    val NotSparksWindows = "the Expand below it does not form Spark's sliding windows"
+    val ProjectionReadsWindow = "the projection between the windows and the aggregation reads the window column"
+    val NotByTheWindows = "it does not group by the window column of the Expand below it"
+    val WindowReadElsewhere = "an aggregate function or another grouping expression reads the window column, " +
+      "which slicing would give each slice's first window"
+    val NotAllPartial = "it is not a plain partial aggregation (a distinct aggregate, or partial aggregates merged)"
+  }
+
+  def rule(session: SparkSession): ColumnarRule =
+    SwitchedRewrite(session, SluiceConf.WindowSlicing, Name) { case agg: HashAggregateExec if examines(agg) => sliced(agg) }
+
+  /** The aggregations the rule examines: map-side ones (no distribution required) grouping by a window column. */
+  private def examines(agg: HashAggregateExec): Boolean =
+    agg.requiredChildDistributionExpressions.isEmpty && agg.groupingExpressions.exists(g => isWindowType(g.dataType))
+
+  private def isWindowType(t: DataType): Boolean = t match {
+    case StructType(Array(s, e)) => s.name == SlidingWindows.Start && e.name == SlidingWindows.End &&
+      Seq(s.dataType, e.dataType).forall(d => d == TimestampType || d == TimestampNTZType)
+    case _ => false
+  }
+
+  /** The sliced map side replacing `agg`, where `agg` is a partial aggregation over sliding windows; else why not. */
+  def sliced(agg: HashAggregateExec): Either[String, SparkPlan] = sliceable(agg).map(slice(agg, _))
 
   /**
    * The windows below `agg`, where `agg` is a map-side partial aggregation by window (and keys) over
-   * the sliding windows' Expand that does not read the window otherwise. Spark may put a projection
-   * between them (its grouping expressions pulled out, `bid.auction AS _groupingexpression`); one
-   * that passes the window on and reads it nowhere else is kept.
+   * the sliding windows' Expand that does not read the window otherwise; else why not. Spark may put
+   * a projection between them (its grouping expressions pulled out, `bid.auction AS _groupingexpression`);
+   * one that passes the window on and reads it nowhere else is kept.
    */
-  def sliceable(agg: HashAggregateExec): Option[MapSide] = {
+  def sliceable(agg: HashAggregateExec): Either[String, MapSide] = {
     val below = agg.child match {
-      case expand: ExpandExec => Some((expand, None))
+      case expand: ExpandExec => Right((expand, None))
       case p: ProjectExec => p.child match {
-        case expand: ExpandExec => Some((expand, Some(p)))
-        case _ => None
+        case expand: ExpandExec => Right((expand, Some(p)))
+        case _ => Left(noExpand(agg))
       }
-      case _ => None
+      case _ => Left(noExpand(agg))
     }
-    below.filter(_ => isMapSide(agg)).flatMap { case (expand, between) =>
-      SlidingWindows.of(expand.projections, expand.output).flatMap { windows =>
+    if (!isMapSide(agg)) Left(Why.NotAllPartial)
+    else below.flatMap { case (expand, between) =>
+      SlidingWindows.of(expand.projections, expand.output).toRight(Why.NotSparksWindows).flatMap { windows =>
         val window = expand.output(windows.column)
         def isWindow(e: Expression) = e match {
           case a: Attribute => a.exprId == window.exprId
@@ -72,9 +107,32 @@ private[sluice] object SlicingRule {
         val windowReadElsewhere =
           agg.groupingExpressions.exists(g => !isWindow(g) && g.references.contains(window)) ||
             agg.aggregateExpressions.exists(_.references.contains(window))
-        if (!passedOn || !groupsByWindow || windowReadElsewhere) None else Some(MapSide(expand, between, windows, window))
+        if (!passedOn) Left(Why.ProjectionReadsWindow)
+        else if (!groupsByWindow) Left(Why.NotByTheWindows)
+        else if (windowReadElsewhere) Left(Why.WindowReadElsewhere)
+        else Right(MapSide(expand, between, windows, window))
       }
     }
+  }
+
+  /**
+   * Why no Expand of windows is directly below `agg`: below projections and filters, an Expand means
+   * a filter of the windows (size not a multiple of the slide); a projection computing the window
+   * column means one window per row (tumbling windows); anything else, no windows of Spark's.
+   */
+  private def noExpand(agg: HashAggregateExec): String = {
+    val windows = agg.groupingExpressions.filter(g => isWindowType(g.dataType)).map(_.toAttribute.exprId).toSet
+    def walk(p: SparkPlan, filtered: Boolean): String = p match {
+      case project: ProjectExec if project.projectList.exists {
+            case a: Alias => windows.contains(a.exprId)
+            case _ => false
+          } => Why.Tumbling
+      case project: ProjectExec => walk(project.child, filtered)
+      case filter: FilterExec => walk(filter.child, filtered = true)
+      case _: ExpandExec if filtered => Why.SlideNotDividingSize
+      case _ => Why.NoWindows
+    }
+    walk(agg.child, filtered = false)
   }
 
   private def isMapSide(agg: HashAggregateExec): Boolean =

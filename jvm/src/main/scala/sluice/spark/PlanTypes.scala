@@ -10,6 +10,7 @@ object PlanTypes {
   type UnaryExecNode = org.apache.spark.sql.execution.UnaryExecNode
   type ProjectExec = org.apache.spark.sql.execution.ProjectExec
   val ProjectExec = org.apache.spark.sql.execution.ProjectExec
+  type FilterExec = org.apache.spark.sql.execution.FilterExec
   type ColumnarRule = org.apache.spark.sql.execution.ColumnarRule
   /** spark-4.3: a fourth field with a default (`useSingleTask`); construct and copy by name. */
   type ExpandExec = org.apache.spark.sql.execution.ExpandExec

@@ -1,5 +1,7 @@
 package sluice.spark
 
+import scala.collection.mutable.ArrayBuffer
+
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.execution.{ColumnarRule, SparkPlan}
@@ -21,30 +23,39 @@ import sluice.conf.{ConfEntry, SluiceConf}
  * real-time aggregations with operators of its own, which no rewrite here matches; the check keeps
  * real-time plans out should a later Spark plan them with the operators a rewrite takes.
  *
- * `rewrite` is applied bottom-up to every operator it is defined at; it returns the operator itself
- * where it does not apply. Each operator it replaces is logged at DEBUG (dev/spark-suites counts them
- * to show that Spark's suites ran the rewrites).
+ * `rewrite` is defined at the operators the rewrite examines and applied bottom-up to each: it
+ * gives the operator's replacement, or why it stays. Each operator it replaces is logged at DEBUG
+ * (dev/spark-suites counts them to show that Spark's suites ran the rewrites); the operators it
+ * leaves alone are named with why in one INFO line per plan ([[NotApplied]], under the rewrite's
+ * `name`).
  */
 private[sluice] object SwitchedRewrite {
-  def apply(session: SparkSession, switch: ConfEntry[Boolean])(rewrite: PartialFunction[SparkPlan, SparkPlan]): ColumnarRule =
-    rule(switch.key, () => SluiceConf(session.conf.getAll).get(switch))(rewrite)
+  /** Why an operator of a real-time plan stays. */
+  val RealTime = "the plan reads in real time, which the rewrites leave as Spark plans it"
 
-  /**
-   * A rewrite on whatever the setting `key` says, which `rewrite` reads itself per operator: where a
-   * checkpoint pins what a query was first planned with, the setting alone does not decide.
-   */
-  def perOperator(key: String)(rewrite: PartialFunction[SparkPlan, SparkPlan]): ColumnarRule =
-    rule(key, () => true)(rewrite)
-
-  private def rule(key: String, on: () => Boolean)(rewrite: PartialFunction[SparkPlan, SparkPlan]): ColumnarRule =
+  def apply(session: SparkSession, switch: ConfEntry[Boolean], name: String)(
+      rewrite: PartialFunction[SparkPlan, Either[String, SparkPlan]]): ColumnarRule =
     new ColumnarRule {
       override def preColumnarTransitions: Rule[SparkPlan] = new Rule[SparkPlan] {
         override def apply(plan: SparkPlan): SparkPlan =
-          if (!on() || (RealTimePlans.supported && RealTimePlans.readsInRealTime(plan))) plan
-          else plan.transformUp { case p if rewrite.isDefinedAt(p) =>
-            val replaced = rewrite(p)
-            if (!(replaced eq p)) rewriteLog.debug(s"$key: rewrote ${p.nodeName} as ${replaced.nodeName}")
-            replaced
+          if (!SluiceConf(session.conf.getAll).get(switch)) plan
+          else if (RealTimePlans.supported && RealTimePlans.readsInRealTime(plan)) {
+            NotApplied.log(session, name, plan.collect { case p if rewrite.isDefinedAt(p) => NotApplied.describe(p) -> RealTime })
+            plan
+          } else {
+            val notes = ArrayBuffer.empty[(String, String)]
+            val rewritten = plan.transformUp { case p if rewrite.isDefinedAt(p) =>
+              rewrite(p) match {
+                case Right(replaced) =>
+                  rewriteLog.debug(s"${switch.key}: rewrote ${p.nodeName} as ${replaced.nodeName}")
+                  replaced
+                case Left(why) =>
+                  notes += NotApplied.describe(p) -> why
+                  p
+              }
+            }
+            NotApplied.log(session, name, notes.toSeq)
+            rewritten
           }
       }
     }

@@ -10,7 +10,7 @@ import org.apache.hadoop.fs.{FileStatus, FSDataInputStream, Path, PathFilter}
 
 import sluice.conf.SluiceConf
 import sluice.spark.CheckpointTypes.{CancellableFSDataOutputStream, CheckpointFileManager}
-import sluice.spark.SessionConf
+import sluice.spark.{NotApplied, SessionConf}
 
 
 /**
@@ -22,7 +22,8 @@ import sluice.spark.SessionConf
  *
  * Installed by the plugin as `spark.sql.streaming.checkpointFileManagerClass` when
  * `spark.sluice.checkpoint.local.direct` is on; Spark builds one per directory it manages, by
- * reflection, with this constructor.
+ * reflection, with this constructor. Experimental (conf.json): a file system other than the local one
+ * is named, with why ([[LocalCheckpointFileManager.Why]]), in one INFO line per JVM.
  */
 final class LocalCheckpointFileManager(path: Path, hadoopConf: Configuration) extends CheckpointFileManager {
   import LocalCheckpointFileManager._
@@ -33,7 +34,16 @@ final class LocalCheckpointFileManager(path: Path, hadoopConf: Configuration) ex
     CheckpointFileManager.create(path, conf)
   }
 
-  private val localFs = Some(path.getFileSystem(hadoopConf)).filter(fs => LocalFiles.fileOf(fs, path).isDefined)
+  private val localFs = {
+    val fs = path.getFileSystem(hadoopConf)
+    if (LocalFiles.fileOf(fs, path).isDefined) Some(fs)
+    else {
+      // Once per file system and JVM: Spark builds a manager per directory (logs, each store partition).
+      NotApplied.logOnce(s"checkpoint:${fs.getUri}", NotApplied.line(Name, Seq(s"the checkpoint files under ${fs.getUri}" ->
+        Why.notLocal(fs.getClass.getName, sparksOwn.getClass.getSimpleName))))
+      None
+    }
+  }
 
   private def local(p: Path): Option[File] =
     if (Option(p.toUri.getScheme).forall(_ == "file")) localFs.flatMap(LocalFiles.fileOf(_, p)) else None
@@ -61,6 +71,15 @@ final class LocalCheckpointFileManager(path: Path, hadoopConf: Configuration) ex
 
 object LocalCheckpointFileManager {
   private val BufferBytes = 64 * 1024
+
+  /** The name of `spark.sluice.checkpoint.local.direct` in the line saying why it left files to Spark's manager. */
+  val Name = "checkpoint files written directly"
+
+  /** Why checkpoint files stay Spark's manager's to write (the texts of the INFO line). */
+  object Why {
+    def notLocal(fileSystem: String, sparks: String): String =
+      s"they are not on the local file system ($fileSystem), so Spark's $sparks writes them"
+  }
 
   /**
    * Why the SparkContext's settings `settings` cannot take this manager: they choose another one,

@@ -69,6 +69,38 @@ class SluiceConfSuite extends AnyFunSuite {
     assert(e.getMessage.contains("did you mean spark.sluice.statestore.cache.max.bytes?"), e.getMessage)
   }
 
+  test("a removed key fails with when and why it was removed, not as an unknown key") {
+    for (key <- Seq("spark.sluice.window.slicing.state", "spark.sluice.aggregate.state.merge")) {
+      val e = intercept[SluiceConfException](conf(key -> "true"))
+      assert(e.getMessage.startsWith(s"$key was removed in sluice 0.1.0: "), e.getMessage)
+      assert(e.getMessage.endsWith("; remove the setting"), e.getMessage)
+      assert(e.getMessage.contains("does not promise") && !e.getMessage.contains("did you mean"), e.getMessage)
+      assert(!e.getMessage.contains("\n"))
+    }
+    // "false" too: the key is gone, whatever its value
+    val both = intercept[SluiceConfException](conf("spark.sluice.aggregate.state.merge" -> "false",
+      "spark.sluice.window.slicing.state" -> "false", "spark.sluice.window.slicing" -> "true"))
+    assert(both.getMessage.split("; remove the setting").length == 2, both.getMessage)
+    assert(SluiceConf.removed.map(_.key).toSet == Set("spark.sluice.window.slicing.state", "spark.sluice.aggregate.state.merge"))
+    assert(SluiceConf.removedKey("window.slicing.state").marker.contains("_sluice_sliced_state"))
+    assert(SluiceConf.removedKey("window.slicing.state").markerRefusal(0, "/c", "/c/state/0") ==
+      "sluice: state operator 0 of the checkpoint at /c was written with sliced state (spark.sluice.window.slicing.state; " +
+        "its marker file _sluice_sliced_state is in /c/state/0), which sluice 0.1.0 removed: sluice cannot read that " +
+        "state any more. Start the query on a new checkpoint")
+  }
+
+  test("the experimental keys are conf.json's, and the warning names those set to other than their default") {
+    assert(SluiceConf.experimental.map(_.key).toSet == Set("spark.sluice.json.decoder", "spark.sluice.window.slicing",
+      "spark.sluice.aggregate.partial.hash", "spark.sluice.input.kafka.direct", "spark.sluice.checkpoint.local.direct"))
+    assert(SluiceConf.experimentalWarning(Map.empty).isEmpty)
+    assert(SluiceConf.experimentalWarning(Map("spark.sluice.window.slicing" -> "false",
+      "spark.sluice.json.decoder" -> "spark", "spark.sluice.suppress.fused" -> "true")).isEmpty)
+    assert(SluiceConf.experimentalWarning(Map("spark.sluice.window.slicing" -> "TRUE", "spark.sluice.json.decoder" -> "sluice",
+      "spark.sluice.checkpoint.local.direct" -> "true", "spark.sluice.aggregate.partial.hash" -> "false")).contains(
+      "sluice: experimental rewrites on: spark.sluice.checkpoint.local.direct, spark.sluice.json.decoder, " +
+        "spark.sluice.window.slicing (see docs/features/experimental.md)"))
+  }
+
   test("keys outside spark.sluice. are ignored and every problem is reported at once") {
     val e = intercept[SluiceConfException](conf(
       "spark.master" -> "local[2]",

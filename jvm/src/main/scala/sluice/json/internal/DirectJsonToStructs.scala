@@ -54,17 +54,36 @@ private[json] object DirectJsonToStructs {
    * every struct, no existence defaults, and no field that is Spark's corrupt-record column
    * (`corruptRecordColumn`: Spark's parser fills that one with the raw record).
    */
-  def supports(j: JsonToStructs, corruptRecordColumn: String): Boolean = j.options.isEmpty &&
-    j.child.dataType == StringType && (j.dataType match {
-      case s: StructType => !s.fieldNames.contains(corruptRecordColumn) && readable(s)
-      case _ => false
-    })
+  def supports(j: JsonToStructs, corruptRecordColumn: String): Boolean = refusal(j, corruptRecordColumn).isEmpty
 
-  private def readable(s: StructType): Boolean =
-    s.fieldNames.distinct.length == s.fields.length && s.fields.forall { f =>
-      !f.metadata.contains(ExistsDefault) && RecordDecoder.kindOf(f.dataType) >= 0 && (f.dataType match {
-        case n: StructType => readable(n)
-        case _ => true
-      })
+  /** Why `j` cannot be replaced (see [[supports]]; the texts of the decoder's INFO line), or None where it can. */
+  def refusal(j: JsonToStructs, corruptRecordColumn: String): Option[String] =
+    if (j.options.nonEmpty) Some(Why.options(j.options.keys.toSeq.sorted))
+    else if (j.child.dataType != StringType) Some(Why.input(j.child.dataType))
+    else j.dataType match {
+      case s: StructType if s.fieldNames.contains(corruptRecordColumn) => Some(Why.corruptRecord(corruptRecordColumn))
+      case s: StructType => unreadable(s)
+      case other => Some(Why.notStruct(other))
     }
+
+  /** Why the decoder does not stand for Spark's parser on a `from_json` (the INFO line's texts). */
+  object Why {
+    def options(keys: Seq[String]): String = s"it has options (${keys.mkString(", ")}), which only Spark's parser reads"
+    def input(t: DataType): String = s"its input is ${t.simpleString}, not a UTF8_BINARY string"
+    def notStruct(t: DataType): String = s"its schema is ${t.simpleString}, not a struct"
+    def corruptRecord(c: String): String = s"its schema has Spark's corrupt-record column $c, which Spark's parser fills"
+    def duplicate(name: String): String = s"a struct of its schema has two fields named $name"
+    def existsDefault(name: String): String = s"field $name has an existence default, which Spark's parser fills in"
+    def unreadType(name: String, t: DataType): String = s"field $name is ${t.simpleString}, which the decoder does not read"
+  }
+
+  private def unreadable(s: StructType): Option[String] =
+    s.fieldNames.diff(s.fieldNames.distinct).headOption.map(Why.duplicate).orElse(s.fields.iterator.map { f =>
+      if (f.metadata.contains(ExistsDefault)) Some(Why.existsDefault(f.name))
+      else if (RecordDecoder.kindOf(f.dataType) < 0) Some(Why.unreadType(f.name, f.dataType))
+      else f.dataType match {
+        case n: StructType => unreadable(n)
+        case _ => None
+      }
+    }.collectFirst { case Some(why) => why })
 }

@@ -17,8 +17,8 @@ import org.apache.spark.sql.test.SharedSparkSession
  * and looks at the provider that served it (its custom metrics), the session's planner strategies
  * (sluice's extensions) and the plugin setting. `-Dsluice.probe.expect=` names what must be found:
  * `spark` (Spark's default provider, no sluice), `cache-hdfs`, `cache-rocksdb`, `windowstore`,
- * `rewrites` (Spark's default provider, window slicing, partial aggregation by hash and sliced state on:
- * a batch sliding-window count must run sliced, and a streaming one in append mode keep its state per slice);
+ * `rewrites` (Spark's default provider, window slicing and partial aggregation by hash on: a batch
+ * sliding-window count must run sliced);
  * `-Dsluice.probe.commitIntervalMs=` the commit interval the session must have, if any. Not run by
  * `sbt test` (build.sbt filters it out): it only means something with those properties.
  */
@@ -63,11 +63,8 @@ class SessionDefaultsProbe extends QueryTest with SharedSparkSession {
         // merge_count: the partial merge of the sliced map side (unsliced, a count is partial or final)
         val plan = sliding.queryExecution.executedPlan.toString
         assert(plan.contains("merge_count"), s"window slicing did not reach the session: $plan")
-        slicedState(dir)
         println(s"sluice-probe: rewrites slicing=${spark.conf.get("spark.sluice.window.slicing")} " +
-          s"partialHash=${spark.conf.get("spark.sluice.aggregate.partial.hash")} " +
-          s"slicedState=${spark.conf.get("spark.sluice.window.slicing.state")} " +
-          s"stateMerge=${spark.conf.get("spark.sluice.aggregate.state.merge")}")
+          s"partialHash=${spark.conf.get("spark.sluice.aggregate.partial.hash")}")
       case other => fail(s"unknown sluice.probe.expect: $other")
     }
     if (expect != "spark") {
@@ -77,32 +74,5 @@ class SessionDefaultsProbe extends QueryTest with SharedSparkSession {
     sys.props.get("sluice.probe.commitIntervalMs").foreach { ms =>
       assert(interval.contains(ms), s"spark.sluice.commit.interval.ms=$interval, expected $ms")
     }
-  }
-
-  /**
-   * Sliced state in Spark's test session: a streaming sliding-window count per key in append mode
-   * runs sluice's sliced operator, pins it in its checkpoint, and emits the windows its watermark
-   * closes (the no-data batch Trigger.AvailableNow runs before it stops).
-   */
-  private def slicedState(dir: java.nio.file.Path): Unit = {
-    val in = Files.createDirectories(dir.resolve("sliced-in"))
-    // (seconds, key): windows of 10 s every 5 s; the watermark (no delay) ends at 40
-    val events = Seq(1 -> "a", 2 -> "a", 6 -> "b", 12 -> "a", 40 -> "a")
-    Files.write(in.resolve("part-0.json"), events.map { case (t, k) => s"""{"t": $t, "k": "$k"}""" }.asJava,
-      StandardCharsets.UTF_8)
-    val ckpt = dir.resolve("sliced-ckpt")
-    val q = spark.readStream.schema("t long, k string").json(in.toString)
-      .selectExpr("timestamp_seconds(t) as ts", "k").withWatermark("ts", "0 seconds")
-      .groupBy(window(col("ts"), "10 seconds", "5 seconds"), col("k")).count()
-      .writeStream.format("memory").queryName("sluice_probe_sliced").outputMode("append")
-      .option("checkpointLocation", ckpt.toString).trigger(Trigger.AvailableNow()).start()
-    q.awaitTermination()
-    val operators = q.recentProgress.flatMap(_.stateOperators.map(_.operatorName)).toSet
-    assert(operators == Set("slicedWindowAggregate"), s"sliced state did not reach the session: $operators")
-    assert(Files.exists(ckpt.resolve("state/0/_sluice_sliced_state")), "no sliced-state marker in the checkpoint")
-    val got = spark.table("sluice_probe_sliced").selectExpr("k", "cast(window.start as long)", "count").collect()
-      .map(r => (r.getString(0), r.getLong(1), r.getLong(2))).toSet
-    val expected = Set(("a", -5L, 2L), ("a", 0L, 2L), ("a", 5L, 1L), ("a", 10L, 1L), ("b", 0L, 1L), ("b", 5L, 1L))
-    assert(got == expected, s"sliced state's final counts: $got, expected $expected")
   }
 }

@@ -1,0 +1,141 @@
+package sluice.plugin
+
+import java.net.URI
+import java.nio.file.Files
+import java.util.UUID
+import java.util.concurrent.ConcurrentLinkedQueue
+
+import scala.jdk.CollectionConverters._
+
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.{FilterFileSystem, Path, RawLocalFileSystem}
+import org.apache.logging.log4j.{Level, LogManager}
+import org.apache.logging.log4j.core.{LogEvent, Logger => CoreLogger}
+import org.apache.logging.log4j.core.appender.AbstractAppender
+import org.apache.logging.log4j.core.config.{Configurator, Property}
+import org.apache.spark.sql.{DataFrame, SparkSession}
+import org.apache.spark.sql.functions.{col, concat, from_json, lit, max, struct, window}
+import org.apache.spark.sql.types.{LongType, StructField, StructType}
+import org.scalatest.BeforeAndAfterAll
+import org.scalatest.funsuite.AnyFunSuite
+
+import sluice.aggregate.PartialHashRule
+import sluice.input.InputBoundRule
+import sluice.json.internal.JsonDecodeRule
+import sluice.slicing.SlicingRule
+import sluice.spark.NotApplied
+import sluice.state.LocalCheckpointFileManager
+
+/**
+ * The experimental rewrites, switched on, name each plan they examine and leave alone, with why: one
+ * INFO line per plan through `sluice.rewrites` ([[NotApplied]]), captured here by a log4j2 appender.
+ */
+class ExperimentalRewritesSuite extends AnyFunSuite with BeforeAndAfterAll {
+  private var spark: SparkSession = _
+
+  override def beforeAll(): Unit = {
+    spark = SparkSession.builder().master("local[2]").appName("ExperimentalRewritesSuite")
+      .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+      .config("spark.sql.adaptive.enabled", "false")
+      .config("spark.sql.extensions", "sluice.plugin.SluiceExtensions").getOrCreate()
+  }
+
+  override def afterAll(): Unit = if (spark != null) spark.stop()
+
+  /** The "LEVEL message" lines `sluice.rewrites` logs while `body` runs. */
+  private def logged(body: => Unit): Seq[String] = {
+    val lines = new ConcurrentLinkedQueue[String]()
+    val appender = new AbstractAppender(s"sluice-test-${UUID.randomUUID()}", null, null, true, Property.EMPTY_ARRAY) {
+      override def append(e: LogEvent): Unit = lines.add(s"${e.getLevel} ${e.getMessage.getFormattedMessage}")
+    }
+    appender.start()
+    Configurator.setLevel(NotApplied.LoggerName, Level.INFO)
+    val logger = LogManager.getLogger(NotApplied.LoggerName).asInstanceOf[CoreLogger]
+    logger.addAppender(appender)
+    try body finally {
+      logger.removeAppender(appender)
+      appender.stop()
+    }
+    lines.asScala.toSeq
+  }
+
+  private def withConf[T](kv: (String, String)*)(body: => T): T = {
+    kv.foreach { case (k, v) => spark.conf.set(k, v) }
+    try body finally kv.foreach { case (k, _) => spark.conf.unset(k) }
+  }
+
+  private def planned(df: DataFrame): String = df.queryExecution.executedPlan.toString
+
+  private def events: DataFrame = spark.range(40).selectExpr("timestamp_seconds(id) as ts", "id % 3 as k", "id as v")
+
+  test("window slicing names a tumbling-window aggregation it leaves alone, once per plan") {
+    val tumbling = events.groupBy(window(col("ts"), "10 seconds"), col("k")).count()
+    val lines = logged(withConf("spark.sluice.window.slicing" -> "true")(planned(tumbling)))
+    assert(lines.size == 1, lines)
+    assert(lines.head.startsWith(s"INFO sluice: ${SlicingRule.Name} did not apply to HashAggregate(keys=["), lines)
+    assert(lines.head.endsWith(s": ${SlicingRule.Why.Tumbling}"), lines)
+    // off: nothing examined, nothing said
+    assert(logged(planned(events.groupBy(window(col("ts"), "10 seconds"), col("k")).count())).isEmpty)
+  }
+
+  test("window slicing names a sliding-window aggregation whose slide does not divide the size") {
+    val uneven = events.groupBy(window(col("ts"), "10 seconds", "3 seconds"), col("k")).count()
+    val lines = logged(withConf("spark.sluice.window.slicing" -> "true")(planned(uneven)))
+    assert(lines.size == 1 && lines.head.endsWith(s": ${SlicingRule.Why.SlideNotDividingSize}"), lines)
+    // what it rewrites it does not name
+    val sliding = events.groupBy(window(col("ts"), "10 seconds", "5 seconds"), col("k")).count()
+    val rewritten = logged(withConf("spark.sluice.window.slicing" -> "true")(planned(sliding)))
+    assert(rewritten.isEmpty, rewritten)
+  }
+
+  test("partial aggregation by hash names a partial sort aggregation with no sort below it") {
+    // max of a struct: Spark's hash aggregation cannot hold the buffer, so it plans sort aggregations;
+    // a global one has nothing to sort
+    val global = events.select(struct(col("v"), col("k")).as("s")).agg(max("s"))
+    val lines = logged(withConf("spark.sluice.aggregate.partial.hash" -> "true")(planned(global)))
+    assert(lines.size == 1, lines)
+    assert(lines.head.startsWith(s"INFO sluice: ${PartialHashRule.Name} did not apply to SortAggregate("), lines)
+    assert(lines.head.endsWith(s": ${PartialHashRule.Why.NoSort}"), lines)
+    val keyed = events.groupBy("k").agg(max(struct(col("v"), col("k"))))
+    assert(logged(withConf("spark.sluice.aggregate.partial.hash" -> "true")(planned(keyed))).isEmpty)
+  }
+
+  test("the JSON decoder names a from_json it leaves to Spark's parser, once however often the optimizer meets it") {
+    val schema = StructType(Seq(StructField("a", LongType)))
+    // one projection (two would be collapsed into one while the optimizer runs the rule)
+    val withOptions = spark.range(3)
+      .select(from_json(concat(lit("{\"a\": "), col("id"), lit("}")), schema, Map("mode" -> "PERMISSIVE")).getField("a"))
+    val lines = logged(withConf("spark.sluice.json.decoder" -> "sluice")(planned(withOptions)))
+    assert(lines.size == 1, lines)
+    assert(lines.head.startsWith(s"INFO sluice: ${JsonDecodeRule.Name} did not apply to from_json(concat("), lines)
+    assert(lines.head.endsWith(s", struct<a:bigint>): it has options (mode), which only Spark's parser reads"), lines)
+    assert(withConf("spark.sluice.json.decoder" -> "sluice")(withOptions.collect().map(_.getLong(0)).toSeq) == Seq(0L, 1L, 2L))
+  }
+
+  test("Kafka records read directly names a source that reads headers when it is loaded") {
+    def load(): DataFrame = spark.readStream.format("kafka").option("kafka.bootstrap.servers", "localhost:9")
+      .option("subscribe", "events").option("includeHeaders", "true").load()
+    val lines = logged(withConf("spark.sluice.input.kafka.direct" -> "true")(load()))
+    assert(lines == Seq(s"INFO sluice: ${InputBoundRule.DirectName} did not apply to the Kafka source (subscribe=events): " +
+      InputBoundRule.DirectWhy.Headers), lines)
+    assert(logged(load()).isEmpty)
+  }
+
+  test("checkpoint files written directly names a file system that is not the local one, once") {
+    val conf = new Configuration()
+    conf.set("fs.notlocal.impl", classOf[NotLocalFileSystem].getName)
+    conf.set("fs.notlocal.impl.disable.cache", "true")
+    val dir = Files.createTempDirectory("ckpt")
+    def manager(sub: String) = new LocalCheckpointFileManager(new Path(s"notlocal://${dir.resolve(sub)}"), conf)
+    val lines = logged { manager("offsets"); manager("commits") }
+    assert(lines.size == 1, lines)
+    assert(lines.head.startsWith(s"INFO sluice: ${LocalCheckpointFileManager.Name} did not apply to the checkpoint " +
+      s"files under notlocal:///: they are not on the local file system (${classOf[NotLocalFileSystem].getName})"), lines)
+  }
+}
+
+/** A file system Hadoop does not know as the local one, over the local files (scheme `notlocal`). */
+class NotLocalFileSystem extends FilterFileSystem(new RawLocalFileSystem) {
+  override def getScheme: String = "notlocal"
+  override def getUri: URI = URI.create("notlocal:///")
+}
