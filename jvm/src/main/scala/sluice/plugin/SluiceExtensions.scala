@@ -9,6 +9,8 @@ import org.apache.spark.sql.SparkSessionExtensions
  */
 class SluiceExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(ext: SparkSessionExtensions): Unit = {
+    // start() of a stateful query on a checkpoint of another state store provider, sluice's on either side
+    ext.injectCheckRule(CheckpointProviderCheck.checkRule)
     // session windows in update mode (KIP-328's session scenario); its strategy before suppress's, so
     // that suppress over sessions under the real-time trigger is refused as the sessions are
     ext.injectHintResolutionRule(sluice.sessions.internal.SessionUpdateRule(_))
