@@ -104,7 +104,7 @@ private[sluice] object CheckpointProviderCheck {
       val fs = root.getFileSystem(Sessions.classic(session).sessionState.newHadoopConf())
       // state/<operator>/<partition>/, and state/<operator>/<partition>/<store name>/ (joins)
       Seq("state/*/*/", "state/*/*/*/").iterator
-        .flatMap(p => Option(fs.globStatus(new Path(root, p + DelegateMarker.FileName))).iterator.flatten)
+        .flatMap(p => Option(fs.globStatus(new Path(root, p + DelegateMarker.FileName))).map(_.toSeq).getOrElse(Nil))
         .map { s =>
           val in = fs.open(s.getPath)
           try new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8).trim finally in.close()

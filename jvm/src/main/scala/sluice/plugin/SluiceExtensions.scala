@@ -5,7 +5,8 @@ import org.apache.spark.sql.SparkSessionExtensions
 /**
  * `spark.sql.extensions=sluice.plugin.SluiceExtensions`: installs sluice's planner strategies
  * (suppress, emission cache), source rules (input bound), window slicing, partial aggregation by hash and
- * sluice's from_json decoding into every session.
+ * sluice's from_json decoding into every session, and the check that refuses a checkpoint of another state store
+ * provider when either is sluice's.
  */
 class SluiceExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(ext: SparkSessionExtensions): Unit = {
