@@ -5,11 +5,14 @@ import org.apache.spark.sql.SparkSessionExtensions
 /**
  * `spark.sql.extensions=sluice.plugin.SluiceExtensions`: installs sluice's planner strategies
  * (suppress, emission cache), source rules (input bound), window slicing, partial aggregation by hash,
- * sluice's from_json decoding (the last three experimental) and the refusal of checkpoints written
- * with sliced state into every session.
+ * sluice's from_json decoding (the last three experimental), the refusal of checkpoints written
+ * with sliced state, and the check that refuses a checkpoint of another state store provider when
+ * either is sluice's, into every session.
  */
 class SluiceExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(ext: SparkSessionExtensions): Unit = {
+    // start() of a stateful query on a checkpoint of another state store provider, sluice's on either side
+    ext.injectCheckRule(CheckpointProviderCheck.checkRule)
     // session windows in update mode (KIP-328's session scenario); its strategy before suppress's, so
     // that suppress over sessions under the real-time trigger is refused as the sessions are
     ext.injectHintResolutionRule(sluice.sessions.internal.SessionUpdateRule(_))
