@@ -56,9 +56,10 @@ def _int64_field(number: int, value: int) -> bytes:
 
 
 def encode(input_relation: bytes, kind: str, limit_ms: int, when_full: str, max_records: Optional[int] = None,
-           max_bytes: Optional[int] = None, name: Optional[str] = None, time_col: Optional[str] = None) -> bytes:
+           max_bytes: Optional[int] = None, name: Optional[str] = None, time_col: Optional[str] = None,
+           grace_ms: Optional[int] = None) -> bytes:
     """The ``sluice.connect.Suppress`` message for ``suppress`` of ``input_relation`` (a bound left
-    out is unbounded)."""
+    out is unbounded; a grace left out is the watermark delay)."""
     out = _bytes_field(1, input_relation) + _string_field(2, kind)
     out += _int64_field(3, limit_ms)
     if max_records is not None:
@@ -70,6 +71,8 @@ def encode(input_relation: bytes, kind: str, limit_ms: int, when_full: str, max_
         out += _string_field(7, name)
     if time_col is not None:
         out += _string_field(8, time_col)
+    if grace_ms is not None:
+        out += _int64_field(9, grace_ms)
     return out
 
 
