@@ -27,7 +27,8 @@ from sluice._errors import translating
 __all__ = ["inspect", "SluiceState", "SuppressState", "EmitCacheState", "WindowStoreState"]
 
 _DUE_RULES = {
-    "until_window_closes": "due once the watermark reaches due_at (the window end); "
+    "until_window_closes": "due once the watermark (with a grace of its own: stream time - grace) reaches "
+                           "due_at (the window end); "
                            "due_next_batch: the next batch's watermark already does",
     "until_time_limit": "due once the partition's stream time (largest time_col seen) reaches due_at "
                         "(buffer time + limit); stream time moves only with input",
@@ -218,6 +219,11 @@ def _suppress(spark: SparkSession, inspector: Any, ckpt: str, op_id: int, partit
     due_ms: Column = buffer_ms if mode == "until_window_closes" or limit is None else buffer_ms + F.lit(limit)
     if mode == "until_window_closes":
         next_wm = summary.get("nextBatchWatermarkMs")
+        # With a grace below the watermark delay, windows close at stream time - grace = watermark +
+        # (delay - grace), once the watermark tells stream time (> 0): SuppressExec.closeTime.
+        early = sidecar.get("earlyMs") or 0
+        if next_wm is not None and early > 0 and next_wm > 0:
+            next_wm += early
         due_next: Column = due_ms <= F.lit(next_wm) if next_wm is not None else F.lit(False)
     elif mode == "until_time_limit":
         times = F.create_map(*[x for p, t in stream_time.items() for x in (F.lit(p), F.lit(_ms(t)))]) \

@@ -62,6 +62,8 @@ private[sluice] object SuppressStrategy {
     def bound(v: Long): Option[Long] = if (v == Long.MaxValue) None else Some(v)
     ("kind" -> "suppress") ~ ("name" -> s.suppressed.name) ~ ("mode" -> mode) ~ ("limitMs" -> limit) ~
       ("graceMs" -> (if (s.window.isDefined) Some(s.graceMs) else None)) ~
+      // delay - grace: the windows of a batch at watermark w close at w + earlyMs (SuppressExec.closeTime)
+      ("earlyMs" -> (if (s.earlyMs > 0) Some(s.earlyMs) else None)) ~
       ("keys" -> s.keys.map(_.name).toList) ~
       ("buffer" -> (("maxRecords" -> bound(b.maxRecords)) ~ ("maxBytes" -> bound(b.maxBytes)) ~
         ("whenFull" -> whenFull(b.whenFull))))
