@@ -7,10 +7,9 @@ This module encodes plain values (``sluice.suppress`` turns its objects into the
 pyspark's Connect client (grpc, protobuf) only when a Connect object is actually in use, so
 ``import sluice`` works without the client's extras.
 """
-
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from sluice import _conf, _handles
 from sluice._conf import CONNECT_RELATION_CLASSES_KEY
@@ -24,15 +23,13 @@ def _missing_plugin() -> SluiceError:
         f"start it with --jars <sluice.jar_path()> and --conf {CONNECT_RELATION_CLASSES_KEY}="
         f"{loading[CONNECT_RELATION_CLASSES_KEY]} (and the other sluice keys: "
         + ", ".join(f"{k}={v}" for k, v in loading.items() if k != CONNECT_RELATION_CLASSES_KEY)
-        + ")"
-    )
+        + ")")
 
 
 on_missing_connect_plugin(_missing_plugin)
 
 
 # --- the extension message (its schema is documented in sluice.connect.SuppressRelation) --------
-
 
 def _varint(n: int) -> bytes:
     n &= (1 << 64) - 1  # an int64 is written as its 64-bit two's complement
@@ -58,18 +55,11 @@ def _int64_field(number: int, value: int) -> bytes:
     return _varint(number << 3) + _varint(value)
 
 
-def encode(
-    input_relation: bytes,
-    kind: str,
-    limit_ms: int,
-    when_full: str,
-    max_records: int | None = None,
-    max_bytes: int | None = None,
-    name: str | None = None,
-    time_col: str | None = None,
-) -> bytes:
+def encode(input_relation: bytes, kind: str, limit_ms: int, when_full: str, max_records: Optional[int] = None,
+           max_bytes: Optional[int] = None, name: Optional[str] = None, time_col: Optional[str] = None,
+           grace_ms: Optional[int] = None) -> bytes:
     """The ``sluice.connect.Suppress`` message for ``suppress`` of ``input_relation`` (a bound left
-    out is unbounded)."""
+    out is unbounded; a grace left out is the watermark delay)."""
     out = _bytes_field(1, input_relation) + _string_field(2, kind)
     out += _int64_field(3, limit_ms)
     if max_records is not None:
@@ -81,11 +71,12 @@ def encode(
         out += _string_field(7, name)
     if time_col is not None:
         out += _string_field(8, time_col)
+    if grace_ms is not None:
+        out += _int64_field(9, grace_ms)
     return out
 
 
 # --- the plan ---------------------------------------------------------------------------------
-
 
 def _plan_class() -> type:
     LogicalPlan = _handles.connect_logical_plan_class()

@@ -30,18 +30,18 @@ def _bound(name: str, n: Any) -> int:
     return n
 
 
-def _millis(d: Duration) -> int:
+def _millis(d: Duration, what: str = "time limit") -> int:
     """A duration as milliseconds: a timedelta or a number of seconds."""
     if isinstance(d, bool):
-        raise TypeError("time limit must be a timedelta or a number of seconds")
+        raise TypeError(f"{what} must be a timedelta or a number of seconds")
     if isinstance(d, timedelta):
         ms = d / timedelta(milliseconds=1)
     elif isinstance(d, (int, float)):
         ms = d * 1000
     else:
-        raise TypeError(f"time limit must be a timedelta or a number of seconds, got {type(d).__name__}")
+        raise TypeError(f"{what} must be a timedelta or a number of seconds, got {type(d).__name__}")
     if ms < 0:
-        raise ValueError(f"time limit must not be negative, got {d!r}")
+        raise ValueError(f"{what} must not be negative, got {d!r}")
     return int(ms)
 
 
@@ -132,17 +132,25 @@ class Suppressed:
     buffer: BufferConfig
     limit_ms: int = 0
     name: Optional[str] = None
+    grace_ms: Optional[int] = None
 
     @staticmethod
-    def until_window_closes(buffer_config: StrictBufferConfig) -> "Suppressed":
-        """One final row per window and key, once the watermark passes the window end (the
-        watermark delay is the grace period). Accepts only a strict config."""
+    def until_window_closes(buffer_config: StrictBufferConfig, grace: Optional[Duration] = None) -> "Suppressed":
+        """One final row per window and key, once the window closes. Accepts only a strict config.
+
+        Without ``grace`` a window closes when the watermark passes its end (the watermark delay is
+        the grace period). With ``grace`` (a timedelta or seconds; KIP-328's grace period, as Kafka
+        Streams' ``TimeWindows.ofSizeAndGrace``) it closes once stream time, the largest event time
+        the query has seen (before the batch), passes its end plus the grace; rows for a closed
+        window are late: dropped and counted (``lateRecordDropTotal``). The grace must not exceed
+        the watermark delay; a larger one fails when ``suppress`` builds the DataFrame."""
         if not isinstance(buffer_config, StrictBufferConfig):
             raise TypeError(
                 "until_window_closes needs a strict buffer config (BufferConfig.unbounded(), or a bound with "
                 ".shut_down_when_full() or .spill_to_disk_when_full()): emitting early would break the "
                 f"one-final-result guarantee; got {buffer_config}")
-        return Suppressed("until_window_closes", buffer_config)
+        grace_ms = None if grace is None else _millis(grace, "grace period")
+        return Suppressed("until_window_closes", buffer_config, grace_ms=grace_ms)
 
     @staticmethod
     def until_time_limit(time_to_wait_for_more_events: Duration, buffer_config: BufferConfig) -> "Suppressed":
@@ -166,7 +174,7 @@ class Suppressed:
         s = _handles.jvm(spark).sluice.suppress.Suppressed
         buf = self.buffer._to_java(spark)
         if self.kind == "until_window_closes":
-            j = s.untilWindowCloses(buf)
+            j = s.untilWindowCloses(buf) if self.grace_ms is None else s.untilWindowCloses(buf, self.grace_ms)
         elif self.kind == "until_time_limit":
             j = s.untilTimeLimit(self.limit_ms, buf)
         else:
@@ -178,7 +186,8 @@ class Suppressed:
         buf = self.buffer
         return {"kind": self.kind, "limit_ms": self.limit_ms, "when_full": buf.when_full,
                 "max_records": None if buf.records == _UNBOUNDED else buf.records,
-                "max_bytes": None if buf.bytes == _UNBOUNDED else buf.bytes, "name": self.name}
+                "max_bytes": None if buf.bytes == _UNBOUNDED else buf.bytes, "name": self.name,
+                "grace_ms": self.grace_ms}
 
 
 def _check_config(cfg: Any) -> BufferConfig:

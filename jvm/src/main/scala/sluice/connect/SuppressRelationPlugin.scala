@@ -37,6 +37,7 @@ class SuppressRelationPlugin extends ConnectRelationPlugin(SuppressRelation.Type
  *   string when_full = 6;   // emit_early | shut_down | spill_to_disk
  *   string name = 7;        // optional operator name (Suppressed.withName)
  *   string time_col = 8;    // optional, until_time_limit's event-time column
+ *   int64 grace_ms = 9;     // optional, until_window_closes' grace period; absent = the watermark delay
  * }
  * }}}
  * It is a real protobuf message, so that the client can write it with any protobuf library and
@@ -61,6 +62,7 @@ object SuppressRelation {
     var whenFull = "shut_down"
     var name: Option[String] = None
     var timeCol: Option[String] = None
+    var graceMs: Option[Long] = None
     var tag = in.readTag()
     while (tag != 0) {
       WireFormat.getTagFieldNumber(tag) match {
@@ -72,12 +74,14 @@ object SuppressRelation {
         case 6 => whenFull = in.readStringRequireUtf8()
         case 7 => name = Some(in.readStringRequireUtf8())
         case 8 => timeCol = Some(in.readStringRequireUtf8())
+        case 9 => graceMs = Some(in.readInt64())
         case _ => in.skipField(tag)
       }
       tag = in.readTag()
     }
     if (input == null) invalid("no input relation")
-    Message(input, suppressed(kind, limitMs, bufferConfig(maxRecords, maxBytes, whenFull), name), timeCol)
+    if (graceMs.nonEmpty && kind != "until_window_closes") invalid(s"grace_ms is only for until_window_closes, not $kind")
+    Message(input, suppressed(kind, limitMs, bufferConfig(maxRecords, maxBytes, whenFull), name, graceMs), timeCol)
   }
 
   private def bufferConfig(maxRecords: Long, maxBytes: Long, whenFull: String): BufferConfig = {
@@ -90,10 +94,11 @@ object SuppressRelation {
     }
   }
 
-  private def suppressed(kind: String, limitMs: Long, buffer: BufferConfig, name: Option[String]): Suppressed = {
+  private def suppressed(kind: String, limitMs: Long, buffer: BufferConfig, name: Option[String],
+      graceMs: Option[Long]): Suppressed = {
     val s: Suppressed = kind match {
       case "until_window_closes" => buffer match {
-        case strict: StrictBufferConfig => Suppressed.untilWindowCloses(strict)
+        case strict: StrictBufferConfig => UntilWindowCloses(strict, graceMs = graceMs)
         case _ => throw new SuppressUsageException(
           s"until_window_closes needs a strict buffer config, got $buffer: emitting early would break the " +
             "one-final-result guarantee")

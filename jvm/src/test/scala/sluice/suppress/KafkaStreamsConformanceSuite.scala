@@ -48,7 +48,11 @@ import org.scalatest.funsuite.AnyFunSuite
  *    micro-batch later, for the same record. Without that no-data batch (several records per batch,
  *    or `spark.sql.streaming.noDataMicroBatches.enabled=false`), Spark still counts a record whose
  *    window closed one batch earlier: see the test "documented difference".
- *  - The grace period is the watermark delay.
+ *  - The grace period is the watermark delay, except in the grace tests: there Spark's watermark
+ *    delay is larger (`WindowCase.delayMs`) and suppress gets the grace of its own
+ *    (`untilWindowCloses(buffer, graceMs)`), closing a window once stream time (watermark + delay)
+ *    passes its end + grace, as Kafka does; rows the aggregation still takes for a window suppress
+ *    closed are dropped by suppress, as Kafka's aggregation drops them.
  *  - The order of several finals released by one record is not compared (a set).
  *
  * untilTimeLimit: `groupByKey().count().suppress(untilTimeLimit(limit, maxRecords(n) or
@@ -226,10 +230,12 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   def sparkWindows(c: WindowCase, events: Seq[Event], noDataBatches: Boolean = true): Seq[Seq[Emission]] =
     runSpark(c.provider, events, noDataBatches) { df =>
-      val counts = df.withWatermark("ts", s"${c.graceMs} milliseconds")
+      val counts = df.withWatermark("ts", s"${c.delayMs} milliseconds")
         .groupBy(window(col("ts"), s"${c.sizeMs} milliseconds", s"${c.advanceMs} milliseconds"), col("k"))
         .agg(count("*").as("n"), max("ts").as("maxTs"))
-      Suppress(counts, Suppressed.untilWindowCloses(BufferConfig.unbounded()))
+      Suppress(counts,
+        if (c.delayMs == c.graceMs) Suppressed.untilWindowCloses(BufferConfig.unbounded())
+        else Suppressed.untilWindowCloses(BufferConfig.unbounded(), c.graceMs))
     } { r =>
       Emission(r.getAs[String]("k"), r.getAs[Row]("window").getAs[Timestamp]("start").getTime,
         r.getAs[Long]("n"), r.getAs[Timestamp]("maxTs").getTime)
@@ -379,6 +385,26 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
     runRandom("untilWindowCloses", (total + 1) / 2, genWindowCase)
   }
 
+  test("untilWindowCloses with a grace below the watermark delay: final results per record agree with Kafka Streams' ofSizeAndGrace on random sequences") {
+    runRandom("untilWindowClosesGrace", math.max(1, total / 4), genGraceCase)
+  }
+
+  test("grace below the watermark delay: fixed sequences agree, late records dropped by suppress before Spark's watermark") {
+    val fixed: Seq[WindowCase] = Seq(
+      // grace 0, delay 20: a@1012 closes [1000,1010); a@1005 is late (Spark's watermark 992 keeps it).
+      WindowCase(10, 10, 0, Hdfs, Seq(Event("a", 1000), Event("a", 1012), Event("a", 1005)), extraDelayMs = 20),
+      // grace 5, delay 30, hopping: b@1017 closes [995,1005) and [1000,1010); a@1008 is late for
+      // [1000,1010) and still counts in [1005,1015).
+      WindowCase(10, 5, 5, RocksDb, Seq(Event("a", 1001), Event("b", 1017), Event("a", 1008), Event("b", 1021)),
+        extraDelayMs = 25),
+      WindowCase(20, 20, 3, InMemory, Seq(Event("a", 1000), Event("b", 1019), Event("a", 1023), Event("a", 1010),
+        Event("b", 1044), Event("a", 1018)), extraDelayMs = 40))
+    fixed.foreach(c => assert(disagreement(c).isEmpty, disagreement(c).getOrElse("")))
+    // The same records with grace = delay = 20 (no grace of its own): a@1005 is on time for both.
+    val noGrace = WindowCase(10, 10, 20, Hdfs, Seq(Event("a", 1000), Event("a", 1012), Event("a", 1005)))
+    assert(disagreement(noGrace).isEmpty, disagreement(noGrace).getOrElse(""))
+  }
+
   test("untilTimeLimit with maxRecords (emit early): emissions per record agree with Kafka Streams on random sequences") {
     runRandom("untilTimeLimit", total / 2, genTimeLimitCase)
   }
@@ -494,15 +520,24 @@ object KafkaStreamsConformanceSuite {
     def literal: String
   }
 
-  final case class WindowCase(sizeMs: Long, advanceMs: Long, graceMs: Long, provider: String, events: Seq[Event])
-      extends Case {
+  /**
+   * Spark's watermark delay is `graceMs + extraDelayMs`; with `extraDelayMs` > 0 suppress is given
+   * the grace of its own (below the delay).
+   */
+  final case class WindowCase(sizeMs: Long, advanceMs: Long, graceMs: Long, provider: String, events: Seq[Event],
+      extraDelayMs: Long = 0L) extends Case {
+    require(extraDelayMs >= 0, s"extra delay $extraDelayMs")
+    def delayMs: Long = graceMs + extraDelayMs
     def withEvents(e: Seq[Event]): WindowCase = copy(events = e)
     /** A record that moves stream time past the end of every window of `events` plus the grace period. */
     def flush: Event = Event(FlushKey, (if (events.isEmpty) 0L else events.map(_.ts).max) + sizeMs + graceMs)
     def describe: String =
-      s"untilWindowCloses: size ${sizeMs}ms, advance ${advanceMs}ms, grace ${graceMs}ms, ${provider.split('.').last}; " +
-        s"input ${events.mkString(" ")} (then $flush)"
-    def literal: String = s"WindowCase($sizeMs, $advanceMs, $graceMs, $providerLiteral, $eventsLiteral)"
+      s"untilWindowCloses: size ${sizeMs}ms, advance ${advanceMs}ms, grace ${graceMs}ms, " +
+        (if (delayMs != graceMs) s"watermark delay ${delayMs}ms, " else "") +
+        s"${provider.split('.').last}; input ${events.mkString(" ")} (then $flush)"
+    def literal: String =
+      s"WindowCase($sizeMs, $advanceMs, $graceMs, $providerLiteral, $eventsLiteral" +
+        (if (extraDelayMs > 0) s", extraDelayMs = $extraDelayMs)" else ")")
   }
 
   final case class TimeLimitCase(limitMs: Long, maxRecords: Option[Int], provider: String, events: Seq[Event])
@@ -612,6 +647,17 @@ object KafkaStreamsConformanceSuite {
     val grace = Seq(0L, 5L, 10L, 25L)(rnd.nextInt(4))
     val provider = Providers(rnd.nextInt(Providers.size))
     WindowCase(size, advance, grace, provider, genEvents(rnd, (size + grace).toInt))
+  }
+
+  /** A window case whose watermark delay exceeds the grace (KIP-328's grace apart from the delay). */
+  def genGraceCase(rnd: Random): Case = {
+    val size = Seq(10L, 20L)(rnd.nextInt(2))
+    val advance = if (rnd.nextInt(3) == 0) size / 2 else size
+    val grace = Seq(0L, 3L, 5L, 10L)(rnd.nextInt(4))
+    val extra = Seq(5L, 15L, 40L)(rnd.nextInt(3))
+    val provider = Providers(rnd.nextInt(Providers.size))
+    // late records reach back beyond the grace, into what Spark's watermark still accepts
+    WindowCase(size, advance, grace, provider, genEvents(rnd, (size + grace + extra).toInt), extraDelayMs = extra)
   }
 
   def genTimeLimitCase(rnd: Random): Case = {

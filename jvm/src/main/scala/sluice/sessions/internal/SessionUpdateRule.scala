@@ -70,7 +70,10 @@ private[sluice] case class SessionUpdateRule(session: SparkSession) extends Rule
 
   private def fusable(s: SuppressNode): Boolean = s.child match {
     case a: Aggregate if isSessionAggregate(a) => s.suppressed match {
-      case u: UntilWindowCloses => u.buffer.maxRecords == Long.MaxValue && u.buffer.maxBytes == Long.MaxValue
+      // A grace below the watermark delay closes sessions before Spark's append-mode save would emit
+      // them: that suppress runs unfused, as for time windows (FusedFinal).
+      case u: UntilWindowCloses =>
+        u.buffer.maxRecords == Long.MaxValue && u.buffer.maxBytes == Long.MaxValue && s.earlyMs == 0
       case _ => false
     }
     case _ => false

@@ -95,6 +95,12 @@ private[sluice] object FusedFinal extends Logging {
     node.suppressed match {
       case u: UntilWindowCloses if u.buffer.isBounded =>
         Left(s"its buffer is bounded (${u.buffer}); only an unbounded until_window_closes is fused")
+      // A grace below the watermark delay closes windows before Spark's watermark does, and the
+      // append-mode save emits a window only at the watermark: such a suppress runs unfused (the
+      // buffered plan). A checkpoint written fused then refuses the restart (see decide).
+      case _: UntilWindowCloses if node.earlyMs > 0 =>
+        Left(s"its grace period (${node.graceMs}ms) is below the watermark delay (${node.graceMs + node.earlyMs}ms); " +
+          "the fused plan closes windows only at the watermark")
       case _: UntilWindowCloses => below match {
         case Some((_, agg)) if agg.child.isStreaming && node.window.isDefined =>
           val stateful = root.collect { case p if StatefulOperatorSupport.isSparkStateful(p) => p }

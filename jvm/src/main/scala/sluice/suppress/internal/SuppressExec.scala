@@ -48,7 +48,8 @@ private[sluice] case class SuppressExec(
     child: SparkPlan,
     streamTime: Option[Attribute] = None,
     realTime: Boolean = false,
-    retracted: Option[Attribute] = None) extends SluiceStateStoreExec {
+    retracted: Option[Attribute] = None,
+    earlyMs: Long = 0L) extends SluiceStateStoreExec {
 
   private val layout = new BufferLayout(DataTypeUtils.fromAttributes(keys), DataTypeUtils.fromAttributes(child.output))
   override def keyAttributes: Seq[Attribute] = keys
@@ -64,7 +65,7 @@ private[sluice] case class SuppressExec(
 
   // `next` is the earliest buffer time left.
   override protected def dueWithoutInput(next: Long, newInputWatermark: Long): Boolean = suppressed match {
-    case _: UntilWindowCloses => next <= newInputWatermark
+    case _: UntilWindowCloses => next <= SuppressExec.closeTime(newInputWatermark, earlyMs)
     // The query's clock, which stamps the batches the limit is judged by.
     case w: UntilWallClockTimeLimit => next + w.limitMs <= queryClockMs
     case _: UntilTimeLimit => false // stream time advances only with input
@@ -80,6 +81,11 @@ private[sluice] case class SuppressExec(
     val config = mode.buffer
     val name = operatorName
     val grace = graceMs
+    val early = earlyMs
+    // Windows ending at or before `closeWm` close in this batch; those ending at or before `lateCloseWm`
+    // closed in an earlier one (its closing time, from the previous batch's watermark in the offset log).
+    val closeWm = SuppressExec.closeTime(evictWm, early)
+    val lateCloseWm = SuppressExec.closeTime(lateWm, early)
     val lay = layout
     val output = child.output
     val keyExprs = keys
@@ -133,7 +139,8 @@ private[sluice] case class SuppressExec(
         case _: UntilWindowCloses if perRow =>
           val ord = windowOrdinal.get
           val tsOrd = streamTimeOrdinal.get
-          val closer = new StreamTimeCloser(buffer.storedStreamTime, grace, evictWm, upstreams)
+          // The floor: what the batch's watermark closes, by the micro-batch rule (closeTime).
+          val closer = new StreamTimeCloser(buffer.storedStreamTime, grace, closeWm, upstreams)
           val isDue = (t: Long) => closer.isClosed(t)
           beforeCommit = () => closer.streamTime.foreach(buffer.storeStreamTime)
           // Before the first row: windows the batch watermark (or the stored stream time) closed.
@@ -157,19 +164,23 @@ private[sluice] case class SuppressExec(
           }
         case _: UntilWindowCloses =>
           val ord = windowOrdinal.get
-          // Buffer time = window end (ms): due once the watermark reaches it.
-          val isDue = (t: Long) => t <= evictWm
+          // Buffer time = window end (ms): due once the batch's closing time reaches it (the watermark,
+          // or with a grace below the delay stream time minus the grace: see SuppressExec.closeTime).
+          val isDue = (t: Long) => t <= closeWm
           iter.flatMap { row =>
             val end = row.getStruct(ord, 2).getLong(1) / 1000
             if (retractedOrdinal.exists(row.getBoolean)) {
               // A merged-away session: its final result will never exist, so nothing of it is emitted.
               buffer.drop(keyOf(row))
               Iterator.empty
-            } else if (end <= lateWm) {
-              lateDropped += 1 // its window was closed (and emitted) by an earlier batch
+            } else if (end <= lateCloseWm) {
+              // Its window was closed (and emitted) by an earlier batch. With a grace below the delay the
+              // aggregation still updates the window until Spark's watermark evicts it: those updates
+              // (late rows) end here, counted, and never change the emitted final result.
+              lateDropped += 1
               Iterator.empty
             } else {
-              lateness(evictWm + grace - end)
+              lateness(evictWm + grace + early - end)
               buffer.put(keyOf(row), row, end)
               buffer.enforceBound(isDue)
             }
@@ -264,6 +275,27 @@ private[sluice] case class SuppressExec(
 }
 
 private[sluice] object SuppressExec {
+  /**
+   * The closing time of a micro-batch whose watermark is `wm`: windows ending at or before it are
+   * closed (final result emitted in this batch, rows for them afterwards late). `earlyMs` is the
+   * watermark delay minus the window's grace period.
+   *
+   * Without a grace of its own (`earlyMs` 0) it is the watermark. With one, it is Kafka Streams'
+   * stream time minus the grace (KIP-328), stream time being the largest event time seen. Spark's
+   * WatermarkTracker, after each batch, sets each `withWatermark` operator's watermark to the largest
+   * event time its EventTimeWatermarkExec has seen in any batch so far minus its delay (never moving
+   * back), and the global watermark to their minimum (the default policy), starting at 0 and never
+   * moving back either; batch N's watermark is written to the offset log before it runs. So for the
+   * watermark that feeds the aggregation, batch N's watermark + the delay is the largest event time
+   * of the batches before N, the same when the batch replays; a watermark of 0 tells nothing (the
+   * largest event time may be below the delay), and then the watermark itself is the closing time.
+   * With several watermarks (a join, a union) feeding the query, the global one is their minimum and
+   * watermark + delay is at most the largest event time: windows then close late, never early.
+   * The result is never below the watermark, so a window closes no later than without the grace, and
+   * before Spark evicts its state.
+   */
+  def closeTime(wm: Long, earlyMs: Long): Long = if (earlyMs > 0 && wm > 0) wm + earlyMs else wm
+
   /** The operator's metrics, typed by what they count (rows as counts, bytes as sizes). */
   val Metrics: Seq[StatefulOperatorCustomMetric] = Seq(
     StatefulOperatorCustomSumMetric("suppressionEmitTotal", "rows emitted by suppress when due"),

@@ -34,8 +34,9 @@ private[sluice] object SuppressPlanner {
     // aggregation in update mode, retracting merged-away sessions).
     val window = keys.find(k => k.metadata.contains(TimeWindow.marker) || k.metadata.contains(SessionWindow.marker))
     var graceMs = 0L
+    var earlyMs = 0L
     suppressed match {
-      case _: UntilWindowCloses =>
+      case u: UntilWindowCloses =>
         val w = window.getOrElse(fail("suppress(until_window_closes) needs a time window among the grouping " +
           "columns: group by F.window(<event-time column>, <duration>) or F.session_window(<event-time column>, " +
           "<gap>) (and other keys) before suppress."))
@@ -44,7 +45,16 @@ private[sluice] object SuppressPlanner {
             "df.withWatermark(\"<event-time column>\", \"<grace period>\") before the aggregation; the watermark " +
             "delay is the grace period.")
         }
-        graceMs = w.metadata.getLong(EventTimeWatermark.delayKey)
+        val delayMs = w.metadata.getLong(EventTimeWatermark.delayKey)
+        graceMs = u.graceMs.getOrElse(delayMs)
+        if (graceMs > delayMs) {
+          fail(s"suppress(until_window_closes) has a grace period of ${graceMs}ms, more than the watermark delay of " +
+            s"${delayMs}ms on the window's event-time column: Spark drops a window's state once the watermark " +
+            "passes its end, so no window can accept rows longer than the delay. Use a grace of at most " +
+            s"${delayMs}ms, or a watermark delay of at least ${graceMs}ms (df.withWatermark(\"<event-time column>\", " +
+            "\"<delay>\")).")
+        }
+        earlyMs = delayMs - graceMs
       case _ =>
     }
     val time = (suppressed, timeCol) match {
@@ -63,7 +73,8 @@ private[sluice] object SuppressPlanner {
           "the window end or the wall clock.")
       case _ => None
     }
-    DatasetAccess.ofRows(df.sparkSession, SuppressNode(suppressed, keys, window, graceMs, time, plan))
+    DatasetAccess.ofRows(df.sparkSession, SuppressNode(suppressed, keys, window, graceMs, time, plan,
+      earlyMs = earlyMs))
   }
 
   /**

@@ -23,7 +23,7 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
       else FusedFinal.plan(session, n, ctx).getOrElse {
         Sidecars.record(session, n, SuppressStrategy.sidecar(n))
         SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, ctx, planLater(n.child),
-          retracted = n.retracted)
+          retracted = n.retracted, earlyMs = n.earlyMs)
       } :: Nil
     case _ => Nil
   }
@@ -42,9 +42,10 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
         val (child, ts) = RealTimeSuppress.withStreamTime(n)
         // The hidden column is dropped right above suppress: the query's output is as written.
         ProjectExec(n.output, SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, Some(ctx),
-          planLater(child), streamTime = Some(ts), realTime = true))
+          planLater(child), streamTime = Some(ts), realTime = true, earlyMs = n.earlyMs))
       case _ =>
-        SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, Some(ctx), planLater(n.child), realTime = true)
+        SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, Some(ctx), planLater(n.child), realTime = true,
+          earlyMs = n.earlyMs)
     }
   }
 }
@@ -61,6 +62,8 @@ private[sluice] object SuppressStrategy {
     def bound(v: Long): Option[Long] = if (v == Long.MaxValue) None else Some(v)
     ("kind" -> "suppress") ~ ("name" -> s.suppressed.name) ~ ("mode" -> mode) ~ ("limitMs" -> limit) ~
       ("graceMs" -> (if (s.window.isDefined) Some(s.graceMs) else None)) ~
+      // delay - grace: the windows of a batch at watermark w close at w + earlyMs (SuppressExec.closeTime)
+      ("earlyMs" -> (if (s.earlyMs > 0) Some(s.earlyMs) else None)) ~
       ("keys" -> s.keys.map(_.name).toList) ~
       ("buffer" -> (("maxRecords" -> bound(b.maxRecords)) ~ ("maxBytes" -> bound(b.maxBytes)) ~
         ("whenFull" -> whenFull(b.whenFull))))

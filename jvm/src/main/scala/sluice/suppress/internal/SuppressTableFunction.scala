@@ -19,11 +19,13 @@ import sluice.suppress._
  * `sluice_suppress`, suppress for SQL: a table-valued function over a streaming aggregation,
  * installed by sluice.plugin.SluiceExtensions.
  * {{{
- *   SELECT * FROM sluice_suppress(TABLE(counts), 'until_window_closes' [, buffer])
+ *   SELECT * FROM sluice_suppress(TABLE(counts), 'until_window_closes' [, buffer] [, grace])
  *   SELECT * FROM sluice_suppress(TABLE(counts), 'until_time_limit', limit, time_col [, buffer])
  *   SELECT * FROM sluice_suppress(TABLE(counts), 'until_wall_clock_time_limit', limit [, buffer])
  * }}}
- * `limit` is an interval (`INTERVAL 30 SECONDS` or '30 seconds'); `buffer` a string of
+ * `grace` (KIP-328's grace period, at most the watermark delay; without it the grace is the delay)
+ * is an interval; given without a buffer it must be an interval value (`INTERVAL 5 MINUTES`), since a
+ * string there is the buffer. `limit` is an interval (`INTERVAL 30 SECONDS` or '30 seconds'); `buffer` a string of
  * `unbounded` (the default) or `max_records=N` and/or `max_bytes=N` (`64m` accepted), optionally
  * followed by `emit_early_when_full` (the default with a bound), `shut_down_when_full` or
  * `spill_to_disk_when_full` — the same choices as the Python and Scala APIs, which build the same
@@ -33,7 +35,7 @@ private[sluice] object SuppressTableFunction {
   val Name = "sluice_suppress"
 
   private val Usage =
-    s"$Name(TABLE(<streaming aggregation>), 'until_window_closes' [, buffer]) | " +
+    s"$Name(TABLE(<streaming aggregation>), 'until_window_closes' [, buffer] [, <grace interval>]) | " +
       s"$Name(TABLE(...), 'until_time_limit', <interval>, '<time column>' [, buffer]) | " +
       s"$Name(TABLE(...), 'until_wall_clock_time_limit', <interval> [, buffer]); buffer: 'unbounded' or " +
       "'max_records=N max_bytes=N [emit_early_when_full|shut_down_when_full|spill_to_disk_when_full]'"
@@ -59,9 +61,14 @@ private[sluice] object SuppressTableFunction {
     if (rest.isEmpty) fail("the suppression mode is missing")
     val (suppressed, timeCol) = mode(rest.head) match {
       case "until_window_closes" =>
-        arity(rest, 1, 2)
-        buffer(rest.lift(1)) match {
-          case strict: StrictBufferConfig => (Suppressed.untilWindowCloses(strict), None)
+        arity(rest, 1, 3)
+        // One argument after the mode: the grace if it is an interval value, else the buffer.
+        val (bufferArg, graceArg) =
+          if (rest.size == 2 && isInterval(rest(1))) (None, Some(rest(1))) else (rest.lift(1), rest.lift(2))
+        val grace = graceArg.map(millis(_, "grace period"))
+        buffer(bufferArg) match {
+          case strict: StrictBufferConfig =>
+            (grace.fold(Suppressed.untilWindowCloses(strict))(g => Suppressed.untilWindowCloses(strict, g)), None)
           case eager => fail(s"until_window_closes emits only final results, so its buffer may not emit early " +
             s"($eager): add shut_down_when_full or spill_to_disk_when_full, or use 'unbounded'")
         }
@@ -114,21 +121,26 @@ private[sluice] object SuppressTableFunction {
 
   private def mode(e: Expression): String = string(e, "mode").trim.toLowerCase(Locale.ROOT)
 
-  private def millis(e: Expression): Long = {
+  private def isInterval(e: Expression): Boolean = e.dataType match {
+    case _: DayTimeIntervalType | CalendarIntervalType => true
+    case _ => false
+  }
+
+  private def millis(e: Expression, what: String = "time limit"): Long = {
     val interval: CalendarInterval = e.dataType match {
       case _: DayTimeIntervalType =>
-        val micros = constant(e, "time limit").asInstanceOf[Long]
+        val micros = constant(e, what).asInstanceOf[Long]
         new CalendarInterval(0, 0, micros)
-      case CalendarIntervalType => constant(e, "time limit").asInstanceOf[CalendarInterval]
+      case CalendarIntervalType => constant(e, what).asInstanceOf[CalendarInterval]
       case StringType =>
-        val s = string(e, "time limit")
+        val s = string(e, what)
         try IntervalUtils.stringToInterval(UTF8String.fromString(s))
         catch { case _: IllegalArgumentException | _: org.apache.spark.SparkException => fail(s"'$s' is not an interval") }
-      case other => fail(s"the time limit must be an interval such as INTERVAL 30 SECONDS, got ${other.sql}")
+      case other => fail(s"the $what must be an interval such as INTERVAL 30 SECONDS, got ${other.sql}")
     }
-    if (interval.months != 0) fail(s"the time limit must not use months or years: $interval")
+    if (interval.months != 0) fail(s"the $what must not use months or years: $interval")
     val ms = interval.days * 86400000L + interval.microseconds / 1000L
-    if (ms < 0) fail(s"the time limit must not be negative: $interval")
+    if (ms < 0) fail(s"the $what must not be negative: $interval")
     ms
   }
 
