@@ -7,13 +7,15 @@ type URL and the input bound's option and metric names are not written here: the
 two sides cannot drift (``tests/test_contract.py`` fails on a copy written out elsewhere). Only the
 parsers are code on both sides; both test suites check them against the vectors in that file.
 """
+
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 from sluice import _spark
 
@@ -33,14 +35,14 @@ def message(_template: str, **args: Any) -> str:
     text = spec()["messages"][_template]
     for k, v in args.items():
         text = text.replace("{" + k + "}", str(v))
-    return text
+    return str(text)
 
 
 def supplier_message(_template: str, **args: Any) -> str:
     text = spec()["windowstore_supplier"][_template]
     for k, v in args.items():
         text = text.replace("{" + k + "}", str(v))
-    return text
+    return str(text)
 
 
 def _parse_with_units(value: Any, units: dict[str, int]) -> int | None:
@@ -114,7 +116,10 @@ class _FlagOption(Option):
 
 
 _PARSERS: dict[str, Callable[[Any], Any]] = {
-    "bytes": parse_bytes, "millis": parse_millis, "positive_int": parse_positive_int, "string": parse_string,
+    "bytes": parse_bytes,
+    "millis": parse_millis,
+    "positive_int": parse_positive_int,
+    "string": parse_string,
     "boolean": parse_boolean,
 }
 
@@ -129,6 +134,7 @@ def _key_option(k: dict[str, Any]) -> Option:
         def choose(v: Any) -> str | None:
             name = str(v).strip().lower()
             return name if name in allowed else None
+
         return Option(key, expected, choose)
     expected = forms[k["form"]]["expected"]
     base = _PARSERS[k["form"]]
@@ -139,12 +145,14 @@ def _key_option(k: dict[str, Any]) -> Option:
     def bounded(v: Any) -> Any:
         parsed = base(v)
         return parsed if parsed is not None and parsed >= minimum else None
+
     return Option(key, message("at_least", form=expected, min=minimum), bounded)
 
 
 def contract() -> dict[str, Any]:
     """The names both languages use (conf.json's ``contract``)."""
-    return spec()["contract"]
+    names: dict[str, Any] = spec()["contract"]
+    return names
 
 
 def operator_ids(kind: str) -> range:
@@ -168,7 +176,7 @@ def key(name: str) -> str:
     ``spark.sluice.windowstore.retention``); fails on a name conf.json does not list."""
     if not any(k["name"] == name for k in spec()["keys"]):
         raise KeyError(f"{name} is not a key of sluice/conf.json")
-    return spec()["prefix"] + name
+    return str(spec()["prefix"]) + name
 
 
 def removed() -> list[dict[str, Any]]:
@@ -205,10 +213,13 @@ def options() -> dict[str, Option]:
     out = {k["option"]: _key_option(k) for k in spec()["keys"] if "option" in k}
     providers = state_store_providers()
     out["state_store"] = Option(
-        contract()["provider_class_key"], spec()["forms"]["choice"]["expected"].replace("{values}", ", ".join(providers)),
-        lambda v: providers.get(v.strip().lower()) if isinstance(v, str) else None)
-    out["state_store_cache"] = _FlagOption(contract()["provider_class_key"], "True or False", lambda v: v,
-                                           value_if_true=spec()["caching_provider"])
+        contract()["provider_class_key"],
+        spec()["forms"]["choice"]["expected"].replace("{values}", ", ".join(providers)),
+        lambda v: providers.get(v.strip().lower()) if isinstance(v, str) else None,
+    )
+    out["state_store_cache"] = _FlagOption(
+        contract()["provider_class_key"], "True or False", lambda v: v, value_if_true=spec()["caching_provider"]
+    )
     return out
 
 

@@ -1,12 +1,14 @@
 """``configure``: adding sluice to a SparkSession builder (the jar of the running Spark, the plugin,
 the extensions and the ``spark.sluice.*`` options)."""
+
 from __future__ import annotations
 
 import functools
 import inspect
 import os
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable, Literal, ParamSpec, TypeVar, Union
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from pyspark.sql import SparkSession
 
@@ -36,9 +38,9 @@ def _starts_local_connect_server(options: dict[str, Any]) -> bool:
     return remote is not None and not str(remote).startswith("sc://")
 
 
-ByteSize = Union[int, str]
+ByteSize = int | str
 """A byte size: a number of bytes, or a Spark byte string such as ``"64m"`` or ``"1g"``."""
-Duration = Union[int, str, timedelta]
+Duration = int | str | timedelta
 """A duration: milliseconds, a Spark time string such as ``"30s"``, or a ``timedelta``."""
 Provider = Literal["hdfs", "rocksdb", "in_memory_window"]
 """A state store provider by sluice's name for it (conf.json's ``providers``)."""
@@ -63,19 +65,23 @@ def _refusing_removed_options(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 @_refusing_removed_options
-def configure(builder: SparkSession.Builder, spark_version: str | None = None, *,
-              statestore_cache_max_bytes: ByteSize | None = None,
-              commit_interval_ms: Duration | None = None,
-              input_buffer_max_bytes: ByteSize | None = None,
-              input_fetch_max_bytes: ByteSize | None = None,
-              state_store: Provider | None = None,
-              state_store_cache: bool | None = None,
-              statestore_cache_delegate: Provider | None = None,
-              json_decoder: Literal["spark", "sluice"] | None = None,
-              window_slicing: bool | None = None,
-              aggregate_partial_hash: bool | None = None,
-              input_kafka_direct: bool | None = None,
-              checkpoint_local_direct: bool | None = None) -> SparkSession.Builder:
+def configure(
+    builder: SparkSession.Builder,
+    spark_version: str | None = None,
+    *,
+    statestore_cache_max_bytes: ByteSize | None = None,
+    commit_interval_ms: Duration | None = None,
+    input_buffer_max_bytes: ByteSize | None = None,
+    input_fetch_max_bytes: ByteSize | None = None,
+    state_store: Provider | None = None,
+    state_store_cache: bool | None = None,
+    statestore_cache_delegate: Provider | None = None,
+    json_decoder: Literal["spark", "sluice"] | None = None,
+    window_slicing: bool | None = None,
+    aggregate_partial_hash: bool | None = None,
+    input_kafka_direct: bool | None = None,
+    checkpoint_local_direct: bool | None = None,
+) -> SparkSession.Builder:
     """Adds sluice to a SparkSession builder and sets its ``spark.sluice.*`` options.
 
     Every option left at ``None`` is not set, so its key keeps its default (or the value another
@@ -135,8 +141,10 @@ def configure(builder: SparkSession.Builder, spark_version: str | None = None, *
     if gone:
         raise ValueError("; ".join(gone))
     if options.get("state_store_cache") is True and "state_store" in options:
-        raise ValueError("state_store and state_store_cache=True both choose the state store provider; "
-                         "to cache a provider, pass statestore_cache_delegate instead of state_store")
+        raise ValueError(
+            "state_store and state_store_cache=True both choose the state store provider; "
+            "to cache a provider, pass statestore_cache_delegate instead of state_store"
+        )
     settings = {known[name].key: known[name].to_conf(value) for name, value in options.items()}
     settings = {k: v for k, v in settings.items() if v is not None}  # a False flag sets nothing
 
@@ -158,5 +166,6 @@ def configure(builder: SparkSession.Builder, spark_version: str | None = None, *
 
 
 OPTION_NAMES: tuple[str, ...] = tuple(
-    name for name, p in inspect.signature(configure).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY)
+    name for name, p in inspect.signature(configure).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
+)
 """``configure()``'s options; ``tests/test_plugin.py`` checks they are conf.json's, one for one."""

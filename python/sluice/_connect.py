@@ -7,9 +7,10 @@ This module encodes plain values (``sluice.suppress`` turns its objects into the
 pyspark's Connect client (grpc, protobuf) only when a Connect object is actually in use, so
 ``import sluice`` works without the client's extras.
 """
+
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from sluice import _conf, _handles
 from sluice._conf import CONNECT_RELATION_CLASSES_KEY
@@ -23,13 +24,15 @@ def _missing_plugin() -> SluiceError:
         f"start it with --jars <sluice.jar_path()> and --conf {CONNECT_RELATION_CLASSES_KEY}="
         f"{loading[CONNECT_RELATION_CLASSES_KEY]} (and the other sluice keys: "
         + ", ".join(f"{k}={v}" for k, v in loading.items() if k != CONNECT_RELATION_CLASSES_KEY)
-        + ")")
+        + ")"
+    )
 
 
 on_missing_connect_plugin(_missing_plugin)
 
 
 # --- the extension message (its schema is documented in sluice.connect.SuppressRelation) --------
+
 
 def _varint(n: int) -> bytes:
     n &= (1 << 64) - 1  # an int64 is written as its 64-bit two's complement
@@ -55,9 +58,17 @@ def _int64_field(number: int, value: int) -> bytes:
     return _varint(number << 3) + _varint(value)
 
 
-def encode(input_relation: bytes, kind: str, limit_ms: int, when_full: str, max_records: Optional[int] = None,
-           max_bytes: Optional[int] = None, name: Optional[str] = None, time_col: Optional[str] = None,
-           grace_ms: Optional[int] = None) -> bytes:
+def encode(
+    input_relation: bytes,
+    kind: str,
+    limit_ms: int,
+    when_full: str,
+    max_records: int | None = None,
+    max_bytes: int | None = None,
+    name: str | None = None,
+    time_col: str | None = None,
+    grace_ms: int | None = None,
+) -> bytes:
     """The ``sluice.connect.Suppress`` message for ``suppress`` of ``input_relation`` (a bound left
     out is unbounded; a grace left out is the watermark delay)."""
     out = _bytes_field(1, input_relation) + _string_field(2, kind)
@@ -77,6 +88,7 @@ def encode(input_relation: bytes, kind: str, limit_ms: int, when_full: str, max_
 
 
 # --- the plan ---------------------------------------------------------------------------------
+
 
 def _plan_class() -> type:
     LogicalPlan = _handles.connect_logical_plan_class()

@@ -4,22 +4,22 @@
 grouping key, the latest row when ``suppressed`` says so. The buffer lives in a Spark state store
 under the query checkpoint; the query must run in update output mode.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, Optional, Union, cast
+from typing import Any, cast
 
 from pyspark.sql import DataFrame
 
 from sluice import _connect, _handles
 from sluice._errors import SluiceSuppressError, translating
 
-__all__ = ["suppress", "Suppressed", "BufferConfig", "StrictBufferConfig", "EagerBufferConfig",
-           "SluiceSuppressError"]
+__all__ = ["suppress", "Suppressed", "BufferConfig", "StrictBufferConfig", "EagerBufferConfig", "SluiceSuppressError"]
 
 _UNBOUNDED = (1 << 63) - 1
-Duration = Union[timedelta, int, float]
+Duration = timedelta | int | float
 
 
 def _bound(name: str, n: Any) -> int:
@@ -61,38 +61,42 @@ class BufferConfig:
     when_full: str = "emit_early"
 
     @staticmethod
-    def max_records(n: int) -> "EagerBufferConfig":
+    def max_records(n: int) -> EagerBufferConfig:
         return EagerBufferConfig(records=_bound("max_records", n))
 
     @staticmethod
-    def max_bytes(n: int) -> "EagerBufferConfig":
+    def max_bytes(n: int) -> EagerBufferConfig:
         return EagerBufferConfig(bytes=_bound("max_bytes", n))
 
     @staticmethod
-    def unbounded() -> "StrictBufferConfig":
+    def unbounded() -> StrictBufferConfig:
         return StrictBufferConfig(when_full="shut_down")
 
-    def with_max_records(self, n: int) -> "BufferConfig":
+    def with_max_records(self, n: int) -> BufferConfig:
         return replace(self, records=_bound("max_records", n))
 
-    def with_max_bytes(self, n: int) -> "BufferConfig":
+    def with_max_bytes(self, n: int) -> BufferConfig:
         return replace(self, bytes=_bound("max_bytes", n))
 
-    def with_no_bound(self) -> "StrictBufferConfig":
+    def with_no_bound(self) -> StrictBufferConfig:
         return StrictBufferConfig(when_full="shut_down")
 
-    def emit_early_when_full(self) -> "EagerBufferConfig":
+    def emit_early_when_full(self) -> EagerBufferConfig:
         return EagerBufferConfig(records=self.records, bytes=self.bytes)
 
-    def shut_down_when_full(self) -> "StrictBufferConfig":
+    def shut_down_when_full(self) -> StrictBufferConfig:
         return StrictBufferConfig(records=self.records, bytes=self.bytes, when_full="shut_down")
 
-    def spill_to_disk_when_full(self) -> "StrictBufferConfig":
+    def spill_to_disk_when_full(self) -> StrictBufferConfig:
         return StrictBufferConfig(records=self.records, bytes=self.bytes, when_full="spill_to_disk")
 
     def _to_java(self, spark: Any) -> Any:
-        cfg = _handles.jvm(spark).sluice.suppress.BufferConfig.unbounded() \
-            .withMaxRecords(self.records).withMaxBytes(self.bytes)
+        cfg = (
+            _handles.jvm(spark)
+            .sluice.suppress.BufferConfig.unbounded()
+            .withMaxRecords(self.records)
+            .withMaxBytes(self.bytes)
+        )
         if self.when_full == "emit_early":
             return cfg.emitEarlyWhenFull()
         if self.when_full == "spill_to_disk":
@@ -104,10 +108,10 @@ class BufferConfig:
 class EagerBufferConfig(BufferConfig):
     """A buffer config that emits the oldest rows early when full."""
 
-    def with_max_records(self, n: int) -> "EagerBufferConfig":
+    def with_max_records(self, n: int) -> EagerBufferConfig:
         return replace(self, records=_bound("max_records", n))
 
-    def with_max_bytes(self, n: int) -> "EagerBufferConfig":
+    def with_max_bytes(self, n: int) -> EagerBufferConfig:
         return replace(self, bytes=_bound("max_bytes", n))
 
 
@@ -117,10 +121,10 @@ class StrictBufferConfig(BufferConfig):
 
     when_full: str = "shut_down"
 
-    def with_max_records(self, n: int) -> "StrictBufferConfig":
+    def with_max_records(self, n: int) -> StrictBufferConfig:
         return replace(self, records=_bound("max_records", n))
 
-    def with_max_bytes(self, n: int) -> "StrictBufferConfig":
+    def with_max_bytes(self, n: int) -> StrictBufferConfig:
         return replace(self, bytes=_bound("max_bytes", n))
 
 
@@ -131,11 +135,11 @@ class Suppressed:
     kind: str
     buffer: BufferConfig
     limit_ms: int = 0
-    name: Optional[str] = None
-    grace_ms: Optional[int] = None
+    name: str | None = None
+    grace_ms: int | None = None
 
     @staticmethod
-    def until_window_closes(buffer_config: StrictBufferConfig, grace: Optional[Duration] = None) -> "Suppressed":
+    def until_window_closes(buffer_config: StrictBufferConfig, grace: Duration | None = None) -> Suppressed:
         """One final row per window and key, once the window closes. Accepts only a strict config.
 
         Without ``grace`` a window closes when the watermark passes its end (the watermark delay is
@@ -148,23 +152,24 @@ class Suppressed:
             raise TypeError(
                 "until_window_closes needs a strict buffer config (BufferConfig.unbounded(), or a bound with "
                 ".shut_down_when_full() or .spill_to_disk_when_full()): emitting early would break the "
-                f"one-final-result guarantee; got {buffer_config}")
+                f"one-final-result guarantee; got {buffer_config}"
+            )
         grace_ms = None if grace is None else _millis(grace, "grace period")
         return Suppressed("until_window_closes", buffer_config, grace_ms=grace_ms)
 
     @staticmethod
-    def until_time_limit(time_to_wait_for_more_events: Duration, buffer_config: BufferConfig) -> "Suppressed":
+    def until_time_limit(time_to_wait_for_more_events: Duration, buffer_config: BufferConfig) -> Suppressed:
         """Emit a key's latest row once stream time (the largest ``time_col`` seen) is the limit past
         the time the key was first buffered. A timedelta or seconds; 0 forwards at once."""
         return Suppressed("until_time_limit", _check_config(buffer_config), _millis(time_to_wait_for_more_events))
 
     @staticmethod
-    def until_wall_clock_time_limit(time_to_wait: Duration, buffer_config: BufferConfig) -> "Suppressed":
+    def until_wall_clock_time_limit(time_to_wait: Duration, buffer_config: BufferConfig) -> Suppressed:
         """Emit a key's latest row once the wall clock is the limit past the time the key was first
         buffered, in the first micro-batch at or after that time (KIP-539), also without input."""
         return Suppressed("until_wall_clock_time_limit", _check_config(buffer_config), _millis(time_to_wait))
 
-    def with_name(self, name: str) -> "Suppressed":
+    def with_name(self, name: str) -> Suppressed:
         """Names the operator in errors (e.g. the buffer-full error)."""
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty string")
@@ -184,10 +189,15 @@ class Suppressed:
     def _wire(self) -> dict[str, Any]:
         """This config as the plain values the Connect encoding takes (``sluice._connect.encode``)."""
         buf = self.buffer
-        return {"kind": self.kind, "limit_ms": self.limit_ms, "when_full": buf.when_full,
-                "max_records": None if buf.records == _UNBOUNDED else buf.records,
-                "max_bytes": None if buf.bytes == _UNBOUNDED else buf.bytes, "name": self.name,
-                "grace_ms": self.grace_ms}
+        return {
+            "kind": self.kind,
+            "limit_ms": self.limit_ms,
+            "when_full": buf.when_full,
+            "max_records": None if buf.records == _UNBOUNDED else buf.records,
+            "max_bytes": None if buf.bytes == _UNBOUNDED else buf.bytes,
+            "name": self.name,
+            "grace_ms": self.grace_ms,
+        }
 
 
 def _check_config(cfg: Any) -> BufferConfig:
@@ -196,7 +206,7 @@ def _check_config(cfg: Any) -> BufferConfig:
     return cfg
 
 
-def suppress(df: DataFrame, suppressed: Suppressed, *, time_col: Optional[str] = None) -> DataFrame:
+def suppress(df: DataFrame, suppressed: Suppressed, *, time_col: str | None = None) -> DataFrame:
     """Suppresses the updates of the streaming aggregation ``df`` as ``suppressed`` says.
 
     Returns a streaming DataFrame with the columns of ``df``; write it with

@@ -28,15 +28,17 @@ Example::
         rows = driver.advance_wall_clock(timedelta(seconds=1))  # the batch that closes the window
         assert [(r.key, r["count"]) for r in rows] == [("a", 1)]
 """
+
 from __future__ import annotations
 
 import json
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any
 
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.types import StructType
@@ -47,11 +49,11 @@ from sluice._errors import translating
 __all__ = ["PipelineDriver", "Batch"]
 
 Pipeline = Callable[[DataFrame], DataFrame]
-WallClock = Union[datetime, int]
+WallClock = datetime | int
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def _ms(d: Union[timedelta, int]) -> int:
+def _ms(d: timedelta | int) -> int:
     """A duration as whole milliseconds: a timedelta, or an int of milliseconds."""
     if isinstance(d, bool):
         raise TypeError("a duration is a timedelta or an int of milliseconds")
@@ -91,7 +93,7 @@ class Batch:
     rows: list[Row]
     replay: bool = False
     failed: bool = False
-    progress: Optional[dict[str, Any]] = field(default=None, repr=False)
+    progress: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def operators(self) -> list[dict[str, Any]]:
@@ -100,7 +102,7 @@ class Batch:
         ``stateStoreSave``)."""
         return list((self.progress or {}).get("stateOperators", []))
 
-    def metric(self, name: str, operator: Optional[str] = None) -> int:
+    def metric(self, name: str, operator: str | None = None) -> int:
         """A state operator metric of this batch, summed over the operators named ``operator``
         (all if None): a custom metric (``suppressionEmitTotal``, ``emitCacheBytes``,
         ``cacheHits``, ``windowStoreRecords``, ...) or a standard one (``numRowsTotal``,
@@ -145,9 +147,17 @@ class PipelineDriver:
             query fails (sluice's own errors are raised as their ``sluice`` exceptions).
     """
 
-    def __init__(self, spark: SparkSession, pipeline: Pipeline, schema: Union[StructType, str],
-                 output_mode: str = "update", checkpoint: Union[str, Path, None] = None, *,
-                 start: WallClock = 0, timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        pipeline: Pipeline,
+        schema: StructType | str,
+        output_mode: str = "update",
+        checkpoint: str | Path | None = None,
+        *,
+        start: WallClock = 0,
+        timeout: float = 120.0,
+    ) -> None:
         self._spark = spark
         self._pipeline = pipeline
         self._schema = schema if isinstance(schema, StructType) else spark.createDataFrame([], schema).schema
@@ -160,8 +170,13 @@ class PipelineDriver:
         jschema = jvm.org.apache.spark.sql.types.DataType.fromJson(self._schema.json())
         with translating():
             self._jdriver = jvm.sluice.testing.PipelineDriver.create(
-                _handles.jsession(spark), jschema, output_mode, str(self._checkpoint.resolve()),
-                _clock_ms(start), int(timeout * 1000))
+                _handles.jsession(spark),
+                jschema,
+                output_mode,
+                str(self._checkpoint.resolve()),
+                _clock_ms(start),
+                int(timeout * 1000),
+            )
         self._start()
 
     # -- input ---------------------------------------------------------------------------------
@@ -189,7 +204,7 @@ class PipelineDriver:
         """The wall clock's current time, in milliseconds since the epoch."""
         return int(self._jdriver.wallClockMs())
 
-    def advance_wall_clock(self, by: Union[timedelta, int] = timedelta(milliseconds=1)) -> list[Row]:
+    def advance_wall_clock(self, by: timedelta | int = timedelta(milliseconds=1)) -> list[Row]:
         """Moves the wall clock forward ``by`` (a timedelta or milliseconds, at least 1 ms) and runs
         the trigger due then; returns the output rows of the micro-batch it ran (none if it ran no
         batch: no input piped and nothing due).
@@ -233,7 +248,7 @@ class PipelineDriver:
         return list(self._batches)
 
     @property
-    def last_batch(self) -> Optional[Batch]:
+    def last_batch(self) -> Batch | None:
         """The last micro-batch delivered, or None."""
         batches = self.batches
         return batches[-1] if batches else None
@@ -241,7 +256,7 @@ class PipelineDriver:
     def read_output(self) -> list[Row]:
         """The output rows delivered since the last ``read_output`` (as reading an output topic),
         as an exactly-once sink keeps them: failed deliveries left out, each batch once."""
-        fresh = self._kept()[self._read:]
+        fresh = self._kept()[self._read :]
         self._read += len(fresh)
         return [r for b in fresh for r in b.rows]
 
@@ -258,7 +273,7 @@ class PipelineDriver:
                 done.add(b.batch_id)
         return kept
 
-    def metric(self, name: str, operator: Optional[str] = None) -> int:
+    def metric(self, name: str, operator: str | None = None) -> int:
         """``Batch.metric`` of the last batch that reported progress (0 if none did)."""
         for b in reversed(self.batches):
             if b.progress is not None:
@@ -283,7 +298,7 @@ class PipelineDriver:
             if self._own_checkpoint:
                 shutil.rmtree(self._checkpoint, ignore_errors=True)
 
-    def __enter__(self) -> "PipelineDriver":
+    def __enter__(self) -> PipelineDriver:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -303,11 +318,18 @@ class PipelineDriver:
         """Records the sink's deliveries not recorded yet, and the progress reported so far."""
         seen = {b.batch_id for b in self._batches}
         out = []
-        for d in list(self._jdriver.deliveriesList())[len(self._batches):]:
+        for d in list(self._jdriver.deliveriesList())[len(self._batches) :]:
             rows = _handles.dataframe(self._jdriver.rowsOf(d), self._spark).collect()
             batch_id = int(d.batchId())
-            out.append(Batch(batch_id, _EPOCH + timedelta(milliseconds=int(d.timestampMs())), rows,
-                             replay=batch_id in seen, failed=bool(d.failed())))
+            out.append(
+                Batch(
+                    batch_id,
+                    _EPOCH + timedelta(milliseconds=int(d.timestampMs())),
+                    rows,
+                    replay=batch_id in seen,
+                    failed=bool(d.failed()),
+                )
+            )
             seen.add(batch_id)
         self._batches.extend(out)
         self._progress_of_run()
