@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "python" / "sluice"
 REFERENCE = ROOT / "docs" / "reference" / "python.md"
 PUBLIC_MODULES = ["sluice", "sluice.suppress", "sluice.windowstore", "sluice.inspect", "sluice.input",
-                  "sluice.stores"]
+                  "sluice.stores", "sluice.testing"]
 
 
 def _all(module: str) -> list[str]:
