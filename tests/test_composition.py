@@ -305,11 +305,13 @@ class Combo:
                          f"interval{self.interval}", "bound" if self.bound else "nobound"])
 
 
-# dev/test's cross-version subset runs one interval on each other minor (SLUICE_MATRIX_INTERVALS=0 or
-# 1h): the two halves together are the whole matrix, and the default minor runs all of it.
+# dev/test's cross-version subset runs a quarter of the matrix on each other minor, one commit interval
+# (SLUICE_MATRIX_INTERVALS=0 or 1h) and one input bound (SLUICE_MATRIX_BOUNDS=off or on) each; the
+# default minor runs all of it.
 INTERVALS = os.environ.get("SLUICE_MATRIX_INTERVALS", "0,1h").split(",")
+BOUNDS = [{"off": False, "on": True}[b] for b in os.environ.get("SLUICE_MATRIX_BOUNDS", "off,on").split(",")]
 COMBOS = [Combo(p, c, q, i, b) for p in PROVIDERS for c in (False, True) for q in QUERIES
-          for i in INTERVALS for b in (False, True)]
+          for i in INTERVALS for b in BOUNDS]
 WORKERS = int(os.environ.get("SLUICE_MATRIX_WORKERS", "4"))
 
 
