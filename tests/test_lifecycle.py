@@ -77,7 +77,7 @@ def own(side: str) -> dict[str, str]:
     delegate commits what was written behind, and the output is Spark's from then on."""
     options = dict(SIDES[side])
     if "commit_interval_ms" in options:
-        options["commit_interval_ms"] = "1ms"
+        options["commit_interval_ms"] = "0"
     return configured(**options)
 
 
@@ -188,6 +188,20 @@ def test_a_restart_on_another_provider_fails_at_start_naming_both(spark: SparkSe
     run.run(own(before), BATCHES[2])
     assert run.latest() == model(BATCHES)
     assert len(run.logs()["commits"]) >= 3
+
+
+@pytest.mark.parametrize("delegate", ["hdfs", "rocksdb"])
+@pytest.mark.parametrize("interval", ["0", "1ms"])
+def test_write_behind_restarted_at_another_interval_loses_nothing(spark: SparkSession, tmp_path: Path,
+                                                                  delegate: str, interval: str) -> None:
+    """A checkpoint whose record cache held rows only in its write-behind files (interval 1 h: the
+    delegate never committed them) restarts with the interval at 0 (the delegate commits every batch)
+    or 1 ms: the first batch takes the logged rows into the delegate, and every count goes on from them."""
+    options = {"state_store_cache": True, "statestore_cache_delegate": delegate}
+    run = Run(spark, tmp_path)
+    run.run(configured(**options, commit_interval_ms="1h"), BATCHES[0], BATCHES[1])
+    run.run(configured(**options, commit_interval_ms=interval), BATCHES[2])
+    assert run.latest() == model(BATCHES)
 
 
 @pytest.mark.parametrize("side", ["hdfs", "window store", "record cache over rocksdb",

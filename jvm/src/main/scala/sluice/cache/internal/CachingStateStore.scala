@@ -12,8 +12,16 @@ import sluice.spark.{ForwardingStore, OpenOptions, SparkShim}
 /**
  * A writable store of `owner` at batch `version`. `writer` is the delegate's writable store, or null while
  * the delegate is only read (write-behind: opened read-only at its version; it becomes writable
- * when this batch must commit it). While `writer` is null, rows leaving the cache go to the
- * provider's [[WriteBehindState]]; once set, those rows have been written into it.
+ * when this batch must commit it). Until this store first needs the delegate writable (a commit, a
+ * scan it cannot lay the logged rows over, a pass-through), rows leaving the cache go to the
+ * provider's [[WriteBehindState]], even when `writer` is set from the start; from then on, those
+ * rows have been written into it.
+ *
+ * Why not drain the logged rows into `writer` as soon as it is given: a read store of the same
+ * provider, opened for the same batch, may still be read (Spark's restore reads its read store
+ * while the save's write store is already open). Over a delegate whose read and write stores are
+ * separate copies (HDFS-backed), that read store would find the rows neither in the log nor in its
+ * own delegate store, and the batch would lose them.
  */
 private[sluice] final class CachingStateStore(owner: CachingStateStoreProvider, override val version: Long,
     private var reader: ReadStateStore, private var writer: StateStore, cache: RecordCache, counters: StoreCounters,
@@ -21,10 +29,10 @@ private[sluice] final class CachingStateStore(owner: CachingStateStoreProvider, 
   private var done = false
   private var info: StateStoreCheckpointInfo = _
   private var keysAfter = -1L // the version's key count, set by commit
+  private var drained = false // the logged rows are in `writer`; rows leaving the cache go there too
   private def writeBehind = owner.writeBehind
   private def families = owner.families
   cache.attach(owner, this) // takes this store's dirty rows if another store's insert evicts them
-  if (writer != null) drainPending()
 
   private def inner: ReadStateStore = if (writer != null) writer else reader
 
@@ -34,12 +42,13 @@ private[sluice] final class CachingStateStore(owner: CachingStateStoreProvider, 
       writer = SparkShim.upgradeStore(owner.delegate, reader, writeBehind.delegateVersion, None,
         OpenOptions(forceSnapshotOnCommit = options.forceSnapshotOnCommit))
       reader = writer
-      drainPending()
+    }
+    if (!drained) {
+      writeBehind.drain().foreach { case (k, v) => toDelegate(k, v) }
+      drained = true
     }
     writer
   }
-
-  private def drainPending(): Unit = writeBehind.drain().foreach { case (k, v) => toDelegate(k, v) }
 
   private def toDelegate(key: CacheKey, value: UnsafeRow): Unit = {
     counters.delegateWrites += 1
@@ -50,7 +59,9 @@ private[sluice] final class CachingStateStore(owner: CachingStateStoreProvider, 
     if (key.owner ne owner) throw new IllegalStateException(
       s"sluice record cache: a pending write of ${key.owner} reached $this; failing the task rather than " +
         "writing it to another store")
-    if (writer != null) toDelegate(key, value) else writeBehind.add(key, value)
+    // Before the drain, a row goes behind the logged ones: written to the delegate now, it would be
+    // overwritten by an older logged value of the same key.
+    if (drained) toDelegate(key, value) else writeBehind.add(key, value)
   }
 
   // The task ended with this store still open: Spark aborts it; its rows must not outlive it.
