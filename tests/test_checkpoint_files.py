@@ -23,6 +23,9 @@ from conftest import (drain_to_files, emitted_finals, fresh_builder, hadoop_chec
                       kill_after_batches, sluice_session, stop_session, write_hourly_files)
 from suppress_kill_child import file_sink, final_results
 
+# dev/test: run on every supported Spark minor
+pytestmark = pytest.mark.every_minor
+
 DIRECT = "spark.sluice.checkpoint.local.direct"
 MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
 PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"

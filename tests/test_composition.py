@@ -47,6 +47,9 @@ from sluice import BufferConfig, Suppressed, suppress
 from conftest import sluice_session
 from crash_soak import bridging_events, sessions_of
 
+# dev/test: run on every supported Spark minor
+pytestmark = pytest.mark.every_minor
+
 PROVIDERS = {
     "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",

@@ -25,6 +25,9 @@ from sluice._connect import encode
 import kafka_harness as kh
 from connect_client import KAFKA_BOOTSTRAP, WATERMARK_DELAY_S, WINDOW_S, describe, misuse_cases
 
+# dev/test: the marker dev/test selects this module by
+pytestmark = pytest.mark.connect
+
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 # (seconds after T0, user), one list per file and micro-batch. Every event is later than the
 # watermark its batch runs with, so none is dropped as late.

@@ -19,6 +19,9 @@ from conftest import hadoop_checksums, setting_args
 from crash_soak import (DELEGATES, SESSION_DELAY_S, bridging_events, expected, expected_sessions, make_files,
                         make_session_files, run_one)
 
+# dev/test: the marker dev/test selects this module by
+pytestmark = pytest.mark.soak
+
 
 def test_expectation_covers_late_and_out_of_order_events() -> None:
     files = make_files(seed=7, n=12)
@@ -65,6 +68,7 @@ def test_session_input_has_no_late_event_and_bridges_sessions() -> None:
     assert len(want) >= 10 and max(want.values()) > 1
 
 
+@pytest.mark.sessions  # every session test runs on the default minor
 def test_session_kills_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     stats = run_one(tmp_path, DELEGATES, kills=2, seed=1, kind="sessions")
     assert stats.kills == 2

@@ -23,6 +23,9 @@ import sluice
 from sluice import _conf
 from conftest import BASE_CONF, driver_log, fresh_builder, session_conf, sluice_session, stop_session
 
+# dev/test: run on every supported Spark minor
+pytestmark = pytest.mark.every_minor
+
 REMOVED = {"spark.sluice.window.slicing.state": "window_slicing_state",
            "spark.sluice.aggregate.state.merge": "aggregate_state_merge"}
 MARKER = "_sluice_sliced_state"

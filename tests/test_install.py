@@ -82,6 +82,7 @@ def installed_jar(python: Path) -> Path:
     return Path(jar)
 
 
+@pytest.mark.build  # builds every minor's jar whichever minor runs it: once per stop is enough
 def test_python_build_makes_sdist_and_wheel_with_the_jar(clone: Path, tmp_path: Path) -> None:
     out = run([sys.executable, "-m", "build", "--no-isolation", "--outdir", tmp_path, clone])
     # the jars came from sbt in the clone, not from anywhere else
@@ -111,6 +112,7 @@ def test_pip_install_from_clone(clone: Path, tmp_path: Path) -> None:
     assert jar.name == f"sluice-spark-{running_minor()}.jar"  # chosen by the installed pyspark
 
 
+@pytest.mark.every_minor
 def test_pip_install_keeps_the_installed_pyspark(clone: Path, tmp_path: Path) -> None:
     python = fresh_venv(tmp_path / "venv")
     report = tmp_path / "report.json"

@@ -21,6 +21,9 @@ from sluice import input as sluice_input
 from sluice._conf import spec, state_store_providers
 from test_slicing import BATCHES, DELAY, SIZE, T0, Run, final, model, ts
 
+# dev/test: run on every supported Spark minor
+pytestmark = pytest.mark.every_minor
+
 KEY = "spark.sluice.input.kafka.direct"
 COLUMNS = ["partition", "offset", "key", "value", "topic", "timestamp", "timestampType"]
 

@@ -18,6 +18,9 @@ from pyspark.sql import functions as F
 from conftest import session_conf
 from test_slicing import BATCHES, DELAY, SIZE, T0, SwitchedRun, final, json_lines, model, store, switched  # noqa: F401 (store: a fixture)
 
+# dev/test: run on every supported Spark minor
+pytestmark = pytest.mark.every_minor
+
 KEY = "spark.sluice.aggregate.partial.hash"
 
 

@@ -34,6 +34,9 @@ from conftest import session_conf
 from sluice._conf import spec
 from test_slicing import BATCHES, SIZE, SLIDE, final, json_lines, result_rows
 
+# dev/test: run on every supported Spark minor
+pytestmark = pytest.mark.every_minor
+
 INTERVAL_KEY = "spark.sluice.commit.interval.ms"
 PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
 FIRST = 4  # files of the first run

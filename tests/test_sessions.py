@@ -29,6 +29,8 @@ from sluice import BufferConfig, Suppressed, suppress
 from sluice.input import BYTES_METRIC
 from test_suppress import PROVIDERS, Run, at
 
+pytestmark = pytest.mark.sessions
+
 GAP = "5 seconds"
 
 

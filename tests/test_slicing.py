@@ -25,6 +25,9 @@ from conftest import session_conf
 from sluice import BufferConfig, Suppressed, suppress
 from sluice._conf import spec, state_store_providers
 
+# dev/test: run on every supported Spark minor
+pytestmark = pytest.mark.every_minor
+
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 SLICING_KEY = "spark.sluice.window.slicing"
 DELAY = 10  # watermark delay, seconds

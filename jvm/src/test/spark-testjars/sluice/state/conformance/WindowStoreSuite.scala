@@ -1,8 +1,5 @@
 package sluice.state.conformance
 
-import org.apache.spark.sql.internal.SQLConf
-
-import sluice.state.conformance.SluiceConformanceSuite.hdfsStyleSQLConf
 import sluice.windowstore.InMemoryWindowStoreProvider
 
 /**
@@ -10,14 +7,9 @@ import sluice.windowstore.InMemoryWindowStoreProvider
  * set up as Spark's HDFS suite sets its provider up: the window store holds one column family of
  * one value per key (like the HDFS-backed store), so tests asking for column families run without.
  */
-class WindowStoreSuite extends SluiceConformanceSuite[InMemoryWindowStoreProvider] {
+class WindowStoreSuite extends HdfsStyleSetup[InMemoryWindowStoreProvider] {
   override protected def exclusions: Seq[(String, String)] = WindowStoreSuite.Exclusions
   override protected def newProvider(): InMemoryWindowStoreProvider = new InMemoryWindowStoreProvider
-  override protected def columnFamilies: Boolean = false
-  override protected def sqlConfForNewProvider(): SQLConf = getDefaultSQLConf(
-    SQLConf.STATE_STORE_MIN_DELTAS_FOR_SNAPSHOT.defaultValue.get, SQLConf.MAX_BATCHES_TO_RETAIN_IN_MEMORY.defaultValue.get)
-  override def getDefaultSQLConf(minDeltasForSnapshot: Int, numOfVersToRetainInMemory: Int): SQLConf =
-    hdfsStyleSQLConf(minDeltasForSnapshot, numOfVersToRetainInMemory)
 }
 
 object WindowStoreSuite {
@@ -38,15 +30,6 @@ object WindowStoreSuite {
     "SPARK-38320 - state store iterator behavior differences" ->
       ("pins HDFS's iterator behaviour for any store not named RocksDBStateStore (an iterator created before the " +
         "first write of a new version sees none of them); the window store's iterator walks the live map and sees " +
-        "later writes (no operator relies on either: that was SPARK-38320)"),
-    "checksum files are also cleaned up during maintenance" ->
-      ("counts checksum files (spark.sql.streaming.checkpoint.fileChecksum.enabled) and snapshots in Spark's " +
-        "providers' layouts; the window store writes no checksum files beside its own (N.wdelta, N.wsnapshot) " +
-        "and snapshots every spark.sluice.windowstore.snapshot.interval versions, not by minDeltasForSnapshot"),
-    "overwrite state file without overwriting checksum file" ->
-      "counts checksum files beside the state files; the window store writes none",
-    "Load spark 4.0 golden checkpoint written without checksum" ->
-      ("loads checkpoints written by Spark 4.0's HDFS-backed and RocksDB providers, by provider class (any other " +
-        "fails with \"Unknown ProviderClass\"); the window store has its own file format")
-  )
+        "later writes (no operator relies on either: that was SPARK-38320)")
+  ) ++ ConformanceShim.WindowStoreExclusions
 }

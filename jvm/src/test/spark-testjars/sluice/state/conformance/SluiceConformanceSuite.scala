@@ -151,6 +151,26 @@ abstract class SluiceConformanceSuite[P <: StateStoreProvider] extends StateStor
   }
 }
 
+/**
+ * Set up as Spark's HDFS-backed store suite sets its provider up: one column family of one value
+ * per key, and its SQL conf.
+ */
+trait HdfsStyleSetup[P <: StateStoreProvider] extends SluiceConformanceSuite[P] {
+  override protected def columnFamilies: Boolean = false
+  override protected def sqlConfForNewProvider(): SQLConf = getDefaultSQLConf(
+    SQLConf.STATE_STORE_MIN_DELTAS_FOR_SNAPSHOT.defaultValue.get, SQLConf.MAX_BATCHES_TO_RETAIN_IN_MEMORY.defaultValue.get)
+  override def getDefaultSQLConf(minDeltasForSnapshot: Int, numOfVersToRetainInMemory: Int): SQLConf =
+    SluiceConformanceSuite.hdfsStyleSQLConf(minDeltasForSnapshot, numOfVersToRetainInMemory)
+}
+
+/** Set up as Spark's RocksDB store suite sets its provider up: column families, the session's SQL conf. */
+trait RocksDBStyleSetup[P <: StateStoreProvider] extends SluiceConformanceSuite[P] {
+  override protected def columnFamilies: Boolean = true
+  override protected def sqlConfForNewProvider(): SQLConf = SQLConf.get
+  override def getDefaultSQLConf(minDeltasForSnapshot: Int, numOfVersToRetainInMemory: Int): SQLConf =
+    SluiceConformanceSuite.rocksDBStyleSQLConf(minDeltasForSnapshot)
+}
+
 /** SQL confs as Spark's own provider suites build them. */
 object SluiceConformanceSuite {
   /** As Spark's HDFS-backed store suite (StateStoreSuite) does. */
@@ -161,7 +181,7 @@ object SluiceConformanceSuite {
     sqlConf.setConf(SQLConf.MIN_BATCHES_TO_RETAIN, 2)
     sqlConf.setConf(SQLConf.STATE_STORE_COMPRESSION_CODEC, SQLConf.get.stateStoreCompressionCodec)
     sqlConf.setConf(SQLConf.STREAMING_CHECKPOINT_FILE_CHECKSUM_ENABLED, SQLConf.get.checkpointFileChecksumEnabled)
-    sqlConf.setConf(SQLConf.STATE_STORE_ROW_CHECKSUM_ENABLED, SQLConf.get.stateStoreRowChecksumEnabled)
+    ConformanceShim.carryRowChecksum(sqlConf)
     sqlConf
   }
 

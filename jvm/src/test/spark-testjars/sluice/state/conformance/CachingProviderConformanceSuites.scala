@@ -1,9 +1,6 @@
 package sluice.state.conformance
 
-import org.apache.spark.sql.internal.SQLConf
-
 import sluice.state.conformance.CachingConformanceSuite._
-import sluice.state.conformance.SluiceConformanceSuite.{hdfsStyleSQLConf, rocksDBStyleSQLConf}
 
 /**
  * sluice's record cache (CachingStateStoreProvider) in each configuration against Spark's
@@ -19,22 +16,11 @@ abstract class CachingConformanceSuite(delegate: String, commitIntervalMs: Long)
 
 /** Over the HDFS-backed store, as Spark's HDFS suite sets its provider up (no column families). */
 abstract class CachingOverHdfsConformanceSuite(commitIntervalMs: Long)
-  extends CachingConformanceSuite("hdfs", commitIntervalMs) {
-  override protected def columnFamilies: Boolean = false
-  override protected def sqlConfForNewProvider(): SQLConf = getDefaultSQLConf(
-    SQLConf.STATE_STORE_MIN_DELTAS_FOR_SNAPSHOT.defaultValue.get, SQLConf.MAX_BATCHES_TO_RETAIN_IN_MEMORY.defaultValue.get)
-  override def getDefaultSQLConf(minDeltasForSnapshot: Int, numOfVersToRetainInMemory: Int): SQLConf =
-    hdfsStyleSQLConf(minDeltasForSnapshot, numOfVersToRetainInMemory)
-}
+  extends CachingConformanceSuite("hdfs", commitIntervalMs) with HdfsStyleSetup[TaskScopedCachingProvider]
 
 /** Over RocksDB, as Spark's RocksDB suite sets its provider up. */
 abstract class CachingOverRocksDBConformanceSuite(commitIntervalMs: Long)
-  extends CachingConformanceSuite("rocksdb", commitIntervalMs) {
-  override protected def columnFamilies: Boolean = true
-  override protected def sqlConfForNewProvider(): SQLConf = SQLConf.get
-  override def getDefaultSQLConf(minDeltasForSnapshot: Int, numOfVersToRetainInMemory: Int): SQLConf =
-    rocksDBStyleSQLConf(minDeltasForSnapshot)
-}
+  extends CachingConformanceSuite("rocksdb", commitIntervalMs) with RocksDBStyleSetup[TaskScopedCachingProvider]
 
 object CachingConformanceSuite {
   /** The commit interval of the write-behind configurations: no batch of a test reaches it. */
@@ -63,7 +49,7 @@ class CacheOverHdfsSuite extends CachingOverHdfsConformanceSuite(0L) {
 object CacheOverHdfsSuite {
   val Exclusions: Seq[(String, String)] = Seq(
     InvalidVersionsByClass
-  )
+  ) ++ ConformanceShim.CachingExclusions
 }
 
 class CacheOverHdfsWriteBehindSuite extends CachingOverHdfsConformanceSuite(CachingConformanceSuite.WriteBehindIntervalMs) {
@@ -75,7 +61,7 @@ object CacheOverHdfsWriteBehindSuite {
     InvalidVersionsByClass,
     IteratorSemanticsByClass,
     WriteBehindCommitError
-  )
+  ) ++ ConformanceShim.CachingExclusions
 }
 
 class CacheOverRocksDBSuite extends CachingOverRocksDBConformanceSuite(0L) {
@@ -88,7 +74,7 @@ object CacheOverRocksDBSuite {
     "SPARK-18342: commit fails when rename fails" ->
       ("expects the error to name \"HDFSStateStore\" unless the store's class name contains RocksDBStateStore; the " +
         "cache passes RocksDB's CANNOT_COMMIT error, naming RocksDBStateStore, through unchanged")
-  )
+  ) ++ ConformanceShim.CachingExclusions
 }
 
 class CacheOverRocksDBWriteBehindSuite
@@ -100,5 +86,5 @@ object CacheOverRocksDBWriteBehindSuite {
   val Exclusions: Seq[(String, String)] = Seq(
     IteratorSemanticsByClass,
     WriteBehindCommitError
-  )
+  ) ++ ConformanceShim.CachingExclusions
 }
