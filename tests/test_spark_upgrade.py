@@ -7,10 +7,10 @@ without write-behind (a 1 h commit interval on every minor but the last, so its 
 still hold rows when Spark is upgraded; the emission cache holds rows then too), the emission cache
 alone, the window store, suppress until_window_closes fused into the aggregation and buffered with
 rows spilled to disk, and update-mode session windows. tests/upgrade_child.py runs every scenario's
-query, one after another per scenario (a few scenarios at a time), in one process per minor, with
-that minor's virtualenv (`dev/setup --print-venv --spark X`): 4.1 over the first input files, 4.2
-over the next, 4.3 over the rest. The last minor runs at interval 0: its first batch forwards what
-the emission cache held and takes the logged rows into the delegate.
+query on its own checkpoint (a few at a time) in one process per minor, with that minor's virtualenv
+(`dev/setup --print-venv --spark X`): 4.1 over the first input files, 4.2 over the next, 4.3 over
+the rest. The last minor runs at interval 0: its first batch forwards what the emission cache held
+and takes the logged rows into the delegate.
 
 The input (one file per micro-batch) has no late event: every event is after the largest before it
 minus the watermark delay, so the results do not depend on where batches or upgrades fall, and the
@@ -32,6 +32,7 @@ import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +131,7 @@ def phase_files(phase: int) -> list[int]:
 
 
 def window_counts(files: list[list[tuple[int, str]]]) -> dict[tuple[str, str], int]:
-    counts: Counter = Counter((stamp(window_of(t)), k) for f in files for t, k in f)
+    counts = Counter((stamp(window_of(t)), k) for f in files for t, k in f)
     return dict(counts)
 
 
@@ -176,7 +177,7 @@ def test_the_input_carries_state_across_every_upgrade() -> None:
         closed_then = closed_windows(before)
         assert closed_then and len(closed_then) < len(window_counts(before))
     assert len(closed_windows(FILES)) >= 20
-    assert any(a[0] > b[0] for f in FILES for a, b in zip(f, f[1:]))
+    assert any(a[0] > b[0] for f in FILES for a, b in pairwise(f))
     # an event joining two sessions of the events before it (update mode retracts both)
     events = [e for f in FILES for e in f]
     assert any(len(sessions([events[:i + 1]])) < len(sessions([events[:i]])) for i in range(1, len(events)))
@@ -224,7 +225,7 @@ def upgraded(tmp_path_factory: pytest.TempPathFactory) -> Upgraded:
     src.mkdir()
     for phase, minor in enumerate(MINORS):
         write_files(src, phase_files(phase))
-        job = {"input": str(src), "report": str(run.root / f"report-{minor}.json"),
+        job: dict[str, Any] = {"input": str(src), "report": str(run.root / f"report-{minor}.json"),
                "scenarios": [{"name": name, "query": s.query, "options": s.options_on(minor),
                               "checkpoint": str(run.root / slug(name) / "ckpt"),
                               "output": str(run.root / slug(name) / "out")} for name, s in SCENARIOS.items()]}
@@ -256,14 +257,14 @@ def operators(progress: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def rows_of(upgraded: Upgraded, name: str) -> list[tuple[str, str, str, int | None]]:
     """Every row the scenario's sink kept, in batch order: (start, end, key, count)."""
     out = upgraded.root / slug(name) / "out"
-    return [tuple(r) for p in sorted(out.glob("*.json")) for r in json.loads(p.read_text())]  # type: ignore[misc]
+    return [(s, e, k, n) for p in sorted(out.glob("*.json")) for s, e, k, n in json.loads(p.read_text())]
 
 
 def check(upgraded: Upgraded, name: str, scenario: Scenario) -> None:
-    for minor, report in zip(MINORS, upgraded.reports):
+    for minor, report in zip(MINORS, upgraded.reports, strict=True):
         result = report["scenarios"][name]
         assert "error" not in result, f"on Spark {minor}:\n{result['error']}"
-    for phase, (minor, report) in enumerate(zip(MINORS, upgraded.reports)):
+    for phase, (minor, report) in enumerate(zip(MINORS, upgraded.reports, strict=True)):
         progress = report["scenarios"][name]["progress"]
         # each minor read its own files, one batch each
         assert len([p for p in progress if p["numInputRows"] > 0]) == len(phase_files(phase)), minor

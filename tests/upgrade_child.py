@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,14 +27,13 @@ from pyspark.sql import functions as F  # noqa: E402
 
 import sluice  # noqa: E402
 from conftest import TEST_CLASS_PATH_ENV, _no_fork_local_fs, batch_file_sink, sluice_session  # noqa: E402
-from sluice import BufferConfig, Suppressed, suppress  # noqa: E402
-from sluice import _handles  # noqa: E402
+from sluice import BufferConfig, Suppressed, _handles, suppress  # noqa: E402
 from sluice._conf import contract, spec  # noqa: E402
 
 WINDOW = "10 seconds"
 DELAY = "5 seconds"
 SESSION_GAP = "3 seconds"
-# Queries run a few at a time: each waits on its own micro-batches most of the time.
+# Queries run a few at a time: each waits on its own micro-batches part of the time.
 WORKERS = 4
 
 
@@ -41,7 +41,7 @@ def counts(events: DataFrame) -> DataFrame:
     return events.groupBy(F.window("ts", WINDOW), "k").count()
 
 
-QUERIES = {
+QUERIES: dict[str, Callable[[DataFrame], DataFrame]] = {
     # update-mode count per 10 s window and key
     "count": counts,
     # until_window_closes, unbounded: fused into the aggregation (spark.sluice.suppress.fused's default)
@@ -102,7 +102,7 @@ def main(path: str) -> None:
             return {"error": traceback.format_exc(), "progress": []}
 
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        results = dict(zip([s["name"] for s in job["scenarios"]], pool.map(one, job["scenarios"])))
+        results = dict(zip([s["name"] for s in job["scenarios"]], pool.map(one, job["scenarios"]), strict=True))
     spark.stop()
     with open(job["report"] + ".tmp", "w") as f:
         json.dump({"pyspark": pyspark.__version__, "scenarios": results}, f)
