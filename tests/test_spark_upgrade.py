@@ -67,6 +67,15 @@ class Scenario:
         return {**self.options, "commit_interval_ms": "0" if minor == MINORS[-1] else "1h"}
 
 
+# A metric only the scenario's provider reports: the query ran on it.
+PROVIDER_METRIC = {"cache": "cacheHits", "hdfs": "loadedMapCacheHitCount", "rocksdb": "rocksdbCommitCheckpointLatency",
+                   "in_memory_window": "windowStoreSegments"}
+
+
+def provider_metric(options: dict[str, Any]) -> str:
+    return PROVIDER_METRIC["cache" if options.get("state_store_cache") else options["state_store"]]
+
+
 def cache(delegate: str) -> dict[str, Any]:
     return {"state_store_cache": True, "statestore_cache_delegate": delegate}
 
@@ -225,10 +234,10 @@ def upgraded(tmp_path_factory: pytest.TempPathFactory) -> Upgraded:
     src.mkdir()
     for phase, minor in enumerate(MINORS):
         write_files(src, phase_files(phase))
-        job: dict[str, Any] = {"input": str(src), "report": str(run.root / f"report-{minor}.json"),
-               "scenarios": [{"name": name, "query": s.query, "options": s.options_on(minor),
-                              "checkpoint": str(run.root / slug(name) / "ckpt"),
-                              "output": str(run.root / slug(name) / "out")} for name, s in SCENARIOS.items()]}
+        scenarios = [{"name": name, "query": s.query, "options": s.options_on(minor),
+                      "checkpoint": str(run.root / slug(name) / "ckpt"), "output": str(run.root / slug(name) / "out")}
+                     for name, s in SCENARIOS.items()]
+        job = {"input": str(src), "report": str(run.root / f"report-{minor}.json"), "scenarios": scenarios}
         job_file = run.root / f"job-{minor}.json"
         job_file.write_text(json.dumps(job))
         log = run.root / f"child-{minor}.log"
@@ -238,7 +247,7 @@ def upgraded(tmp_path_factory: pytest.TempPathFactory) -> Upgraded:
         if done.returncode != 0:
             tail = log.read_text()[-4000:]
             pytest.fail(f"the child on Spark {minor} exited with {done.returncode}:\n{tail}")
-        run.reports.append(json.loads(Path(job["report"]).read_text()))
+        run.reports.append(json.loads((run.root / f"report-{minor}.json").read_text()))
     return run
 
 
@@ -268,13 +277,16 @@ def check(upgraded: Upgraded, name: str, scenario: Scenario) -> None:
         progress = report["scenarios"][name]["progress"]
         # each minor read its own files, one batch each
         assert len([p for p in progress if p["numInputRows"] > 0]) == len(phase_files(phase)), minor
+        ops = operators(progress[-1])
+        marker = provider_metric(scenario.options)
+        assert any(marker in op["customMetrics"] for op in ops.values()), f"not on the provider asked for on {minor}"
         if phase == len(MINORS) - 1:
             break
         # what the next minor must read is in the checkpoint
-        ops = operators(progress[-1])
         assert sum(op["numRowsTotal"] for op in ops.values()) > 0, f"no state at the upgrade from {minor}"
         for metric in scenario.checks:
-            values = {name: op["customMetrics"][metric] for name, op in ops.items() if metric in op["customMetrics"]}
+            values = {op_name: op["customMetrics"][metric] for op_name, op in ops.items()
+                      if metric in op["customMetrics"]}
             assert max(values.values(), default=0) > 0, f"{metric} at the upgrade from {minor}: {values}"
     got = rows_of(upgraded, name)
     plan = set(operators(upgraded.reports[-1]["scenarios"][name]["progress"][-1]))
