@@ -88,12 +88,13 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[TEST_CLASS_PATH_ENV] = _no_fork_local_fs()
 
 
-# The files that take minutes, longest first (summed test times, 2026-11-26), run before the rest:
-# pytest-xdist hands whole files to its workers in collection order, and a long file handed out last
-# keeps one worker busy while the other has nothing left to take.
+# The files that take minutes, longest first (summed test times, 2026-11-26; test_spark_upgrade.py's,
+# in 4.2's cross-version half, 2026-12-06), run before the rest: pytest-xdist hands whole files to its
+# workers in collection order, and a long file handed out last keeps one worker busy while the other
+# has nothing left to take.
 LONG_FILES = ("test_sessions.py", "test_composition.py", "test_suppress.py", "test_crash_soak.py",
-              "test_install.py", "test_cache_writebehind.py", "test_multi_executor.py", "test_realtime.py",
-              "test_connect.py")
+              "test_install.py", "test_spark_upgrade.py", "test_cache_writebehind.py", "test_multi_executor.py",
+              "test_realtime.py", "test_connect.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
