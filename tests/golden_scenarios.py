@@ -162,17 +162,22 @@ def _count_runs(options: dict[str, Any], interval: str) -> list[tuple[dict[str, 
     return [(configured(**options, commit_interval_ms=interval), golden_input())]
 
 
+def _write_behind_runs(options: dict[str, Any]) -> list[tuple[dict[str, str], list[Rows]]]:
+    """A first batch the delegate commits (its own files), then batches written behind it."""
+    return [(configured(**options), golden_input()[:1]), (configured(**options, commit_interval_ms="1h"), golden_input()[1:])]
+
+
 WB, DELEGATE, SIDECAR = "write-behind log", "record cache delegate marker", "operator settings file"
 WB_HDFS = {"state_store_cache": True, "statestore_cache_delegate": "hdfs"}
 WB_ROCKSDB = {"state_store_cache": True, "statestore_cache_delegate": "rocksdb"}
 
 SCENARIOS: list[Scenario] = [
-    # write-behind: the delegate commits once an hour, so the rows of every batch after the first
-    # are in the write-behind log at the end; the restart at interval 0 commits them
+    # write-behind: the delegate commits the first batch, then once an hour, so the rows of the
+    # later batches are in the write-behind log at the end; the restart at interval 0 commits them
     Scenario("record-cache-hdfs-write-behind", "state/0/*/_sluice_writebehind/*.wb", [WB, DELEGATE],
-             _count_runs(WB_HDFS, "1h"), configured(**WB_HDFS)),
+             _write_behind_runs(WB_HDFS), configured(**WB_HDFS)),
     Scenario("record-cache-rocksdb-write-behind", "state/0/*/_sluice_writebehind/*.wb", [WB, DELEGATE],
-             _count_runs(WB_ROCKSDB, "1h"), configured(**WB_ROCKSDB)),
+             _write_behind_runs(WB_ROCKSDB), configured(**WB_ROCKSDB)),
     Scenario("window-store", "state/0/*/*.wdelta", ["window store file"],
              _count_runs({"state_store": "in_memory_window"}, "0"), configured(state_store="in_memory_window")),
     # the emission cache joins a checkpoint that ran a batch without it (its first-version file),
