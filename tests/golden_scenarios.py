@@ -251,7 +251,13 @@ class Query:
         return out
 
 
-def copy_checkpoint(name: str, to: Path) -> Path:
-    shutil.copytree(GOLDEN / name / "checkpoint", to)
+# The sets of golden checkpoints, each named by the formats it holds: "0.1.0", the files as sluice
+# 0.1.0 wrote them (no version in them: format 1 each, the window store's 2); "format-1", the same
+# formats with their versions written.
+SETS = ["0.1.0", "format-1"]
+
+
+def copy_checkpoint(set_name: str, name: str, to: Path) -> Path:
+    shutil.copytree(GOLDEN / set_name / name / "checkpoint", to)
     return to
 
