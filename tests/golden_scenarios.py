@@ -152,7 +152,8 @@ class Scenario:
             return events.groupBy(F.session_window("ts", f"{int(GAP)} seconds"), "k").count()
         counts = events.groupBy(F.window("ts", "10 seconds"), "k").count()
         if self.final == "spill":
-            return suppress(counts, Suppressed.until_window_closes(BufferConfig.max_records(1).spill_to_disk_when_full()))
+            spill = BufferConfig.max_records(1).spill_to_disk_when_full()
+            return suppress(counts, Suppressed.until_window_closes(spill))
         if self.final == "fused":
             return suppress(counts, Suppressed.until_window_closes(BufferConfig.unbounded()))
         return counts
@@ -164,7 +165,8 @@ def _count_runs(options: dict[str, Any], interval: str) -> list[tuple[dict[str, 
 
 def _write_behind_runs(options: dict[str, Any]) -> list[tuple[dict[str, str], list[Rows]]]:
     """A first batch the delegate commits (its own files), then batches written behind it."""
-    return [(configured(**options), golden_input()[:1]), (configured(**options, commit_interval_ms="1h"), golden_input()[1:])]
+    return [(configured(**options), golden_input()[:1]),
+            (configured(**options, commit_interval_ms="1h"), golden_input()[1:])]
 
 
 WB, DELEGATE, SIDECAR = "write-behind log", "record cache delegate marker", "operator settings file"
@@ -218,7 +220,8 @@ class Query:
                 start = F.col("window.start").cast("long") - int(T0.timestamp())
                 self.rows.extend(((float(r[0]), r[1]), r[2]) for r in batch.select(start, "k", "count").collect())
 
-        events = self.spark.readStream.schema("ts TIMESTAMP, k STRING").option("maxFilesPerTrigger", 1).json(str(self.src))
+        events = (self.spark.readStream.schema("ts TIMESTAMP, k STRING").option("maxFilesPerTrigger", 1)
+                  .json(str(self.src)))
         with session_conf(self.spark, settings):
             return (self.scenario.query(events).writeStream.outputMode("update").foreachBatch(collect)
                     .option("checkpointLocation", str(self.ckpt)).start())

@@ -14,8 +14,9 @@ import json
 import re
 import struct
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
