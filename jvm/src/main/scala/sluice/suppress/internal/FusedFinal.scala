@@ -127,8 +127,8 @@ private[sluice] object FusedFinal extends Logging {
       else shape.left.toOption
     why match {
       case None =>
-        // A marker already there is read, so that one of a newer format fails here.
-        if (readMarker(fm, marker).isEmpty) writeMarker(fm, marker, ctx.stateInfo.operatorId)
+        // A marker already there is only read: one of a newer format fails here.
+        if (!fm.exists(marker)) writeMarker(fm, marker, ctx.stateInfo.operatorId) else readMarker(fm, marker)
         logInfo(s"Query ${exec.queryId}: suppress(until_window_closes) is fused into its aggregation " +
           s"(state operator $AggregationId, append-mode state save)")
         true
