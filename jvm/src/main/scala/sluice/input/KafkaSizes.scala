@@ -17,6 +17,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer
 import org.slf4j.LoggerFactory
 
 import sluice.spark.CheckpointTypes.CheckpointFileManager
+import sluice.state.FileFormats
 
 
 /** Record sizes read from a partition before its first batch: their statistics and the largest. */
@@ -193,7 +194,13 @@ private[input] final class SizeFile(dir: String, hadoopConf: Configuration) {
     if (!fm.exists(path)) Map.empty else {
       val in = fm.open(path)
       val root = try SizeFile.mapper.readTree(in) finally in.close()
-      root.properties().asScala.map { e =>
+      // Without the field (sluice 0.1.0): format 1. A lane is "topic/partition", never this name.
+      val format = Option(root.get(SizeFile.FormatField)).map(_.asInt).getOrElse(1)
+      if (!SizeFile.Format.reads.contains(format)) {
+        SizeFile.log.warn(s"Ignoring record sizes: ${SizeFile.Format.refusal(path.toString, format.toString)}")
+        return Map.empty
+      }
+      root.properties().asScala.filter(_.getKey != SizeFile.FormatField).map { e =>
         val a = e.getValue
         e.getKey -> SizeStats(a.get(0).asDouble, a.get(1).asDouble, a.get(2).asDouble)
       }.toMap
@@ -220,6 +227,7 @@ private[input] final class SizeFile(dir: String, hadoopConf: Configuration) {
 
   private[input] def write(stats: Map[String, SizeStats]): Unit = try {
     val root = SizeFile.mapper.createObjectNode()
+    root.put(SizeFile.FormatField, SizeFile.Format.current)
     stats.toSeq.sortBy(_._1).foreach { case (lane, s) =>
       root.putArray(lane).add(s.count).add(s.sum).add(s.sumSq)
     }
@@ -235,6 +243,8 @@ private[input] final class SizeFile(dir: String, hadoopConf: Configuration) {
 private[input] object SizeFile {
   /** Not a number, so the source's own offset log in the same directory ignores it. */
   val Name = "sluice-record-sizes.json"
+  private val FormatField = "formatVersion"
+  private def Format = FileFormats.KafkaRecordSizes
   private val mapper = new ObjectMapper()
   private val log = LoggerFactory.getLogger(classOf[SizeFile])
   /** One daemon thread per JVM writes every source's size file, in order. */

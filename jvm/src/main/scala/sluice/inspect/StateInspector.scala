@@ -77,7 +77,9 @@ object StateInspector {
         if (!fs.exists(f)) None else {
           val in = fs.open(f)
           val text = try IOUtils.toString(in, StandardCharsets.UTF_8) finally in.close()
-          Some(JField(dir.getPath.getName, parse(text)))
+          val doc = parse(text)
+          Sidecars.checkFormat(f.toString, doc)
+          Some(JField(dir.getPath.getName, doc))
         }
       }
     }

@@ -9,7 +9,7 @@ import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
 import org.json4s._
 import org.json4s.JsonDSL._
-import org.json4s.jackson.JsonMethods.{compact, render}
+import org.json4s.jackson.JsonMethods.{compact, parse, render}
 
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
@@ -45,10 +45,12 @@ object Sidecars extends Logging {
 
   /**
    * Records `node`'s settings for the query run now planning it; does nothing outside a running
-   * query or once recorded for this run. Never fails the query: a sidecar that cannot be written
-   * is logged and `sluice.inspect` falls back to what the checkpoint alone says.
+   * query or once recorded for this run. `rows` is the layout of the operator's state rows, recorded
+   * as `stateLayoutVersion`. Fails only when the sidecar already there was written in a newer format
+   * or for a newer row layout (neither is read by this sluice); otherwise a sidecar that cannot be
+   * read or written is logged and `sluice.inspect` falls back to what the checkpoint alone says.
    */
-  def record(session: SparkSession, node: SluiceStatefulNode, settings: => JObject): Unit =
+  def record(session: SparkSession, node: SluiceStatefulNode, rows: FileFormat, settings: => JObject): Unit =
     try {
       StatefulOperatorSupport.streamContext(session, node).foreach { ctx =>
         val info = ctx.stateInfo
@@ -61,14 +63,48 @@ object Sidecars extends Logging {
           }
         }
         if (ids.add(info.operatorId)) {
-          val conf = session.asInstanceOf[ClassicSession].sessionState
-          write(new Path(new Path(info.checkpointLocation, info.operatorId.toString), FileName),
-            json(session, settings, info.operatorId, info.queryRunId, ctx.batchId), conf.newHadoopConf())
+          val hadoopConf = session.asInstanceOf[ClassicSession].sessionState.newHadoopConf()
+          val path = new Path(new Path(info.checkpointLocation, info.operatorId.toString), FileName)
+          checkVersions(path, rows, hadoopConf)
+          write(path, json(session, settings merge versions(rows), info.operatorId, info.queryRunId, ctx.batchId),
+            hadoopConf)
         }
       }
     } catch {
+      case e: SluiceFileFormatException => throw e
       case NonFatal(e) => logWarning(s"Could not record the settings of ${node.nodeName} for sluice.inspect", e)
     }
+
+  private def versions(rows: FileFormat): JObject =
+    ("formatVersion" -> FileFormats.OperatorSidecar.current) ~ ("stateLayoutVersion" -> rows.current)
+
+  /**
+   * The sidecar's own format and its operator's row layout, when a sidecar is there: a checkpoint
+   * whose state rows a newer sluice laid out must not be read with this one's layout. Absent
+   * fields (sluice 0.1.0's sidecars) are version 1.
+   */
+  private def checkVersions(path: Path, rows: FileFormat, hadoopConf: Configuration): Unit = {
+    val fm = CheckpointFileManager.create(path.getParent, hadoopConf)
+    val text = try {
+      if (!fm.exists(path)) return
+      val in = fm.open(path)
+      try new String(in.readAllBytes(), StandardCharsets.UTF_8) finally in.close()
+    } catch { case NonFatal(e) => logWarning(s"Could not read $path", e); return }
+    val parsed = try Some(parse(text)) catch { case NonFatal(_) => None }
+    parsed.foreach { doc =>
+      checkFormat(path.toString, doc)
+      rows.check(path.toString + " (stateLayoutVersion)", version(doc, "stateLayoutVersion"))
+    }
+  }
+
+  /** Fails unless `doc`, read from the sidecar `file`, is of a format this sluice reads. */
+  private[sluice] def checkFormat(file: String, doc: JValue): Unit =
+    FileFormats.OperatorSidecar.check(file, version(doc, "formatVersion"))
+
+  private def version(doc: JValue, field: String): Int = doc \ field match {
+    case JInt(v) => v.toInt
+    case _ => 1
+  }
 
   private def json(session: SparkSession, settings: JObject, operatorId: Long, runId: UUID,
       batchId: Long): String = {

@@ -16,7 +16,7 @@ import org.apache.spark.sql.types.StructType
 import sluice.conf.{ConfResolver, SluiceConf}
 import sluice.spark.StateStoreTypes._
 import sluice.spark.{Maintenance, OpenOptions, ProviderBase, ProviderSpec, SessionConf, SingleFamilyReadStore}
-import sluice.state.StoreFiles
+import sluice.state.{FileFormats, SluiceFileFormatException, StoreFiles}
 
 /**
  * KIP-428's in-memory window store as a Spark state store provider
@@ -257,11 +257,9 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
   private def readFile(path: String, isSnapshot: Boolean): Unit = {
     val raw = StoreFiles.openExisting(files, path, this)
     val in = new DataInputStream(new LZ4BlockInputStream(raw))
+    val fullPath = new org.apache.hadoop.fs.Path(baseDir, path).toString
     try {
-      val magic = in.readInt()
-      if (magic != (if (isSnapshot) SnapshotMagic else DeltaMagic)) {
-        throw new IOException(s"$path is not a $ProviderName file (bad header)")
-      }
+      checkMagic(fullPath, in.readInt(), isSnapshot)
       val scratch = new Array[Byte](8)
       def corrupt(what: String) = new IOException(s"$path is corrupt ($what in snapshot)")
       val remove: UnsafeRow => Unit = if (isSnapshot) _ => throw corrupt("remove") else map.rawRemove
@@ -270,7 +268,8 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
       map.streamTime = math.max(map.streamTime, in.readLong())
       map.expire()
     } catch {
-      case e: IOException => throw new IOException(s"$path: ${e.getMessage}", e)
+      case e: SluiceFileFormatException => throw e
+      case e: IOException => throw new IOException(s"$fullPath: ${e.getMessage}", e)
     } finally {
       in.close()
     }
@@ -399,9 +398,22 @@ object InMemoryWindowStoreProvider {
   val ProviderName = "InMemoryWindowStoreProvider"
   private val DeltaSuffix = "wdelta"
   private val SnapshotSuffix = "wsnapshot"
-  // Format 2 (records as stored in pages); format 1 files are not read.
-  private val DeltaMagic = 0x534c5732 // "SLW2"
-  private val SnapshotMagic = 0x534c5332 // "SLS2"
+  // A file's magic is "SLW" (delta) or "SLS" (snapshot) followed by its format's digit
+  // (FileFormats.WindowStoreFile): format 2 stores records as they lie in pages.
+  private def Format = FileFormats.WindowStoreFile
+  private val DeltaPrefix = 0x534c5700 // "SLW"
+  private val SnapshotPrefix = 0x534c5300 // "SLS"
+  private def DeltaMagic = DeltaPrefix | ('0' + Format.current)
+  private def SnapshotMagic = SnapshotPrefix | ('0' + Format.current)
+
+  /** Fails unless `magic` opens a delta (or snapshot) file of a format this sluice reads. */
+  private def checkMagic(path: String, magic: Int, isSnapshot: Boolean): Unit = {
+    val digit = (magic & 0xff) - '0'
+    if ((magic & 0xffffff00) != (if (isSnapshot) SnapshotPrefix else DeltaPrefix) || digit < 0 || digit > 9) {
+      throw new IOException(s"$path is not a $ProviderName file (bad header)")
+    }
+    Format.check(path, digit)
+  }
   /** LZ4 block: larger than the 64 KiB default, for fewer native calls per file. */
   private val BlockSize = 256 * 1024
   private val WriterWaitMs = 60000L

@@ -31,6 +31,17 @@ class KafkaSizesSuite extends AnyFunSuite {
     assert(new SizeFile(dir.toString, new Configuration()).read() == Map.empty)
   }
 
+  test("a file without a format version (sluice 0.1.0) reads as format 1; one of a newer format is ignored") {
+    val dir = Files.createTempDirectory("sizes")
+    Files.writeString(dir.resolve(SizeFile.Name), """{"t/0":[2.0,20.0,200.0]}""")
+    assert(new SizeFile(dir.toString, new Configuration()).read() == Map("t/0" -> SizeStats(2, 20, 200)))
+    new SizeFile(dir.toString, new Configuration()).write(Map("t/0" -> SizeStats(1, 2, 4)))
+    assert(Files.readString(dir.resolve(SizeFile.Name)).startsWith(
+      s"""{"formatVersion":${sluice.state.FileFormats.KafkaRecordSizes.current},"""))
+    Files.writeString(dir.resolve(SizeFile.Name), """{"formatVersion":9,"t/0":[2.0,20.0,200.0]}""")
+    assert(new SizeFile(dir.toString, new Configuration()).read() == Map.empty)
+  }
+
   test("the sampler takes the source's kafka.* options without the prefix") {
     val opts = new java.util.HashMap[String, String]()
     opts.put("kafka.bootstrap.servers", "h:1")

@@ -1,13 +1,13 @@
 package sluice.cache.internal
 
 import java.io.FileNotFoundException
-import java.nio.charset.StandardCharsets
 
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
 
 import sluice.conf.{SluiceConf, SluiceConfException}
 import sluice.spark.CheckpointTypes.CheckpointFileManager
+import sluice.state.FileFormats
 
 /**
  * Which delegate wrote a store's files: a store's checkpoint can only be read by the provider that
@@ -39,7 +39,7 @@ private[sluice] final class DelegateMarker(dir: Path, hadoopConf: Configuration)
   def commitDone(name: String): Unit = if (!recorded) {
     if (read().isEmpty) {
       val out = fm.createAtomic(path, overwriteIfPossible = true)
-      try out.write(name.getBytes(StandardCharsets.UTF_8)) catch { case e: Throwable => out.cancel(); throw e }
+      try out.write(FileFormats.CacheDelegateMarker.textBytes(name + "\n")) catch { case e: Throwable => out.cancel(); throw e }
       out.close()
     }
     recorded = true
@@ -48,7 +48,7 @@ private[sluice] final class DelegateMarker(dir: Path, hadoopConf: Configuration)
   private def read(): Option[String] =
     try {
       val in = fm.open(path)
-      try Some(new String(in.readAllBytes(), StandardCharsets.UTF_8).trim) finally in.close()
+      try Some(FileFormats.CacheDelegateMarker.readText(path.toString, in.readAllBytes()).trim) finally in.close()
     } catch { case _: FileNotFoundException => None }
 }
 

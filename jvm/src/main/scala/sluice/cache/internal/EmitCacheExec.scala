@@ -17,7 +17,7 @@ import sluice.conf.MemoryBudget
 import sluice.spark.PlanTypes.SparkPlan
 import sluice.spark.PlanTypes.{StatefulOperatorCustomMetric, StatefulOperatorCustomSumMetric}
 import sluice.spark.StateStoreTypes.{StateStoreId, StateStoreThreadLocalTracker}
-import sluice.state.{KeyedRows, SideStore}
+import sluice.state.{FileFormats, KeyedRows, SideStore}
 import sluice.windowstore.InMemoryWindowStoreProvider
 
 private[sluice] case class EmitCacheExec(
@@ -155,11 +155,12 @@ private[sluice] object EmitCacheExec {
     val marker = new Path(dir, FirstVersionFile)
     if (fs.exists(marker)) {
       val in = fs.open(marker)
-      try Some(new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8).trim.toLong) finally in.close()
+      try Some(FileFormats.EmitCacheFirstVersion.readText(marker.toString, in.readAllBytes()).trim.toLong)
+      finally in.close()
     } else if (version > 0 && !hasStores(fs, dir, session.sessionState.newHadoopConf())) {
       fs.mkdirs(dir)
       val out = fs.create(marker, false)
-      try out.write(version.toString.getBytes(java.nio.charset.StandardCharsets.UTF_8)) finally out.close()
+      try out.write(FileFormats.EmitCacheFirstVersion.textBytes(s"$version\n")) finally out.close()
       Some(version)
     } else None
   }

@@ -7,14 +7,14 @@ import org.json4s.JsonDSL._
 
 import sluice.spark.PlanTypes.{SparkPlan, SparkStrategy}
 import sluice.spark.RealTimePlans
-import sluice.state.Sidecars
+import sluice.state.{FileFormats, Sidecars}
 
 /** Plans [[EmitCacheNode]]s and [[EmitCacheSkipped]] markers. */
 private[sluice] case class EmitCacheStrategy(session: SparkSession) extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
     case n: EmitCacheNode =>
       // The interval, for sluice.inspect to tell when each held row is due.
-      Sidecars.record(session, n,
+      Sidecars.record(session, n, FileFormats.EmitCacheRows,
         ("kind" -> "emitCache") ~ ("intervalMs" -> n.intervalMs) ~ ("keys" -> n.keys.map(_.name).toList))
       val ctx = StatefulOperatorSupport.streamContext(session, n)
       EmitCacheExec(n.keys, n.intervalMs, ctx, planLater(n.child),

@@ -8,7 +8,7 @@ import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 
-import sluice.state.StoreFiles
+import sluice.state.{FileFormats, SluiceFileFormatException, StoreFiles}
 
 /**
  * One row changed since the delegate version a batch version builds on: `value == null` is a removal.
@@ -45,11 +45,13 @@ private[sluice] final class WriteBehindLog(storeDir: Path, hadoopConf: Configura
   def read(version: Long): Option[WriteBehindEntry] = {
     val in = try files.open(file(version)) catch { case _: FileNotFoundException => return None }
     try {
-      val e = decode(new DataInputStream(in))
+      val e = decode(new DataInputStream(in), new Path(dir, file(version)).toString)
       if (e.version != version) throw new IOException(s"${file(version)} holds version ${e.version}")
       Some(e)
     } catch {
-      case NonFatal(e) => throw new IOException(s"sluice write-behind log ${file(version)} in $files is unreadable: $e", e)
+      case e: SluiceFileFormatException => throw e
+      case NonFatal(e) => throw new IOException(
+        s"${new Path(dir, file(version))} is not a readable sluice write-behind log ($files): $e", e)
     } finally in.close()
   }
 
@@ -89,12 +91,12 @@ private[sluice] object WriteBehindLog {
   val DirName = "_sluice_writebehind"
   val Suffix = ".wb"
   private val Magic = 0x534c5742 // "SLWB"
-  private val FormatVersion = 1
+  private def Format = FileFormats.WriteBehindLog
   private val End = 0x454e4421
 
   def encode(e: WriteBehindEntry, out: DataOutputStream): Unit = {
     out.writeInt(Magic)
-    out.writeInt(FormatVersion)
+    out.writeInt(Format.current)
     out.writeLong(e.version)
     out.writeLong(e.delegateVersion)
     out.writeInt(e.rows.size)
@@ -106,10 +108,10 @@ private[sluice] object WriteBehindLog {
     out.writeInt(End)
   }
 
-  def decode(in: DataInputStream): WriteBehindEntry = {
+  /** The entry in `in`, read from `file` (named in errors). */
+  def decode(in: DataInputStream, file: String): WriteBehindEntry = {
     if (in.readInt() != Magic) throw new IOException("not a sluice write-behind log")
-    val format = in.readInt()
-    if (format != FormatVersion) throw new IOException(s"write-behind log format $format, expected $FormatVersion")
+    Format.check(file, in.readInt())
     val version = in.readLong()
     val delegateVersion = in.readLong()
     val n = in.readInt()

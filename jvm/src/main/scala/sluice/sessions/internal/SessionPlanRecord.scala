@@ -1,13 +1,12 @@
 package sluice.sessions.internal
 
-import java.nio.charset.StandardCharsets
 
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.sluice.StreamContext
 
 import sluice.conf.{SluiceConf, SluiceConfException}
-import sluice.state.StoreFiles
+import sluice.state.{FileFormats, StoreFiles}
 
 /**
  * Which of its two plans a session aggregation's checkpoint was written with, kept beside its state
@@ -31,10 +30,11 @@ private[sluice] object SessionPlanRecord {
     val plan = if (finalOnly) Fused else Updates
     if (!files.exists(FileName)) {
       files.mkdirs() // written before the operator's first state files
-      files.write(FileName)(_.write((plan + "\n").getBytes(StandardCharsets.UTF_8)))
+      files.write(FileName)(_.write(FileFormats.SessionPlan.textBytes(plan + "\n")))
     } else {
       val in = files.open(FileName)
-      val recorded = try new String(in.readAllBytes(), StandardCharsets.UTF_8).trim finally in.close()
+      val recorded = try FileFormats.SessionPlan.readText(new Path(info.checkpointLocation, s"${info.operatorId}/$FileName").toString,
+        in.readAllBytes()).trim finally in.close()
       if (recorded != plan) {
         val key = SluiceConf.SuppressFused.key
         throw new SluiceConfException(s"This query's checkpoint (${root.getParent}) ran its session windows as " +

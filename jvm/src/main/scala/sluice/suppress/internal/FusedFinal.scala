@@ -1,6 +1,5 @@
 package sluice.suppress.internal
 
-import java.nio.charset.StandardCharsets
 import java.util.UUID
 
 import org.apache.hadoop.fs.Path
@@ -16,6 +15,7 @@ import sluice.conf.{SluiceConf, SluiceConfException}
 import sluice.spark.CheckpointTypes.CheckpointFileManager
 import sluice.spark.PlanTypes.{ProjectExec, SparkPlan}
 import sluice.spark.PlanTypes.{StateStoreRestoreExec, StateStoreSaveExec}
+import sluice.state.FileFormats
 import sluice.suppress.{SuppressUsageException, UntilWindowCloses}
 
 /**
@@ -127,7 +127,8 @@ private[sluice] object FusedFinal extends Logging {
       else shape.left.toOption
     why match {
       case None =>
-        if (!fm.exists(marker)) writeMarker(fm, marker, ctx.stateInfo.operatorId)
+        // A marker already there is only read: one of a newer format fails here.
+        if (!fm.exists(marker)) writeMarker(fm, marker, ctx.stateInfo.operatorId) else readMarker(fm, marker)
         logInfo(s"Query ${exec.queryId}: suppress(until_window_closes) is fused into its aggregation " +
           s"(state operator $AggregationId, append-mode state save)")
         true
@@ -170,8 +171,8 @@ private[sluice] object FusedFinal extends Logging {
     fm.mkdirs(marker.getParent) // written before the operator's first state files
     val out = fm.createAtomic(marker, overwriteIfPossible = true)
     try {
-      out.write(s"$suppressId\nsuppress operator $suppressId runs fused into state operator $AggregationId\n"
-        .getBytes(StandardCharsets.UTF_8))
+      out.write(FileFormats.FusedFinalMarker.textBytes(
+        s"$suppressId\nsuppress operator $suppressId runs fused into state operator $AggregationId\n"))
     } catch {
       case e: Throwable => out.cancel(); throw e
     }
@@ -182,7 +183,8 @@ private[sluice] object FusedFinal extends Logging {
     if (!fm.exists(marker)) None
     else {
       val in = fm.open(marker)
-      try new String(in.readAllBytes(), StandardCharsets.UTF_8).linesIterator.nextOption().flatMap(_.trim.toLongOption)
+      try FileFormats.FusedFinalMarker.readText(marker.toString, in.readAllBytes()).linesIterator.nextOption()
+        .flatMap(_.trim.toLongOption)
       finally in.close()
     }
 

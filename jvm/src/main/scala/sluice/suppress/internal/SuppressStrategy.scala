@@ -8,7 +8,7 @@ import org.json4s.JsonDSL._
 
 import sluice.spark.PlanTypes.{ProjectExec, SparkPlan, SparkStrategy}
 import sluice.spark.RealTimePlans
-import sluice.state.Sidecars
+import sluice.state.{FileFormats, Sidecars}
 import sluice.suppress._
 
 /** Plans [[SuppressNode]]s; installed by sluice.plugin.SluiceExtensions. */
@@ -21,7 +21,7 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
       // The sidecar (mode, limit and bound for sluice.inspect) only beside a suppress operator's own
       // state: on the fused path there is none, and its directory would read as unfused state.
       else FusedFinal.plan(session, n, ctx).getOrElse {
-        Sidecars.record(session, n, SuppressStrategy.sidecar(n))
+        Sidecars.record(session, n, FileFormats.SuppressRows, SuppressStrategy.sidecar(n))
         SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, ctx, planLater(n.child),
           retracted = n.retracted, earlyMs = n.earlyMs)
       } :: Nil
@@ -36,7 +36,7 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
   private def realTime(n: SuppressNode, ctx: StreamContext): SparkPlan = {
     RealTimeSuppress.refuseUnsupported(n)
     FusedFinal.refuseFusedCheckpoint(session, ctx)
-    Sidecars.record(session, n, SuppressStrategy.sidecar(n))
+    Sidecars.record(session, n, FileFormats.SuppressRows, SuppressStrategy.sidecar(n))
     n.suppressed match {
       case _: UntilWindowCloses =>
         val (child, ts) = RealTimeSuppress.withStreamTime(n)

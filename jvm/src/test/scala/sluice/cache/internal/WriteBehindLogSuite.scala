@@ -11,7 +11,7 @@ import org.apache.spark.sql.types.{LongType, StringType, StructField, StructType
 import org.apache.spark.unsafe.types.UTF8String
 import org.scalatest.funsuite.AnyFunSuite
 
-import sluice.state.StoreFilesSuite
+import sluice.state.{FileFormats, SluiceFileFormatException, StoreFilesSuite}
 
 class WriteBehindLogSuite extends AnyFunSuite {
   private val keyProj = UnsafeProjection.create(StructType(Seq(StructField("k", StringType))))
@@ -41,16 +41,26 @@ class WriteBehindLogSuite extends AnyFunSuite {
   }
 
   test("an entry reads back as written: versions, column families, rows and removals") {
-    val back = WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(bytes(entry))))
+    val back = WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(bytes(entry))), "12.wb")
     same(back, entry)
     assert(back.rows(0).value.getLong(1) == 30L && back.rows(0).key.getUTF8String(0).toString == "a")
   }
 
   test("a truncated or foreign file is refused, not read as fewer rows") {
     val b = bytes(entry)
-    intercept[IOException](WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(b.dropRight(4)))))
-    intercept[Exception](WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(b.take(30)))))
-    intercept[IOException](WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream("PK".getBytes ++ b))))
+    intercept[IOException](WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(b.dropRight(4))), "f"))
+    intercept[Exception](WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(b.take(30))), "f"))
+    intercept[IOException](WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream("PK".getBytes ++ b)), "f"))
+  }
+
+  test("a file of a newer format fails naming the file, the format found and the formats read") {
+    val b = bytes(entry)
+    b(7) = 9 // the format version: the int after the magic
+    val e = intercept[SluiceFileFormatException](
+      WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(b)), "/ckpt/12.wb"))
+    assert(e.getMessage == "/ckpt/12.wb is a sluice write-behind log of format 9, but this sluice reads format " +
+      s"${FileFormats.WriteBehindLog.reads.mkString(", ")}: it was written by a newer sluice; run that release " +
+      "(or a later one) on this checkpoint")
   }
 
   for ((kind, conf) <- StoreFilesSuite.kinds) {

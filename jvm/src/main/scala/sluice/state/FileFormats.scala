@@ -1,0 +1,101 @@
+package sluice.state
+
+import java.io.IOException
+import java.nio.charset.StandardCharsets
+
+/**
+ * A file sluice wrote in a format this sluice does not read (a newer one), or that is not one of
+ * its files at all. The message is one line naming the file, what was found and what is read.
+ */
+private[sluice] final class SluiceFileFormatException(message: String) extends IOException(message)
+
+/**
+ * One kind of file (or state row layout) sluice writes: the format version this sluice writes and
+ * every version it reads. A release reads every earlier released format, so `reads` only grows.
+ */
+private[sluice] final case class FileFormat(kind: String, current: Int, reads: Seq[Int]) {
+  require(reads.contains(current), s"$kind: format $current is written but not read")
+
+  /** Fails, naming `file`, when `found` is not a format this sluice reads. */
+  def check(file: String, found: Int): Unit =
+    if (!reads.contains(found)) throw new SluiceFileFormatException(refusal(file, found.toString))
+
+  def refusal(file: String, found: String): String = {
+    val newer = found.toIntOption.exists(_ > reads.max)
+    s"$file is a sluice $kind of format $found, but this sluice reads format${if (reads.size > 1) "s" else ""} " +
+      s"${reads.mkString(", ")}" +
+      (if (newer) ": it was written by a newer sluice; run that release (or a later one) on this checkpoint"
+       else "")
+  }
+
+  /**
+   * A small text file's bytes: the header line `sluice-format <current>`, then `content`. Files
+   * without the header (as sluice 0.1.0 wrote them) are format 1.
+   */
+  def textBytes(content: String): Array[Byte] =
+    s"${FileFormats.TextHeader}$current\n$content".getBytes(StandardCharsets.UTF_8)
+
+  /** The content of a small text file written by `textBytes` (or without a header: format 1). */
+  def readText(file: String, bytes: Array[Byte]): String = {
+    val text = new String(bytes, StandardCharsets.UTF_8)
+    if (!text.startsWith(FileFormats.TextHeader)) { check(file, 1); text }
+    else {
+      val nl = text.indexOf('\n')
+      val found = (if (nl < 0) text else text.substring(0, nl)).stripPrefix(FileFormats.TextHeader).trim
+      found.toIntOption match {
+        case Some(v) => check(file, v)
+        case None => throw new SluiceFileFormatException(refusal(file, s"'$found'"))
+      }
+      if (nl < 0) "" else text.substring(nl + 1)
+    }
+  }
+}
+
+/**
+ * Every file and state row layout sluice writes, with its format versions: the one source of truth
+ * for them (each writer and reader uses its entry here). docs/compatibility.md's "File formats"
+ * lists the same, and tests/golden holds a checkpoint written in each current format.
+ */
+private[sluice] object FileFormats {
+  /** The first line of a versioned text file. */
+  val TextHeader = "sluice-format "
+
+  /** `<store>/_sluice_writebehind/<version>.wb`: its format follows the magic "SLWB". */
+  val WriteBehindLog: FileFormat = FileFormat("write-behind log", current = 1, reads = Seq(1))
+
+  /**
+   * The window store's `<version>.wdelta` and `.wsnapshot`: the magic's last byte is the format
+   * ("SLW2", "SLS2"). Format 1 was never released.
+   */
+  val WindowStoreFile: FileFormat = FileFormat("window store file", current = 2, reads = Seq(2))
+
+  /** `<store>/_sluice_cache_delegate`: the record cache's delegate. */
+  val CacheDelegateMarker: FileFormat = FileFormat("record cache delegate marker", current = 1, reads = Seq(1))
+
+  /** `state/<op>/_sluice_emit_cache_first_version`: the batch version the emission cache's stores start at. */
+  val EmitCacheFirstVersion: FileFormat = FileFormat("emission cache first version", current = 1, reads = Seq(1))
+
+  /** `state/0/_sluice_fused_final`: suppress fused into the aggregation. */
+  val FusedFinalMarker: FileFormat = FileFormat("fused final results marker", current = 1, reads = Seq(1))
+
+  /** `state/<op>/_sluice_session_plan`: the session-window plan. */
+  val SessionPlan: FileFormat = FileFormat("session plan record", current = 1, reads = Seq(1))
+
+  /** `state/<op>/_sluice_operator.json` (`formatVersion`; absent: 1). Advisory, for `sluice.inspect`. */
+  val OperatorSidecar: FileFormat = FileFormat("operator settings file", current = 1, reads = Seq(1))
+
+  /** The emission cache's state rows (`EmitCacheLayout`), recorded as `stateLayoutVersion` in the sidecar. */
+  val EmitCacheRows: FileFormat = FileFormat("emission cache state row layout", current = 1, reads = Seq(1))
+
+  /** suppress's buffer and spill store rows (`SuppressStateLayout`), recorded as `stateLayoutVersion` in the sidecar. */
+  val SuppressRows: FileFormat = FileFormat("suppress state row layout", current = 1, reads = Seq(1))
+
+  /**
+   * `sources/<n>/sluice-record-sizes.json` (`formatVersion`; absent: 1): statistics that only size
+   * batches, so one this sluice cannot read is ignored (with a warning) and measured again.
+   */
+  val KafkaRecordSizes: FileFormat = FileFormat("Kafka record sizes file", current = 1, reads = Seq(1))
+
+  val all: Seq[FileFormat] = Seq(WriteBehindLog, WindowStoreFile, CacheDelegateMarker, EmitCacheFirstVersion,
+    FusedFinalMarker, SessionPlan, OperatorSidecar, EmitCacheRows, SuppressRows, KafkaRecordSizes)
+}
