@@ -107,7 +107,7 @@ private[sluice] object CheckpointProviderCheck {
         .flatMap(p => Option(fs.globStatus(new Path(root, p + DelegateMarker.FileName))).map(_.toSeq).getOrElse(Nil))
         .map { s =>
           val in = fs.open(s.getPath)
-          try new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8).trim finally in.close()
+          try DelegateMarker.parse(s.getPath.toString, in.readAllBytes()) finally in.close()
         }
         .find(_.nonEmpty)
     } catch { case NonFatal(_) => None }

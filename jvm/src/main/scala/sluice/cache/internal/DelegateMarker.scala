@@ -48,10 +48,13 @@ private[sluice] final class DelegateMarker(dir: Path, hadoopConf: Configuration)
   private def read(): Option[String] =
     try {
       val in = fm.open(path)
-      try Some(FileFormats.CacheDelegateMarker.readText(path.toString, in.readAllBytes()).trim) finally in.close()
+      try Some(DelegateMarker.parse(path.toString, in.readAllBytes())) finally in.close()
     } catch { case _: FileNotFoundException => None }
 }
 
 private[sluice] object DelegateMarker {
   val FileName = "_sluice_cache_delegate"
+
+  /** The delegate name a marker's bytes record; `file` names it in the error for an unreadable format. */
+  def parse(file: String, bytes: Array[Byte]): String = FileFormats.CacheDelegateMarker.readText(file, bytes).trim
 }
