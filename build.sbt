@@ -47,16 +47,17 @@ def rangeFolders(dir: File, minor: String): Seq[File] = {
   val le = Ordering[(Int, Int)].lteq _
   Option(dir.listFiles()).toSeq.flatten.collect {
     case f @ (_: File) if f.isDirectory && (f.getName match {
-      case From(from) => le(minorKey(from), minorKey(minor))
-      case Between(from, to) => le(minorKey(from), minorKey(minor)) && le(minorKey(minor), minorKey(to))
-      case _ => false
-    }) => f
+          case From(from) => le(minorKey(from), minorKey(minor))
+          case Between(from, to) => le(minorKey(from), minorKey(minor)) && le(minorKey(minor), minorKey(to))
+          case _ => false
+        }) => f
   }.sortBy(_.getName)
 }
 
 // dev/test-jvm-options: the options of the JVMs tests start (why: that file).
 lazy val testJvmOptions: Seq[String] =
-  IO.readLines(file("dev/test-jvm-options")).filterNot(_.startsWith("#")).flatMap(_.trim.split("\\s+")).filter(_.nonEmpty)
+  IO.readLines(file("dev/test-jvm-options")).filterNot(_.startsWith("#")).flatMap(_.trim.split("\\s+")).filter(
+    _.nonEmpty)
 
 def sparkLine(minor: String): Project = {
   val line = sparkLines(minor)
@@ -95,7 +96,8 @@ def sparkLine(minor: String): Project = {
         val root = (ThisBuild / baseDirectory).value
         val dir = file(Seq((root / "dev" / "spark-jars").getPath, minor).!!.trim)
         (dir * "*.jar").get
-          .filterNot(f => f.getName.startsWith("scala-library-") || f.getName.startsWith("scala-reflect-") ||
+          .filterNot(f =>
+            f.getName.startsWith("scala-library-") || f.getName.startsWith("scala-reflect-") ||
             f.getName.startsWith("scala-compiler-"))
           .map(Attributed.blank)
       },

@@ -21,13 +21,14 @@ class LayeringSuite extends AnyFunSuite {
     val root = new File(classOf[sluice.conf.SluiceConf].getProtectionDomain.getCodeSource.getLocation.toURI)
     if (root.isDirectory) {
       Files.walk(root.toPath).iterator().asScala.filter(_.toString.endsWith(".class")).map { p =>
-        root.toPath.relativize(p).toString.replace(File.separatorChar, '/').stripSuffix(".class") -> Files.readAllBytes(p)
+        root.toPath.relativize(p).toString.replace(File.separatorChar, '/').stripSuffix(".class") -> Files.readAllBytes(
+          p)
       }.toMap
     } else {
       val zip = new ZipFile(root)
       try zip.entries().asScala.filter(_.getName.endsWith(".class")).map { e =>
-        e.getName.stripSuffix(".class") -> zip.getInputStream(e).readAllBytes()
-      }.toMap
+          e.getName.stripSuffix(".class") -> zip.getInputStream(e).readAllBytes()
+        }.toMap
       finally zip.close()
     }
   }
@@ -47,7 +48,7 @@ class LayeringSuite extends AnyFunSuite {
   test("the scan sees references between layers") {
     val pairs = edges.map(e => (e._1, e._2)).toSet
     assert(Set(("cache", "suppress"), ("suppress", Bridge), ("plugin", "cache"), ("inspect", "windowstore"),
-      ("inspect", "suppress"), ("inspect", "cache"), ("suppress", "state"), ("state", Bridge)).subsetOf(pairs), pairs)
+        ("inspect", "suppress"), ("inspect", "cache"), ("suppress", "state"), ("state", Bridge)).subsetOf(pairs), pairs)
   }
 
   test("no layer refers to a layer above it (so the packages have no cycle)") {
@@ -86,8 +87,9 @@ class LayeringSuite extends AnyFunSuite {
       (line, n) <- Files.readAllLines(file.toPath).asScala.zipWithIndex
       hit <- SparkInternalName.findFirstIn(line.replaceAll("//.*", ""))
     } yield s"$rel:${n + 1}: $hit"
-    assert(offenders.isEmpty, "Spark internals named outside the seam (sluice.spark) and the bridge:\n" +
-      offenders.mkString("\n"))
+    assert(offenders.isEmpty,
+      "Spark internals named outside the seam (sluice.spark) and the bridge:\n" +
+        offenders.mkString("\n"))
   }
 
   test("the source check finds an internal name") {
@@ -104,7 +106,8 @@ class LayeringSuite extends AnyFunSuite {
     assert(violations(Seq(("cache", "plugin", "up"))).nonEmpty)
     assert(violations(Seq(("suppress", "cache", "a"), ("cache", "suppress", "b"))).nonEmpty)
     assert(violations(Seq(("cache", "suppress", "down"), ("cache", "conf", "down"))).isEmpty)
-    val desc = "(Lsluice/cache/internal/RecordCache;[Lorg/apache/spark/sql/sluice/MinMetric;)Lscala/Option<Lsluice/suppress/internal/SuppressNode;>;"
+    val desc =
+      "(Lsluice/cache/internal/RecordCache;[Lorg/apache/spark/sql/sluice/MinMetric;)Lscala/Option<Lsluice/suppress/internal/SuppressNode;>;"
     assert(classNamesIn(desc).toSet == Set("sluice/cache/internal/RecordCache", "org/apache/spark/sql/sluice/MinMetric",
       "sluice/suppress/internal/SuppressNode"))
   }
@@ -113,19 +116,22 @@ class LayeringSuite extends AnyFunSuite {
 object LayeringSuite {
   val Bridge = "bridge"
   val BridgePackage = "org/apache/spark/sql/sluice"
+
   /** The bridge's part in Spark's Kafka connector, whose reader parts are private to its package. */
   val KafkaBridgePackage = "org/apache/spark/sql/kafka010/sluice"
 
   /** Lowest first: each layer may use only those before it. */
   val Layers: Seq[String] =
-    Seq("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions", "cache", "input", "json", "slicing", "aggregate", "inspect", "connect", "plugin", "testing")
+    Seq("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions", "cache", "input", "json", "slicing",
+      "aggregate", "inspect", "connect", "plugin", "testing")
 
   /**
    * The bridge's classes: each adapts a Spark API that is `private[sql]` or `private[spark]`, or (in
    * [[KafkaBridgePackage]]) `private[kafka010]`.
    */
   val BridgeAdapters: Set[String] = Set("StatefulOperatorSupport", "SluiceStatefulNode", "StreamContext",
-    "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric", "SizeOperatorMetric",
+    "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric",
+    "SizeOperatorMetric",
     "DatasetAccess", "DirectReads", "DirectReaderFactory", "DirectReader", "RealTimeReads",
     "DrivenQueries", "DrivenSource", "DrivenClock", "DrivenSink")
 
@@ -148,7 +154,8 @@ object LayeringSuite {
   def layerOf(className: String): Option[String] = {
     val pkg = className.split('/').dropRight(1).toList
     pkg match {
-      case List("org", "apache", "spark", "sql", "sluice") | List("org", "apache", "spark", "sql", "kafka010", "sluice") =>
+      case List("org", "apache", "spark", "sql", "sluice") | List("org", "apache", "spark", "sql", "kafka010",
+            "sluice") =>
         Some(Bridge)
       case "sluice" :: feature :: rest if Layers.contains(feature) && (rest == Nil || rest == List("internal")) =>
         Some(feature)
@@ -170,7 +177,7 @@ object LayeringSuite {
   /** The UTF-8 entries of a class file's constant pool. */
   private def constantStrings(bytes: Array[Byte]): Seq[String] = {
     val in = new DataInputStream(new ByteArrayInputStream(bytes))
-    require(in.readInt() == 0xCAFEBABE, "not a class file")
+    require(in.readInt() == 0xcafebabe, "not a class file")
     in.readUnsignedShort(); in.readUnsignedShort()
     val count = in.readUnsignedShort()
     val strings = Seq.newBuilder[String]

@@ -23,7 +23,7 @@ class StatefulOperatorIdsSuite extends AnyFunSuite {
     // A re-built plan (as after a restart) gives the same ids.
     val rebuilt = node(Project(Seq(k), node(LocalRelation(k))))
     assert(StatefulOperatorSupport.operatorId(rebuilt.child.children.head.asInstanceOf[SuppressNode], outer)
-      .contains(1001L))
+        .contains(1001L))
     assert(StatefulOperatorSupport.operatorId(node(LocalRelation(AttributeReference("x", LongType)())), outer).isEmpty)
   }
 

@@ -31,6 +31,7 @@ import sluice.spark.SwitchedRewrite
  * with why ([[PartialHashRule.Why]]), in one INFO line per plan.
  */
 private[sluice] object PartialHashRule {
+
   /** The rewrite's name in the lines saying why it left an aggregation alone. */
   val Name = "partial aggregation by hash"
 
@@ -40,11 +41,14 @@ private[sluice] object PartialHashRule {
    * aggregations (no distribution required of their input).
    */
   object Why {
-    val NotAllPartial = "it is not a plain partial aggregation (no aggregate function, a distinct one, or partial aggregates merged)"
+    val NotAllPartial =
+      "it is not a plain partial aggregation (no aggregate function, a distinct one, or partial aggregates merged)"
     val NoSort = "no sort is below it: its input comes in an order Spark did not sort for it (a global " +
       "aggregation, or input sorted by the operator below), so there is no sort to save"
-    val GlobalSort = "the sort below it is a global one (a shuffle of its own), not the one Spark adds for the aggregation"
-    val OtherOrder = "the sort below it is not by its grouping keys alone, so it is not the one Spark adds for the aggregation"
+    val GlobalSort =
+      "the sort below it is a global one (a shuffle of its own), not the one Spark adds for the aggregation"
+    val OtherOrder =
+      "the sort below it is not by its grouping keys alone, so it is not the one Spark adds for the aggregation"
   }
 
   def rule(session: SparkSession): ColumnarRule =
@@ -59,24 +63,24 @@ private[sluice] object PartialHashRule {
     case sort: SortExec if !sortsByKeys(sort.sortOrder, agg) => Left(Why.OtherOrder)
     case sort: SortExec =>
       Right(ObjectHashAggregateExec(
-        requiredChildDistributionExpressions = agg.requiredChildDistributionExpressions,
-        isStreaming = agg.isStreaming,
-        numShufflePartitions = agg.numShufflePartitions,
-        groupingExpressions = agg.groupingExpressions,
-        aggregateExpressions = agg.aggregateExpressions,
-        aggregateAttributes = agg.aggregateAttributes,
-        initialInputBufferOffset = agg.initialInputBufferOffset,
-        resultExpressions = agg.resultExpressions,
-        child = sort.child))
+          requiredChildDistributionExpressions = agg.requiredChildDistributionExpressions,
+          isStreaming = agg.isStreaming,
+          numShufflePartitions = agg.numShufflePartitions,
+          groupingExpressions = agg.groupingExpressions,
+          aggregateExpressions = agg.aggregateExpressions,
+          aggregateAttributes = agg.aggregateAttributes,
+          initialInputBufferOffset = agg.initialInputBufferOffset,
+          resultExpressions = agg.resultExpressions,
+          child = sort.child))
     case _ => Left(Why.NoSort)
   }
 
   private def isMapSide(agg: SortAggregateExec): Boolean =
     agg.requiredChildDistributionExpressions.isEmpty && agg.aggregateExpressions.nonEmpty &&
-      agg.aggregateExpressions.forall(a => a.mode == Partial && !a.isDistinct)
+    agg.aggregateExpressions.forall(a => a.mode == Partial && !a.isDistinct)
 
   // The sort Spark adds for the aggregation: by its grouping keys, nothing else.
   private def sortsByKeys(order: Seq[SortOrder], agg: SortAggregateExec): Boolean =
     order.size == agg.groupingExpressions.size &&
-      order.zip(agg.groupingExpressions).forall { case (o, g) => o.child.semanticEquals(g.toAttribute) }
+    order.zip(agg.groupingExpressions).forall { case (o, g) => o.child.semanticEquals(g.toAttribute) }
 }

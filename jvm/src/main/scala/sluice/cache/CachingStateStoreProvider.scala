@@ -4,8 +4,10 @@ import org.apache.hadoop.conf.Configuration
 import org.apache.spark.TaskContext
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 
-import sluice.cache.internal.{CacheKey, CacheMetrics, CachingReadStore, CachingStateStore, ColumnFamilies,
-  DelegateMarker, DirtyWriter, RecordCache, SlotCaches, StoreCounters, WriteBehindLog, WriteBehindState}
+import sluice.cache.internal.{
+  CacheKey, CacheMetrics, CachingReadStore, CachingStateStore, ColumnFamilies,
+  DelegateMarker, DirtyWriter, RecordCache, SlotCaches, StoreCounters, WriteBehindLog, WriteBehindState
+}
 import sluice.conf.{ConfResolver, MemoryBudget, SluiceConf, SluiceConfException}
 import sluice.windowstore.InMemoryWindowStoreProvider
 import sluice.spark.StateStoreTypes._
@@ -281,7 +283,7 @@ object CachingStateStoreProvider {
     try { Class.forName(cls, false, Thread.currentThread().getContextClassLoader); cls }
     catch {
       case _: ClassNotFoundException => throw new SluiceConfException(
-        s"${SluiceConf.StateStoreCacheDelegate.key}=$name needs class $cls, which is not on the class path")
+          s"${SluiceConf.StateStoreCacheDelegate.key}=$name needs class $cls, which is not on the class path")
     }
   }
 }

@@ -3,7 +3,6 @@ package sluice.conf
 import org.apache.spark.{SparkEnv, TaskContext}
 import org.apache.spark.sql.SparkSession
 
-
 /**
  * The one way sluice code reads a `spark.sluice.*` key where it runs, on an executor or on the
  * driver. The first of these sources that holds the key decides:
@@ -26,6 +25,7 @@ import org.apache.spark.sql.SparkSession
  * instead: it is what step 2 finds, and what step 1 carries to the query's tasks.
  */
 object ConfResolver {
+
   /** A source of settings: a key's value there, if it has one. */
   private[conf] type Source = String => Option[String]
 

@@ -2,7 +2,6 @@ package sluice.conf
 
 import org.apache.spark.SparkEnv
 
-
 /** An executor's record-cache budget C split evenly over its T task slots (KIP-63: C/T per thread). */
 final case class SlotBudget(
     executorId: String,
@@ -12,6 +11,7 @@ final case class SlotBudget(
     inputBufferMaxBytes: Long)
 
 object SlotBudget {
+
   /** Task slots of an executor: its cores over the cores a task takes, at least one. */
   def slots(executorCores: Int, taskCpus: Int): Int = math.max(1, executorCores / math.max(1, taskCpus))
 

@@ -6,7 +6,6 @@ import scala.jdk.CollectionConverters._
 
 import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 
-
 /**
  * A bad `spark.sluice.*` setting, or a Spark setting sluice cannot run with. The message is one line
  * naming the key, the value and what is expected.
@@ -48,6 +47,7 @@ final class SluiceConf private (val settings: Map[String, String]) {
 }
 
 object SluiceConf {
+
   /**
    * The key table, forms, messages and provider names, in `sluice/conf.json` (bundled in the jar).
    * The Python package reads the same file, so names, defaults, expected forms and error texts are
@@ -148,9 +148,10 @@ object SluiceConf {
 
   /** One driver-log warning per deprecated key in use, saying which key wins. */
   def deprecationWarnings(settings: Map[String, String]): Seq[String] =
-    deprecated.toSeq.sorted.collect { case (old, replacement) if settings.contains(old) =>
-      if (settings.contains(replacement)) s"$old is deprecated and ignored: $replacement is also set and wins"
-      else s"$old is deprecated: use $replacement instead"
+    deprecated.toSeq.sorted.collect {
+      case (old, replacement) if settings.contains(old) =>
+        if (settings.contains(replacement)) s"$old is deprecated and ignored: $replacement is also set and wins"
+        else s"$old is deprecated: use $replacement instead"
     }
 
   // --- record cache (sluice.cache) ---
@@ -187,6 +188,7 @@ object SluiceConf {
   val SourceMaxBytesOption: String = contract.get("input").get("source_option").asText()
   val SourceBytesMetric: String = contract.get("input").get("bytes_metric").asText()
   val SourceThrottledMetric: String = contract.get("input").get("throttled_metric").asText()
+
   /** The key of a Kafka source's metrics counting the batch's records read by the direct reader. */
   val SourceDirectRecordsMetric: String = contract.get("input").get("direct_records_metric").asText()
 
@@ -201,8 +203,10 @@ object SluiceConf {
   // In-memory window store (KIP-428), read by sluice.windowstore.InMemoryWindowStoreProvider.
   /** Name of the window store, used in messages. */
   val WindowStoreName: ConfEntry[String] = string("windowstore.name")
+
   /** Windows starting at or before stream time minus this are dropped; 0 keeps them until Spark evicts them. */
   val WindowStoreRetention: ConfEntry[Long] = millis("windowstore.retention")
+
   /** A snapshot file is written (by Spark's maintenance thread) every this many versions. */
   val WindowStoreSnapshotInterval: ConfEntry[Int] = positiveInt("windowstore.snapshot.interval")
   val windowStoreEntries: Seq[ConfEntry[_]] = Seq(WindowStoreName, WindowStoreRetention, WindowStoreSnapshotInterval)
@@ -222,9 +226,11 @@ object SluiceConf {
 
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
-    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes, InputKafkaDirect, CheckpointLocalDirect,
+    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes, InputKafkaDirect,
+      CheckpointLocalDirect,
       CommitIntervalMs) ++
-    Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder, WindowSlicing, AggregatePartialHash)
+      Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder, WindowSlicing,
+        AggregatePartialHash)
   require(entries.map(_.key).toSet == spec.get("keys").elements().asScala.map(Prefix + _.get("name").asText()).toSet,
     "every key of sluice/conf.json has an entry here, and no other")
 
@@ -253,6 +259,7 @@ object SluiceConf {
    */
   final case class RemovedKey(key: String, option: Option[String], version: String, what: String, reason: String,
       marker: Option[String]) {
+
     /** The one-line error of a setting of this key. */
     def refusal: String = message("removed", "key" -> key, "version" -> version, "reason" -> reason)
 

@@ -80,7 +80,8 @@ object SuppressRelation {
       tag = in.readTag()
     }
     if (input == null) invalid("no input relation")
-    if (graceMs.nonEmpty && kind != "until_window_closes") invalid(s"grace_ms is only for until_window_closes, not $kind")
+    if (graceMs.nonEmpty && kind != "until_window_closes")
+      invalid(s"grace_ms is only for until_window_closes, not $kind")
     Message(input, suppressed(kind, limitMs, bufferConfig(maxRecords, maxBytes, whenFull), name, graceMs), timeCol)
   }
 
@@ -98,11 +99,11 @@ object SuppressRelation {
       graceMs: Option[Long]): Suppressed = {
     val s: Suppressed = kind match {
       case "until_window_closes" => buffer match {
-        case strict: StrictBufferConfig => UntilWindowCloses(strict, graceMs = graceMs)
-        case _ => throw new SuppressUsageException(
-          s"until_window_closes needs a strict buffer config, got $buffer: emitting early would break the " +
-            "one-final-result guarantee")
-      }
+          case strict: StrictBufferConfig => UntilWindowCloses(strict, graceMs = graceMs)
+          case _ => throw new SuppressUsageException(
+              s"until_window_closes needs a strict buffer config, got $buffer: emitting early would break the " +
+                "one-final-result guarantee")
+        }
       case "until_time_limit" => Suppressed.untilTimeLimit(limitMs, buffer)
       case "until_wall_clock_time_limit" => Suppressed.untilWallClockTimeLimit(limitMs, buffer)
       case other => invalid(s"unknown suppress kind '$other'")

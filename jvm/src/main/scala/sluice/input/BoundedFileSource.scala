@@ -6,7 +6,10 @@ import java.util.Optional
 import scala.jdk.CollectionConverters._
 
 import org.apache.spark.sql.DataFrame
-import org.apache.spark.sql.connector.read.streaming.{Offset => OffsetV2, ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxFiles, ReportsSourceMetrics, SupportsTriggerAvailableNow}
+import org.apache.spark.sql.connector.read.streaming.{
+  Offset => OffsetV2, ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxFiles, ReportsSourceMetrics,
+  SupportsTriggerAvailableNow
+}
 import org.apache.spark.sql.types.StructType
 
 import sluice.spark.SourceTypes.FileStreamSource

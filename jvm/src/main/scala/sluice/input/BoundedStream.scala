@@ -21,27 +21,36 @@ import sluice.spark.SourceTypes.LongOffset
 private[input] sealed trait Lanes {
   def positions(offset: Offset): Map[String, Long]
   def withPositions(offset: Offset, positions: Map[String, Long]): Offset
+
   /** Mean and standard deviation of a unit's bytes in `lane`, and how many units they came from. */
   def estimate(lane: String): (Double, Double, Double)
+
   /** At most this many units of `lane` in one batch, given its even `share` of the budget. */
   def cap(lane: String, share: Double): Long = Long.MaxValue
   def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory = inner
+
   /** Real-time reads: nothing to measure (no batch's bytes to bound), a reader of the lane's own. */
   def realTimeReaderFactory(inner: PartitionReaderFactory): PartitionReaderFactory = inner
+
   /** Bytes of the batch that read from `start` to `end`, when known without measuring. */
   def knownBytes(start: Offset, end: Offset): Option[Long]
+
   /** Called with the range each lane with data waiting would read, before it is planned. */
   def prepare(ranges: Map[String, (Long, Long)]): Unit = ()
+
   /** Takes in what tasks measured since the last call; returns its bytes. */
   def absorb(): Long = 0L
+
   /** Records read by sluice's direct Kafka reader since the last call; None where it is not used. */
   def directRecords(): Option[Long] = None
+
   /** The stream stops. */
   def close(): Unit = ()
 }
 
 /** Kafka: a lane is a topic-partition, a unit a record; sizes are measured while reading. */
 private[input] object KafkaLanes {
+
   /** Records a partition needs measured before its own statistics replace its topic's. */
   val OwnSamples = 30
 }
@@ -51,7 +60,8 @@ private[input] final class KafkaLanes(
     defaultRecordBytes: Long,
     sampler: Option[KafkaSampler] = None,
     sizeFile: Option[SizeFile] = None,
-    direct: Boolean = false) extends Lanes {
+    direct: Boolean = false)
+  extends Lanes {
   private val acc = new LaneSizeAccumulator
   SparkSession.active.sparkContext.register(acc, "sluice.input.kafkaRecordSizes")
   private val directAcc = Option.when(direct)(
@@ -87,7 +97,8 @@ private[input] final class KafkaLanes(
    */
   override def estimate(lane: String): (Double, Double, Double) = {
     val own = estimates.getOrElse(lane, SizeStats.Zero)
-    val stats = if (own.count >= KafkaLanes.OwnSamples) own else {
+    val stats = if (own.count >= KafkaLanes.OwnSamples) own
+    else {
       val topic = measured(lane).values.foldLeft(SizeStats.Zero)(_.plus(_))
       if (topic.count >= 1) topic else samples.get(lane).map(_.stats).getOrElse(SizeStats.Zero)
     }
@@ -118,13 +129,15 @@ private[input] final class KafkaLanes(
   override def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory =
     new KafkaMeasuringReaderFactory(reader(inner), acc)
   override def realTimeReaderFactory(inner: PartitionReaderFactory): PartitionReaderFactory = reader(inner)
+
   /** The direct reader where `input.kafka.direct` is on, else Spark's (`inner`). */
   private def reader(inner: PartitionReaderFactory): PartitionReaderFactory =
     directAcc.map(DirectReads.factory(inner, _)).getOrElse(inner)
 
   override def directRecords(): Option[Long] = directAcc.map { a =>
     val now = a.value.longValue
-    try now - directSeen finally directSeen = now
+    try now - directSeen
+    finally directSeen = now
   }
   override def knownBytes(start: Offset, end: Offset): Option[Long] = None
 
@@ -174,8 +187,7 @@ final class BoundedMicroBatchStream private[input] (
     val inner: MicroBatchStream,
     lanes: Lanes,
     budget: Budget)
-  extends MicroBatchStream with SupportsTriggerAvailableNow with SupportsRealTimeMode
-  with ReportsSourceMetrics {
+  extends MicroBatchStream with SupportsTriggerAvailableNow with SupportsRealTimeMode with ReportsSourceMetrics {
 
   @volatile private var availableNowEnd: Offset = _
   @volatile private var realTime = false
@@ -258,12 +270,12 @@ final class BoundedMicroBatchStream private[input] (
   override def prepareForRealTimeMode(): Unit = inner match {
     case _ if budget.isInstanceOf[Budget.Fixed] =>
       throw new IllegalArgumentException(sluice.spark.RealTimeMode.unsupported(
-        s"The input bound (source option ${Budget.SourceOption}=${budget.bytes})",
-        "a real-time batch has no end offset: its tasks read record by record until the checkpoint interval " +
-          "ends, so there is no batch whose bytes to bound",
-        s"Remove the ${Budget.SourceOption} option and bound memory with the source's own fetch settings " +
-          "(for Kafka: maxPartitionFetchBytes, fetch.max.bytes, max.poll.records), " +
-          sluice.spark.RealTimeMode.orUseMicroBatches))
+          s"The input bound (source option ${Budget.SourceOption}=${budget.bytes})",
+          "a real-time batch has no end offset: its tasks read record by record until the checkpoint interval " +
+            "ends, so there is no batch whose bytes to bound",
+          s"Remove the ${Budget.SourceOption} option and bound memory with the source's own fetch settings " +
+            "(for Kafka: maxPartitionFetchBytes, fetch.max.bytes, max.poll.records), " +
+            sluice.spark.RealTimeMode.orUseMicroBatches))
     case s: SupportsRealTimeMode => realTime = true; s.prepareForRealTimeMode()
     case s => throw new IllegalArgumentException(s"Source $s does not support real-time mode")
   }

@@ -20,6 +20,7 @@ import sluice.spark.{DataSourceCopy, RealTimePlans}
 
 /** Where a source's bound comes from, resolved when the query creates the source. */
 private[input] sealed trait BudgetSpec {
+
   /** The bound set for the source, or the query-wide one its sources share. */
   def bytes: Long
   def budgetFor(metadataPath: String): Budget = this match {
@@ -37,6 +38,7 @@ private[input] object BudgetSpec {
 private[input] sealed trait StreamKind
 
 private[input] object StreamKind {
+
   /**
    * `fetchBytes`: what one poll of a partition may fetch where the source leaves it (0: Kafka's default);
    * `direct`: whether micro-batches read through sluice's direct reader (`input.kafka.direct`).
@@ -83,6 +85,7 @@ final class BoundedTable(val inner: Table with SupportsRead, kind: StreamKind, s
 }
 
 private object BoundedTable {
+
   /**
    * Whether the query whose stream thread builds this scan runs micro-batches (not real-time or
    * continuous processing). Spark builds a streaming scan only on that thread, when the query
@@ -93,7 +96,8 @@ private object BoundedTable {
 }
 
 final class BoundedScan(inner: Scan, kind: StreamKind, spec: BudgetSpec,
-    kafkaParams: Map[String, String] = Map.empty) extends Scan {
+    kafkaParams: Map[String, String] = Map.empty)
+  extends Scan {
   override def readSchema(): StructType = inner.readSchema()
   override def description(): String = inner.description()
   override def toBatch: Batch = inner.toBatch
@@ -109,7 +113,7 @@ final class BoundedScan(inner: Scan, kind: StreamKind, spec: BudgetSpec,
       case (StreamKind.Kafka(default, _, direct), s) =>
         val hadoopConf = SparkSession.active.sparkContext.hadoopConfiguration
         Some(new KafkaLanes(s, default, Some(new KafkaSampler(kafkaParams)),
-          Some(new SizeFile(checkpointLocation, hadoopConf)), direct))
+            Some(new SizeFile(checkpointLocation, hadoopConf)), direct))
       case (StreamKind.Rate(rps), _: RateStreamMicroBatchStream) => Some(new RateLanes(rps))
       case _ => None
     }

@@ -23,7 +23,8 @@ final class InputBoundRule(session: SparkSession) extends Rule[LogicalPlan] {
   // resolveOperatorsDown, as Spark asks of analyzer rules: it skips subtrees analyzed already (a
   // DataFrame reused in another query), and Spark's test mode fails any plain transform here.
   // Idempotent: a bounded source is never wrapped again.
-  override def apply(plan: LogicalPlan): LogicalPlan = if (!plan.isStreaming) plan else {
+  override def apply(plan: LogicalPlan): LogicalPlan = if (!plan.isStreaming) plan
+  else {
     lazy val conf = SluiceConf(session.conf.getAll)
     plan.resolveOperatorsDown {
       case r: StreamingRelation if !r.dataSource.isInstanceOf[BoundedDataSource] && isFiles(r.dataSource) =>
@@ -58,14 +59,15 @@ final class InputBoundRule(session: SparkSession) extends Rule[LogicalPlan] {
     option(Budget.SourceOption).orElse(option(Budget.SourceOption.toLowerCase)) match {
       case Some(v) =>
         BudgetSpec.FromOption(SluiceConf.parseBytes(v).filter(_ > 0).getOrElse(throw new SluiceConfException(
-          s"Invalid value '$v' for source option ${Budget.SourceOption}: expected a byte size: a " +
-            "plain number of bytes or a Spark byte string such as 64m or 1g, at least 1")))
+              s"Invalid value '$v' for source option ${Budget.SourceOption}: expected a byte size: a " +
+                "plain number of bytes or a Spark byte string such as 64m or 1g, at least 1")))
       case None =>
         BudgetSpec.FromConf(conf.inputBufferMaxBytes)
     }
 }
 
 object InputBoundRule {
+
   /** The name of `spark.sluice.input.kafka.direct` in the lines saying why it left a source to Spark's reader. */
   val DirectName = "Kafka records read directly"
 
@@ -89,6 +91,7 @@ object InputBoundRule {
 
   val KafkaProvider = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
   val RateProvider = SourceTypes.RateStreamProviderClass
+
   /**
    * The size assumed for a Kafka record when none could be measured or sampled: the broker's
    * default maximum batch size (message.max.bytes, about 1 MiB), so the first batch cannot

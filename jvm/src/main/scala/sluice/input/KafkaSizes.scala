@@ -19,7 +19,6 @@ import org.slf4j.LoggerFactory
 import sluice.spark.CheckpointTypes.CheckpointFileManager
 import sluice.state.FileFormats
 
-
 /** Record sizes read from a partition before its first batch: their statistics and the largest. */
 final case class Sample(stats: SizeStats, largest: Long)
 
@@ -76,8 +75,9 @@ private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeou
             if (pending.contains(lane)) {
               records.records(tp).asScala.filter(r => r.offset >= from(lane) && r.offset < until(lane))
                 .foreach { r =>
-                  tally.add(lane, Option(r.key).map(_.length.toLong).getOrElse(0L) +
-                    Option(r.value).map(_.length.toLong).getOrElse(0L))
+                  tally.add(lane,
+                    Option(r.key).map(_.length.toLong).getOrElse(0L) +
+                      Option(r.value).map(_.length.toLong).getOrElse(0L))
                 }
             }
           }
@@ -86,11 +86,13 @@ private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeou
       }
     } catch {
       case NonFatal(e) =>
-        log.warn(s"Sampling Kafka record sizes failed; partitions without a sample assume " +
-          s"${InputBoundRule.DefaultKafkaRecordBytes} bytes a record in their first batch", e)
+        log.warn(
+          s"Sampling Kafka record sizes failed; partitions without a sample assume " +
+            s"${InputBoundRule.DefaultKafkaRecordBytes} bytes a record in their first batch", e)
     } finally {
       if (consumer != null) {
-        try consumer.close(Duration.ofMillis(500)) catch { case NonFatal(_) => }
+        try consumer.close(Duration.ofMillis(500))
+        catch { case NonFatal(_) => }
       }
     }
     val found = tally.complete(Points)
@@ -121,6 +123,7 @@ private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeou
 
 private[input] object KafkaSampler {
   private val log = LoggerFactory.getLogger(classOf[KafkaSampler])
+
   /** Positions sampled per partition, and records taken at each. */
   val Points = 8
   val PerPoint = 8
@@ -190,24 +193,28 @@ private[input] final class SizeFile(dir: String, hadoopConf: Configuration) {
   private val path = new Path(dir, SizeFile.Name)
   private lazy val fm = CheckpointFileManager.create(path.getParent, hadoopConf)
 
-  def read(): Map[String, SizeStats] = try {
-    if (!fm.exists(path)) Map.empty else {
-      val in = fm.open(path)
-      val root = try SizeFile.mapper.readTree(in) finally in.close()
-      // Without the field (sluice 0.1.0): format 1. A lane is "topic/partition", never this name.
-      val format = Option(root.get(SizeFile.FormatField)).map(_.asInt).getOrElse(1)
-      if (!SizeFile.Format.reads.contains(format)) {
-        SizeFile.log.warn(s"Ignoring record sizes: ${SizeFile.Format.refusal(path.toString, format.toString)}")
-        return Map.empty
+  def read(): Map[String, SizeStats] =
+    try {
+      if (!fm.exists(path)) Map.empty
+      else {
+        val in = fm.open(path)
+        val root =
+          try SizeFile.mapper.readTree(in)
+          finally in.close()
+        // Without the field (sluice 0.1.0): format 1. A lane is "topic/partition", never this name.
+        val format = Option(root.get(SizeFile.FormatField)).map(_.asInt).getOrElse(1)
+        if (!SizeFile.Format.reads.contains(format)) {
+          SizeFile.log.warn(s"Ignoring record sizes: ${SizeFile.Format.refusal(path.toString, format.toString)}")
+          return Map.empty
+        }
+        root.properties().asScala.filter(_.getKey != SizeFile.FormatField).map { e =>
+          val a = e.getValue
+          e.getKey -> SizeStats(a.get(0).asDouble, a.get(1).asDouble, a.get(2).asDouble)
+        }.toMap
       }
-      root.properties().asScala.filter(_.getKey != SizeFile.FormatField).map { e =>
-        val a = e.getValue
-        e.getKey -> SizeStats(a.get(0).asDouble, a.get(1).asDouble, a.get(2).asDouble)
-      }.toMap
+    } catch {
+      case NonFatal(e) => SizeFile.log.warn(s"Ignoring unreadable record sizes in $path", e); Map.empty
     }
-  } catch {
-    case NonFatal(e) => SizeFile.log.warn(s"Ignoring unreadable record sizes in $path", e); Map.empty
-  }
 
   private val pending = new java.util.concurrent.atomic.AtomicReference[Map[String, SizeStats]]()
 
@@ -219,34 +226,38 @@ private[input] final class SizeFile(dir: String, hadoopConf: Configuration) {
   }
 
   /** Waits (briefly) for saves already requested, e.g. before the query stops. */
-  def flush(): Unit = try {
-    SizeFile.writer.submit(new Runnable { def run(): Unit = () }).get(10, java.util.concurrent.TimeUnit.SECONDS)
-  } catch {
-    case NonFatal(e) => SizeFile.log.warn(s"Record sizes may not be saved to $path", e)
-  }
-
-  private[input] def write(stats: Map[String, SizeStats]): Unit = try {
-    val root = SizeFile.mapper.createObjectNode()
-    root.put(SizeFile.FormatField, SizeFile.Format.current)
-    stats.toSeq.sortBy(_._1).foreach { case (lane, s) =>
-      root.putArray(lane).add(s.count).add(s.sum).add(s.sumSq)
+  def flush(): Unit =
+    try {
+      SizeFile.writer.submit(new Runnable { def run(): Unit = () }).get(10, java.util.concurrent.TimeUnit.SECONDS)
+    } catch {
+      case NonFatal(e) => SizeFile.log.warn(s"Record sizes may not be saved to $path", e)
     }
-    val out = fm.createAtomic(path, overwriteIfPossible = true)
-    try out.write(SizeFile.mapper.writeValueAsString(root).getBytes(StandardCharsets.UTF_8))
-    catch { case NonFatal(e) => out.cancel(); throw e }
-    out.close()
-  } catch {
-    case NonFatal(e) => SizeFile.log.warn(s"Could not save record sizes to $path", e)
-  }
+
+  private[input] def write(stats: Map[String, SizeStats]): Unit =
+    try {
+      val root = SizeFile.mapper.createObjectNode()
+      root.put(SizeFile.FormatField, SizeFile.Format.current)
+      stats.toSeq.sortBy(_._1).foreach { case (lane, s) =>
+        root.putArray(lane).add(s.count).add(s.sum).add(s.sumSq)
+      }
+      val out = fm.createAtomic(path, overwriteIfPossible = true)
+      try out.write(SizeFile.mapper.writeValueAsString(root).getBytes(StandardCharsets.UTF_8))
+      catch { case NonFatal(e) => out.cancel(); throw e }
+      out.close()
+    } catch {
+      case NonFatal(e) => SizeFile.log.warn(s"Could not save record sizes to $path", e)
+    }
 }
 
 private[input] object SizeFile {
+
   /** Not a number, so the source's own offset log in the same directory ignores it. */
   val Name = "sluice-record-sizes.json"
   private val FormatField = "formatVersion"
   private def Format = FileFormats.KafkaRecordSizes
   private val mapper = new ObjectMapper()
   private val log = LoggerFactory.getLogger(classOf[SizeFile])
+
   /** One daemon thread per JVM writes every source's size file, in order. */
   private lazy val writer = java.util.concurrent.Executors.newSingleThreadExecutor { r =>
     val t = new Thread(r, "sluice-record-sizes-writer")

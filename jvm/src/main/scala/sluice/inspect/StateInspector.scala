@@ -71,12 +71,16 @@ object StateInspector {
     val conf = latestMeta.map(_.conf).getOrElse(Map.empty)
 
     val stateDir = new Path(root, "state")
-    val sidecars: List[JField] = if (!fs.exists(stateDir)) Nil else {
+    val sidecars: List[JField] = if (!fs.exists(stateDir)) Nil
+    else {
       fs.listStatus(stateDir).toList.filter(_.isDirectory).flatMap { dir =>
         val f = new Path(dir.getPath, Sidecars.FileName)
-        if (!fs.exists(f)) None else {
+        if (!fs.exists(f)) None
+        else {
           val in = fs.open(f)
-          val text = try IOUtils.toString(in, StandardCharsets.UTF_8) finally in.close()
+          val text =
+            try IOUtils.toString(in, StandardCharsets.UTF_8)
+            finally in.close()
           val doc = parse(text)
           Sidecars.checkFormat(f.toString, doc)
           Some(JField(dir.getPath.getName, doc))
@@ -105,13 +109,14 @@ object StateInspector {
     def ids(r: NumericRange[Long]): List[Long] = List(r.start, r.end)
     val s = SuppressStateLayout
     val e = EmitCacheStateLayout
-    val json = ("suppress" -> (("operatorName" -> s.OperatorName) ~ ("operatorIds" -> ids(s.OperatorIds)) ~
+    val json =
+      ("suppress" -> (("operatorName" -> s.OperatorName) ~ ("operatorIds" -> ids(s.OperatorIds)) ~
         ("keyColumn" -> s.KeyColumn) ~ ("bufferTimeColumn" -> s.BufferTimeColumn) ~ ("rowColumn" -> s.RowColumn) ~
         ("spillWhenFull" -> s.SpillWhenFull))) ~
-      ("emitCache" -> (("operatorName" -> e.OperatorName) ~ ("operatorIds" -> ids(e.OperatorIds)) ~
-        ("insertTimeColumn" -> e.InsertTimeColumn) ~ ("addedColumns" -> e.AddedColumns.toList))) ~
-      ("sparkOperatorIds" -> List(0L, math.min(s.OperatorIds.start, e.OperatorIds.start))) ~
-      ("windowStore" -> ("providerClass" -> classOf[InMemoryWindowStoreProvider].getName))
+        ("emitCache" -> (("operatorName" -> e.OperatorName) ~ ("operatorIds" -> ids(e.OperatorIds)) ~
+          ("insertTimeColumn" -> e.InsertTimeColumn) ~ ("addedColumns" -> e.AddedColumns.toList))) ~
+        ("sparkOperatorIds" -> List(0L, math.min(s.OperatorIds.start, e.OperatorIds.start))) ~
+        ("windowStore" -> ("providerClass" -> classOf[InMemoryWindowStoreProvider].getName))
     compact(render(json))
   }
 
@@ -135,7 +140,8 @@ object StateInspector {
     val toValue = CatalystTypeConverters.createToScalaConverter(valueSchema)
     val rows = (0 until numPartitions).flatMap { partition =>
       val id = StateStoreId(stateRoot(checkpoint), operatorId, partition, storeName)
-      if (!exists(session, new Path(id.storeCheckpointLocation().toString))) Nil else {
+      if (!exists(session, new Path(id.storeCheckpointLocation().toString))) Nil
+      else {
         val hadoopConf = session.sessionState.newHadoopConf()
         val provider = StateStoreProvider.createAndInit(StateStoreProviderId(id, UUID.randomUUID()), keySchema,
           valueSchema, NoPrefixKeyStateEncoderSpec(keySchema), useColumnFamilies = false, storeConf, hadoopConf,
@@ -151,7 +157,7 @@ object StateInspector {
       }
     }
     val schema = StructType(Seq(StructField("key", keySchema), StructField("value", valueSchema),
-      StructField("partition_id", IntegerType, nullable = false)))
+        StructField("partition_id", IntegerType, nullable = false)))
     spark.createDataFrame(rows.asJava, schema)
   }
 
@@ -185,7 +191,8 @@ object StateInspector {
       else org.apache.spark.sql.catalyst.util.DateTimeUtils.toJavaTimestamp(micros)
     val rows = (0 until numPartitions).flatMap { partition =>
       val id = StateStoreId(stateRoot(checkpoint), operatorId, partition)
-      if (!exists(session, new Path(id.storeCheckpointLocation().toString))) Nil else {
+      if (!exists(session, new Path(id.storeCheckpointLocation().toString))) Nil
+      else {
         val view = new WindowStoreView(id, keySchema, valueSchema, storeConf, session.sessionState.newHadoopConf(),
           settings)
         try {
@@ -195,11 +202,10 @@ object StateInspector {
       }
     }
     val schema = StructType(Seq(StructField("partition_id", IntegerType, nullable = false),
-      StructField("window_start", TimestampType), StructField("rows", LongType, nullable = false),
-      StructField("stream_time", TimestampType)))
+        StructField("window_start", TimestampType), StructField("rows", LongType, nullable = false),
+        StructField("stream_time", TimestampType)))
     spark.createDataFrame(rows.asJava, schema)
   }
-
 
   private def stateRoot(checkpoint: String): String = new Path(checkpoint, "state").toString
 
@@ -213,7 +219,8 @@ object StateInspector {
    */
   private def storeConfFor(session: ClassicSession, checkpoint: String, providerClass: String): StateStoreConf = {
     val offsets = new Path(checkpoint, "offsets")
-    SessionConf.sideStoreConf(session.sessionState.conf, providerClass, conf =>
-      if (exists(session, offsets)) SparkShim.applyRecordedConf(new OffsetSeqLog(session, offsets.toString), conf))
+    SessionConf.sideStoreConf(session.sessionState.conf, providerClass,
+      conf =>
+        if (exists(session, offsets)) SparkShim.applyRecordedConf(new OffsetSeqLog(session, offsets.toString), conf))
   }
 }

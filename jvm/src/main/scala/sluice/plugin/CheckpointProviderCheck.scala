@@ -55,7 +55,8 @@ private[sluice] object CheckpointProviderCheck {
       val asked = session.conf.get(ProviderKey).trim
       recorded(session, w.resolvedCheckpointLocation).flatMap { case (root, was) =>
         if (was == asked || !(SluiceProviders(was) || SluiceProviders(asked))) None
-        else Some(message(root.toString, was, recordedDelegate(session, root, was), asked, askedDelegate(session, asked)))
+        else
+          Some(message(root.toString, was, recordedDelegate(session, root, was), asked, askedDelegate(session, asked)))
       }
     }
 
@@ -100,17 +101,19 @@ private[sluice] object CheckpointProviderCheck {
   /** The delegate the record cache's stores in the checkpoint were written with (their markers). */
   private def recordedDelegate(session: SparkSession, root: Path, provider: String): Option[String] =
     if (provider != SluiceConf.CachingProviderClass) None
-    else try {
-      val fs = root.getFileSystem(Sessions.classic(session).sessionState.newHadoopConf())
-      // state/<operator>/<partition>/, and state/<operator>/<partition>/<store name>/ (joins)
-      Seq("state/*/*/", "state/*/*/*/").iterator
-        .flatMap(p => Option(fs.globStatus(new Path(root, p + DelegateMarker.FileName))).map(_.toSeq).getOrElse(Nil))
-        .map { s =>
-          val in = fs.open(s.getPath)
-          try DelegateMarker.parse(s.getPath.toString, in.readAllBytes()) finally in.close()
-        }
-        .find(_.nonEmpty)
-    } catch { case NonFatal(_) => None }
+    else
+      try {
+        val fs = root.getFileSystem(Sessions.classic(session).sessionState.newHadoopConf())
+        // state/<operator>/<partition>/, and state/<operator>/<partition>/<store name>/ (joins)
+        Seq("state/*/*/", "state/*/*/*/").iterator
+          .flatMap(p => Option(fs.globStatus(new Path(root, p + DelegateMarker.FileName))).map(_.toSeq).getOrElse(Nil))
+          .map { s =>
+            val in = fs.open(s.getPath)
+            try DelegateMarker.parse(s.getPath.toString, in.readAllBytes())
+            finally in.close()
+          }
+          .find(_.nonEmpty)
+      } catch { case NonFatal(_) => None }
 
   private def askedDelegate(session: SparkSession, provider: String): Option[String] =
     if (provider != SluiceConf.CachingProviderClass) None

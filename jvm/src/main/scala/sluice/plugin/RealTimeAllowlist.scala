@@ -33,6 +33,7 @@ import sluice.suppress.SuppressUsageException
  * Spark then logs its warning about the operators it did not check at each batch.
  */
 private[sluice] object RealTimeAllowlist extends Logging {
+
   /** Sessions whose switch sluice turned off (weak: a session is forgotten once gone). */
   private val turnedOff = Collections.synchronizedMap(new java.util.WeakHashMap[SparkSession, java.lang.Boolean]())
 
@@ -46,7 +47,8 @@ private[sluice] object RealTimeAllowlist extends Logging {
   }
 
   // The emission cache's marker where it could not be placed passes rows through, as in micro-batches.
-  private def isSluice(p: SparkPlan): Boolean = p.isInstanceOf[SluiceStateStoreExec] || p.isInstanceOf[EmitCacheSkippedExec]
+  private def isSluice(p: SparkPlan): Boolean =
+    p.isInstanceOf[SluiceStateStoreExec] || p.isInstanceOf[EmitCacheSkippedExec]
 
   private def check(session: SparkSession, plan: SparkPlan): Unit =
     StatefulOperatorSupport.startingSession(session).foreach { starting =>

@@ -33,6 +33,7 @@ class SluicePlugin extends SparkPlugin {
 }
 
 object SluicePlugin {
+
   /** Key of the driver's view of executor cores, handed to executors through the plugin's extra conf. */
   private[plugin] val ExecutorCoresKey = "executorCores"
 
@@ -47,7 +48,7 @@ object SluicePlugin {
       .getOrElse(SessionConf.defaultCheckpointFormat)
     settings.get(SessionConf.ProviderClassKey).map(_.trim) match {
       case Some(SluiceConf.CachingProviderClass) => CachingStateStoreProvider.checkpointFormatRefusal(
-        conf.commitIntervalMs, conf.get(SluiceConf.StateStoreCacheDelegate), format)
+          conf.commitIntervalMs, conf.get(SluiceConf.StateStoreCacheDelegate), format)
       case Some(c) if c == classOf[InMemoryWindowStoreProvider].getName =>
         InMemoryWindowStoreProvider.checkpointFormatRefusal(format)
       case _ => None
@@ -115,7 +116,8 @@ class SluiceExecutorPlugin extends ExecutorPlugin {
   // A value of the wrong form keeps the gauges as they were: it fails where a feature reads it,
   // with the key and the value, not in every task this executor starts.
   override def onTaskStart(): Unit =
-    try lastTask = MemoryBudget.current catch { case _: SluiceConfException => }
+    try lastTask = MemoryBudget.current
+    catch { case _: SluiceConfException => }
 
   override def shutdown(): Unit = MemoryBudget.uninstall()
 }

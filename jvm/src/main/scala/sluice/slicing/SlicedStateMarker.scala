@@ -25,6 +25,7 @@ import sluice.state.StoreFiles
  */
 private[sluice] object SlicedStateMarker {
   private val Removed = SluiceConf.removedKey("window.slicing.state")
+
   /** The marker's file name (`_sluice_sliced_state`). */
   val MarkerName: String = Removed.marker.get
 
@@ -56,7 +57,7 @@ private[sluice] object SlicedStateMarker {
         val dir = new Path(info.checkpointLocation, info.operatorId.toString)
         if (StoreFiles(dir, session.sessionState.newHadoopConf()).exists(MarkerName)) {
           throw new IllegalStateException(Removed.markerRefusal(info.operatorId,
-            new Path(info.checkpointLocation).getParent.toString, dir.toString))
+              new Path(info.checkpointLocation).getParent.toString, dir.toString))
         }
         ofRun.add(info.operatorId)
       }

@@ -41,6 +41,7 @@ private[slicing] final case class MapSide(expand: ExpandExec, between: Option[Pr
     window: Attribute)
 
 private[sluice] object SlicingRule {
+
   /** The rewrite's name in the lines saying why it left an aggregation alone. */
   val Name = "window slicing"
 
@@ -63,7 +64,9 @@ private[sluice] object SlicingRule {
   }
 
   def rule(session: SparkSession): ColumnarRule =
-    SwitchedRewrite(session, SluiceConf.WindowSlicing, Name) { case agg: HashAggregateExec if examines(agg) => sliced(agg) }
+    SwitchedRewrite(session, SluiceConf.WindowSlicing, Name) {
+      case agg: HashAggregateExec if examines(agg) => sliced(agg)
+    }
 
   /** The aggregations the rule examines: map-side ones (no distribution required) grouping by a window column. */
   private def examines(agg: HashAggregateExec): Boolean =
@@ -88,9 +91,9 @@ private[sluice] object SlicingRule {
     val below = agg.child match {
       case expand: ExpandExec => Right((expand, None))
       case p: ProjectExec => p.child match {
-        case expand: ExpandExec => Right((expand, Some(p)))
-        case _ => Left(noExpand(agg))
-      }
+          case expand: ExpandExec => Right((expand, Some(p)))
+          case _ => Left(noExpand(agg))
+        }
       case _ => Left(noExpand(agg))
     }
     if (!isMapSide(agg)) Left(Why.NotAllPartial)
@@ -101,12 +104,13 @@ private[sluice] object SlicingRule {
           case a: Attribute => a.exprId == window.exprId
           case _ => false
         }
-        val passedOn = between.forall(p => p.projectList.exists(isWindow) && p.projectList.forall(_.deterministic) &&
+        val passedOn = between.forall(p =>
+          p.projectList.exists(isWindow) && p.projectList.forall(_.deterministic) &&
           p.projectList.forall(e => isWindow(e) || !e.references.contains(window)))
         val groupsByWindow = agg.groupingExpressions.exists(isWindow)
         val windowReadElsewhere =
           agg.groupingExpressions.exists(g => !isWindow(g) && g.references.contains(window)) ||
-            agg.aggregateExpressions.exists(_.references.contains(window))
+          agg.aggregateExpressions.exists(_.references.contains(window))
         if (!passedOn) Left(Why.ProjectionReadsWindow)
         else if (!groupsByWindow) Left(Why.NotByTheWindows)
         else if (windowReadElsewhere) Left(Why.WindowReadElsewhere)
@@ -137,14 +141,15 @@ private[sluice] object SlicingRule {
 
   private def isMapSide(agg: HashAggregateExec): Boolean =
     agg.requiredChildDistributionExpressions.isEmpty &&
-      agg.aggregateExpressions.forall(a => a.mode == Partial && !a.isDistinct)
+    agg.aggregateExpressions.forall(a => a.mode == Partial && !a.isDistinct)
 
   private def slice(agg: HashAggregateExec, side: MapSide): SparkPlan = {
     val bySlice = perSlice(agg, side)
     val first = bySlice.output.find(_.exprId == side.window.exprId).get
     val windows = side.windows
     val intoWindows = ExpandExec(
-      projections = windows.windows.indices.map(i => bySlice.output.map(a => if (a.exprId == first.exprId) windows.fromFirst(i, first) else a)),
+      projections = windows.windows.indices.map(i =>
+        bySlice.output.map(a => if (a.exprId == first.exprId) windows.fromFirst(i, first) else a)),
       output = bySlice.output,
       child = bySlice)
     agg.copy(

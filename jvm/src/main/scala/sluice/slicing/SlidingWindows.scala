@@ -1,7 +1,9 @@
 package sluice.slicing
 
-import org.apache.spark.sql.catalyst.expressions.{Add, Attribute, CreateNamedStruct, Expression, GetStructField,
-  KnownNullable, Literal, PreciseTimestampConversion, Subtract}
+import org.apache.spark.sql.catalyst.expressions.{
+  Add, Attribute, CreateNamedStruct, Expression, GetStructField,
+  KnownNullable, Literal, PreciseTimestampConversion, Subtract
+}
 import org.apache.spark.sql.types.{DataType, LongType}
 
 /**
@@ -67,9 +69,10 @@ private[slicing] object SlidingWindows {
     windows.head match {
       case Window(l, _, boundType)
           if l.deterministic && !l.references.contains(output(column)) &&
-            windows.forall(w => onlyThrough(w, l)) && projections.head.forall(_.deterministic) =>
+          windows.forall(w => onlyThrough(w, l)) && projections.head.forall(_.deterministic) =>
         val offsets = windows.collect { case Window(li, d, _) if li.semanticEquals(l) => d }
-        if (offsets.size == windows.size && sameSize(windows)) Some(SlidingWindows(column, l, offsets, windows, boundType))
+        if (offsets.size == windows.size && sameSize(windows))
+          Some(SlidingWindows(column, l, offsets, windows, boundType))
         else None
       case _ => None
     }
@@ -79,10 +82,11 @@ private[slicing] object SlidingWindows {
   private def sameSize(windows: Seq[Expression]): Boolean =
     windows.map {
       case CreateNamedStruct(Seq(_, start, _, end)) => (strip(start), strip(end)) match {
-        case (PreciseTimestampConversion(s, LongType, _), PreciseTimestampConversion(Add(e, Literal(size: Long, LongType), _), LongType, _))
-            if s.semanticEquals(e) => Some(size)
-        case _ => None
-      }
+          case (PreciseTimestampConversion(s, LongType, _),
+                PreciseTimestampConversion(Add(e, Literal(size: Long, LongType), _), LongType, _))
+              if s.semanticEquals(e) => Some(size)
+          case _ => None
+        }
       case _ => None
     }.distinct match {
       case Seq(Some(_)) => true
@@ -112,9 +116,9 @@ private[slicing] object SlidingWindows {
     def unapply(e: Expression): Option[(Expression, Long, DataType)] = e match {
       case KnownNullable(inner) => unapply(inner)
       case PreciseTimestampConversion(s: Subtract, LongType, t) => s.right match {
-        case Literal(d: Long, LongType) => Some((s.left, d, t))
-        case _ => None
-      }
+          case Literal(d: Long, LongType) => Some((s.left, d, t))
+          case _ => None
+        }
       case _ => None
     }
   }

@@ -9,6 +9,7 @@ import org.apache.spark.sql.catalyst.expressions.aggregate.DeclarativeAggregate
  * a sluice operator needs to compute a merge as one projection instead of a hash aggregation.
  */
 private[sluice] object AggregateBuffers {
+
   /** Each function's slice of `columns`, which hold the functions' input buffers in order. */
   def slices(functions: Seq[DeclarativeAggregate], columns: Seq[Attribute]): Seq[Seq[Attribute]] =
     functions.scanLeft(0)(_ + _.inputAggBufferAttributes.length).zip(functions).map { case (from, f) =>

@@ -17,6 +17,7 @@ import org.sparkproject.connect.protobuf.{Any => ProtoAny, CodedInputStream}
  * relation nested in it, so the feature's half only decodes its own message and builds its plan.
  */
 abstract class ConnectRelationPlugin(typeUrl: String) extends RelationPlugin {
+
   /**
    * The plan of one extension message (the `Any`'s value). `resolve` plans a serialized
    * `spark.connect.Relation` nested in it, as the server plans any other.
@@ -27,11 +28,12 @@ abstract class ConnectRelationPlugin(typeUrl: String) extends RelationPlugin {
     val any = ProtoAny.parseFrom(relation)
     if (any.getTypeUrl != typeUrl) Optional.empty()
     else Optional.of(plan(any.getValue.toByteArray, planner.session,
-      bytes => planner.transformRelation(ConnectRelationPlugin.parseRelation(bytes))))
+        bytes => planner.transformRelation(ConnectRelationPlugin.parseRelation(bytes))))
   }
 }
 
 object ConnectRelationPlugin {
+
   /** Parses a relation with the Connect server's own nesting limit (deep plans). */
   private def parseRelation(bytes: Array[Byte]): Relation = {
     val in = CodedInputStream.newInstance(bytes)

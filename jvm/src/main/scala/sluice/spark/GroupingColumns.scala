@@ -9,6 +9,7 @@ import org.apache.spark.sql.catalyst.plans.logical.Aggregate
  * used, since its stored keys are laid out in that order.
  */
 private[sluice] object GroupingColumns {
+
   /**
    * For each grouping expression of `agg`, in grouping order, the first output column that is it;
    * none for one the output drops.
@@ -29,9 +30,9 @@ private[sluice] object GroupingColumns {
   /** `out` as an attribute of the output, when it is grouping expression `g`. */
   private def column(out: NamedExpression, g: Expression): Option[Attribute] = out match {
     case a: Attribute => g match {
-      case ga: Attribute if ga.exprId == a.exprId => Some(a)
-      case _ => None
-    }
+        case ga: Attribute if ga.exprId == a.exprId => Some(a)
+        case _ => None
+      }
     case al @ Alias(child, _) if child.semanticEquals(g) => Some(al.toAttribute)
     case _ => None
   }

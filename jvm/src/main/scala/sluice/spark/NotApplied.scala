@@ -15,6 +15,7 @@ import org.slf4j.LoggerFactory
  * `explain()`) logs every time. At most [[Remembered]] lines are remembered.
  */
 private[sluice] object NotApplied {
+
   /** The logger's name, to set its level or capture its lines. */
   val LoggerName = "sluice.rewrites"
   private val logger = LoggerFactory.getLogger(LoggerName)

@@ -12,6 +12,7 @@ object PlanTypes {
   val ProjectExec = org.apache.spark.sql.execution.ProjectExec
   type FilterExec = org.apache.spark.sql.execution.FilterExec
   type ColumnarRule = org.apache.spark.sql.execution.ColumnarRule
+
   /** spark-4.3: a fourth field with a default (`useSingleTask`); construct and copy by name. */
   type ExpandExec = org.apache.spark.sql.execution.ExpandExec
   val ExpandExec = org.apache.spark.sql.execution.ExpandExec
@@ -31,6 +32,7 @@ object PlanTypes {
     org.apache.spark.sql.execution.streaming.operators.stateful.StreamingSessionWindowStateManager
   val StreamingSessionWindowStateManager =
     org.apache.spark.sql.execution.streaming.operators.stateful.StreamingSessionWindowStateManager
+
   /** Spark's hash, object-hash and sort aggregation operators. */
   type BaseAggregateExec = org.apache.spark.sql.execution.aggregate.BaseAggregateExec
   type HashAggregateExec = org.apache.spark.sql.execution.aggregate.HashAggregateExec
@@ -38,12 +40,14 @@ object PlanTypes {
   type ObjectHashAggregateExec = org.apache.spark.sql.execution.aggregate.ObjectHashAggregateExec
   val ObjectHashAggregateExec = org.apache.spark.sql.execution.aggregate.ObjectHashAggregateExec
   type SortExec = org.apache.spark.sql.execution.SortExec
+
   /** Spark's planning of a streaming aggregation (`planStreamingAggregationForSession`). */
   val AggUtils = org.apache.spark.sql.execution.aggregate.AggUtils
 
   type StatefulOperatorStateInfo = org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorStateInfo
   val StatefulOperatorStateInfo = org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorStateInfo
-  type StatefulOperatorCustomMetric = org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorCustomMetric
+  type StatefulOperatorCustomMetric =
+    org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorCustomMetric
   type StatefulOperatorCustomSumMetric =
     org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorCustomSumMetric
   val StatefulOperatorCustomSumMetric =

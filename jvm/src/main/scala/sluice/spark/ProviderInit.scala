@@ -1,8 +1,10 @@
 package sluice.spark
 
 import org.apache.hadoop.conf.Configuration
-import org.apache.spark.sql.execution.streaming.state.{KeyStateEncoderSpec, StateSchemaProvider, StateStoreConf,
-  StateStoreId, StateStoreProvider}
+import org.apache.spark.sql.execution.streaming.state.{
+  KeyStateEncoderSpec, StateSchemaProvider, StateStoreConf,
+  StateStoreId, StateStoreProvider
+}
 import org.apache.spark.sql.types.StructType
 
 /**
@@ -10,6 +12,7 @@ import org.apache.spark.sql.types.StructType
  * on every supported minor, so written once here; each minor's `ProviderBase` extends it.
  */
 trait ProviderInit extends StateStoreProvider {
+
   /** Sets the provider up for the store `spec` describes. */
   protected def setUp(spec: ProviderSpec): Unit
 
@@ -24,5 +27,5 @@ trait ProviderInit extends StateStoreProvider {
       useMultipleValuesPerKey: Boolean,
       stateSchemaProvider: Option[StateSchemaProvider]): Unit =
     setUp(ProviderSpec(stateStoreId, keySchema, valueSchema, keyStateEncoderSpec, useColumnFamilies, storeConfs,
-      hadoopConf, useMultipleValuesPerKey, stateSchemaProvider))
+        hadoopConf, useMultipleValuesPerKey, stateSchemaProvider))
 }

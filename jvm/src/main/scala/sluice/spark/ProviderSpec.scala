@@ -1,8 +1,10 @@
 package sluice.spark
 
 import org.apache.hadoop.conf.Configuration
-import org.apache.spark.sql.execution.streaming.state.{KeyStateEncoderSpec, StateSchemaProvider, StateStoreConf,
-  StateStoreId, StateStoreProvider}
+import org.apache.spark.sql.execution.streaming.state.{
+  KeyStateEncoderSpec, StateSchemaProvider, StateStoreConf,
+  StateStoreId, StateStoreProvider
+}
 import org.apache.spark.sql.types.StructType
 
 /**

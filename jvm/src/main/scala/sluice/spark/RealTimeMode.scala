@@ -9,6 +9,7 @@ package sluice.spark
  * why, and what to use instead in the same words.
  */
 object RealTimeMode {
+
   /** The refusal of `feature`, which works at batch boundaries, under the real-time trigger. */
   def refusal(feature: String, why: String, instead: String): String =
     s"$feature does not run under Spark's real-time trigger yet: $why, which a real-time batch reaches " +

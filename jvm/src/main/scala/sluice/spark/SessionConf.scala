@@ -8,18 +8,23 @@ import sluice.spark.StateStoreTypes.StateStoreConf
  * The Spark SQL settings sluice reads or sets, in sluice's terms: feature code never names `SQLConf`.
  */
 object SessionConf {
+
   /** `spark.sql.streaming.stateStore.providerClass`. */
   val ProviderClassKey: String = SQLConf.STATE_STORE_PROVIDER_CLASS.key
+
   /** `spark.sql.streaming.stateStore.checkpointFormatVersion`. */
   val CheckpointFormatKey: String = SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.key
   def defaultCheckpointFormat: Int = SQLConf.STATE_STORE_CHECKPOINT_FORMAT_VERSION.defaultValue.get
+
   /** The prefix of the checkpoint file manager setting (`spark.sql.streaming.checkpointFileManagerClass`). */
   val CheckpointFileManagerKey: String = SQLConf.STREAMING_CHECKPOINT_FILE_MANAGER_CLASS.parent.key
 
   /** The state format of session-window aggregations (`spark.sql.streaming.sessionWindow.stateFormatVersion`). */
   def sessionWindowStateFormat(conf: SQLConf): Int = conf.getConf(SQLConf.STREAMING_SESSION_WINDOW_STATE_FORMAT_VERSION)
+
   /** `spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition`. */
   val MergeSessionsInLocalPartitionKey: String = SQLConf.STREAMING_SESSION_WINDOW_MERGE_SESSIONS_IN_LOCAL_PARTITION.key
+
   /**
    * Whether sessions are merged within an input partition before the shuffle, where the session
    * sets it (from the builder, the Spark conf or `spark.conf.set`); None where it is left unset.

@@ -13,6 +13,7 @@ object SourceTypes {
   type StreamingRelation = org.apache.spark.sql.execution.streaming.runtime.StreamingRelation
   val StreamingRelation = org.apache.spark.sql.execution.streaming.runtime.StreamingRelation
   type RateStreamMicroBatchStream = org.apache.spark.sql.execution.streaming.sources.RateStreamMicroBatchStream
+
   /** Spark's `rate` source, by class name (as a DataSource names its provider). */
   val RateStreamProviderClass = "org.apache.spark.sql.execution.streaming.sources.RateStreamProvider"
 

@@ -32,7 +32,7 @@ object SparkVersions {
       Some(section.get("unsupported").asText().replace("{found}", running).replace("{supported}", list))
     } else {
       Some(section.get("wrong_jar").asText().replace("{built}", built).replace("{found}", running)
-        .replace("{jar}", jarName(minor)).replace("{supported}", list))
+          .replace("{jar}", jarName(minor)).replace("{supported}", list))
     }
   }
 }

@@ -30,6 +30,7 @@ import sluice.conf.{ConfEntry, SluiceConf}
  * `name`).
  */
 private[sluice] object SwitchedRewrite {
+
   /** Why an operator of a real-time plan stays. */
   val RealTime = "the plan reads in real time, which the rewrites leave as Spark plans it"
 
@@ -40,19 +41,21 @@ private[sluice] object SwitchedRewrite {
         override def apply(plan: SparkPlan): SparkPlan =
           if (!SluiceConf(session.conf.getAll).get(switch)) plan
           else if (RealTimePlans.supported && RealTimePlans.readsInRealTime(plan)) {
-            NotApplied.log(session, name, plan.collect { case p if rewrite.isDefinedAt(p) => NotApplied.describe(p) -> RealTime })
+            NotApplied.log(session, name,
+              plan.collect { case p if rewrite.isDefinedAt(p) => NotApplied.describe(p) -> RealTime })
             plan
           } else {
             val notes = ArrayBuffer.empty[(String, String)]
-            val rewritten = plan.transformUp { case p if rewrite.isDefinedAt(p) =>
-              rewrite(p) match {
-                case Right(replaced) =>
-                  rewriteLog.debug(s"${switch.key}: rewrote ${p.nodeName} as ${replaced.nodeName}")
-                  replaced
-                case Left(why) =>
-                  notes += NotApplied.describe(p) -> why
-                  p
-              }
+            val rewritten = plan.transformUp {
+              case p if rewrite.isDefinedAt(p) =>
+                rewrite(p) match {
+                  case Right(replaced) =>
+                    rewriteLog.debug(s"${switch.key}: rewrote ${p.nodeName} as ${replaced.nodeName}")
+                    replaced
+                  case Left(why) =>
+                    notes += NotApplied.describe(p) -> why
+                    p
+                }
             }
             NotApplied.log(session, name, notes.toSeq)
             rewritten

@@ -4,7 +4,6 @@ import scala.jdk.CollectionConverters._
 
 import sluice.spark.StateStoreTypes.{StateStore, StateStoreProviderId}
 
-
 /**
  * An executor's in-memory indexes over state stores (what a feature keeps beside a store so a
  * batch need not scan it), each tagged with the store version (and checkpoint id, where the store

@@ -57,6 +57,7 @@ private[sluice] final case class FileFormat(kind: String, current: Int, reads: S
  * lists the same, and tests/golden holds a checkpoint written in each current format.
  */
 private[sluice] object FileFormats {
+
   /** The first line of a versioned text file. */
   val TextHeader = "sluice-format "
 

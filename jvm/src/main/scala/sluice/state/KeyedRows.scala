@@ -10,6 +10,7 @@ import sluice.spark.StateStoreTypes.StateStore
  * back it with a map. Rows returned by `get`/`iterator` may be reused by the store: copy what is kept.
  */
 private[sluice] trait KeyedRows {
+
   /** The value of `key`, or null. */
   def get(key: UnsafeRow): UnsafeRow
   def put(key: UnsafeRow, value: UnsafeRow): Unit
@@ -18,6 +19,7 @@ private[sluice] trait KeyedRows {
 }
 
 private[sluice] object KeyedRows {
+
   /** The default column family of `store`, keys as the store holds them. */
   def of(store: StateStore): KeyedRows = of(store, identity, identity)
 

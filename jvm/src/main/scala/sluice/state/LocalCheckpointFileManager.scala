@@ -12,7 +12,6 @@ import sluice.conf.SluiceConf
 import sluice.spark.CheckpointTypes.{CancellableFSDataOutputStream, CheckpointFileManager}
 import sluice.spark.{NotApplied, SessionConf}
 
-
 /**
  * Spark's checkpoint file manager with the local file system's files written by [[LocalFiles]]
  * (java.nio, no process per file): the offset and commit logs, the state stores' deltas, snapshots
@@ -39,8 +38,10 @@ final class LocalCheckpointFileManager(path: Path, hadoopConf: Configuration) ex
     if (LocalFiles.fileOf(fs, path).isDefined) Some(fs)
     else {
       // Once per file system and JVM: Spark builds a manager per directory (logs, each store partition).
-      NotApplied.logOnce(s"checkpoint:${fs.getUri}", NotApplied.line(Name, Seq(s"the checkpoint files under ${fs.getUri}" ->
-        Why.notLocal(fs.getClass.getName, sparksOwn.getClass.getSimpleName))))
+      NotApplied.logOnce(s"checkpoint:${fs.getUri}",
+        NotApplied.line(Name,
+          Seq(s"the checkpoint files under ${fs.getUri}" ->
+            Why.notLocal(fs.getClass.getName, sparksOwn.getClass.getSimpleName))))
       None
     }
   }
@@ -100,13 +101,14 @@ object LocalCheckpointFileManager {
    * cancels after a close that failed).
    */
   private final class AtomicLocalStream(tmp: File, target: File, overwrite: Boolean, out: OutputStream)
-      extends CancellableFSDataOutputStream(out) {
+    extends CancellableFSDataOutputStream(out) {
     private var finished = false
 
     override def close(): Unit = synchronized {
       if (finished) return
       finished = true
-      try super.close() catch {
+      try super.close()
+      catch {
         case e: Throwable =>
           LocalFiles.discard(tmp, e)
           throw e
@@ -117,7 +119,8 @@ object LocalCheckpointFileManager {
     override def cancel(): Unit = synchronized {
       if (finished) return
       finished = true
-      try underlyingStream.close() catch { case NonFatal(_) => }
+      try underlyingStream.close()
+      catch { case NonFatal(_) => }
       Files.deleteIfExists(tmp.toPath)
     }
   }

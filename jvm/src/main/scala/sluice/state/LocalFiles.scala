@@ -8,7 +8,6 @@ import scala.util.control.NonFatal
 
 import org.apache.hadoop.fs.{FileAlreadyExistsException, FileSystem, LocalFileSystem, Path, RawLocalFileSystem}
 
-
 /**
  * Checkpoint files on the local file system, written with java.nio instead of Hadoop's local file
  * system.
@@ -75,7 +74,8 @@ private[sluice] object LocalFiles {
 
   /** Deletes what a failed write left, keeping the failure as the one to report. */
   def discard(tmp: File, failure: Throwable): Unit =
-    try Files.deleteIfExists(tmp.toPath) catch { case NonFatal(s) => failure.addSuppressed(s) }
+    try Files.deleteIfExists(tmp.toPath)
+    catch { case NonFatal(s) => failure.addSuppressed(s) }
 
   private def checksumOf(target: File) = new File(target.getParentFile, s".${target.getName}.crc").toPath
 

@@ -38,6 +38,7 @@ private[sluice] final case class SideStore(
 }
 
 private[sluice] object SideStore {
+
   /**
    * Store `storeName` beside the operator `info` describes, opened with provider `providerClass`
    * and the session's store settings ([[SessionConf.sideStoreConf]]); `hadoopConf` is the query

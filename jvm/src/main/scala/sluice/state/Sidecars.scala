@@ -56,7 +56,8 @@ object Sidecars extends Logging {
         val info = ctx.stateInfo
         val ids = recorded.synchronized {
           val s = recorded.get(info.queryRunId)
-          if (s != null) s else {
+          if (s != null) s
+          else {
             val n = Collections.synchronizedSet(new java.util.HashSet[java.lang.Long]())
             recorded.put(info.queryRunId, n)
             n
@@ -85,12 +86,16 @@ object Sidecars extends Logging {
    */
   private def checkVersions(path: Path, rows: FileFormat, hadoopConf: Configuration): Unit = {
     val fm = CheckpointFileManager.create(path.getParent, hadoopConf)
-    val text = try {
-      if (!fm.exists(path)) return
-      val in = fm.open(path)
-      try new String(in.readAllBytes(), StandardCharsets.UTF_8) finally in.close()
-    } catch { case NonFatal(e) => logWarning(s"Could not read $path", e); return }
-    val parsed = try Some(parse(text)) catch { case NonFatal(_) => None }
+    val text =
+      try {
+        if (!fm.exists(path)) return
+        val in = fm.open(path)
+        try new String(in.readAllBytes(), StandardCharsets.UTF_8)
+        finally in.close()
+      } catch { case NonFatal(e) => logWarning(s"Could not read $path", e); return }
+    val parsed =
+      try Some(parse(text))
+      catch { case NonFatal(_) => None }
     parsed.foreach { doc =>
       checkFormat(path.toString, doc)
       rows.check(path.toString + " (stateLayoutVersion)", version(doc, "stateLayoutVersion"))
@@ -120,8 +125,9 @@ object Sidecars extends Logging {
     val conf = SluiceConf(all)
     val windowStore = provider == SluiceConf.ProviderClasses(WindowStore) ||
       (provider == SluiceConf.CachingProviderClass &&
-        all.get(SluiceConf.StateStoreCacheDelegate.key).exists(_.trim == WindowStore))
-    val ws: Option[JObject] = if (!windowStore) None else Some(
+      all.get(SluiceConf.StateStoreCacheDelegate.key).exists(_.trim == WindowStore))
+    val ws: Option[JObject] = if (!windowStore) None
+    else Some(
       ("name" -> conf.get(SluiceConf.WindowStoreName)) ~
         ("retentionMs" -> conf.get(SluiceConf.WindowStoreRetention)) ~
         ("snapshotInterval" -> conf.get(SluiceConf.WindowStoreSnapshotInterval)))

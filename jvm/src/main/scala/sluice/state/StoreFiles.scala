@@ -1,6 +1,9 @@
 package sluice.state
 
-import java.io.{BufferedInputStream, BufferedOutputStream, File, FileInputStream, FileNotFoundException, FileOutputStream, InputStream, IOException, OutputStream}
+import java.io.{
+  BufferedInputStream, BufferedOutputStream, File, FileInputStream, FileNotFoundException, FileOutputStream,
+  InputStream, IOException, OutputStream
+}
 import java.nio.file.Files
 
 import scala.util.control.NonFatal
@@ -10,7 +13,6 @@ import org.apache.hadoop.fs.Path
 
 import sluice.spark.CheckpointTypes.CheckpointFileManager
 import sluice.spark.SessionConf
-
 
 /**
  * The files a feature keeps in one directory of a store's checkpoint, by name (the window store's
@@ -25,13 +27,17 @@ import sluice.spark.SessionConf
 private[sluice] sealed trait StoreFiles {
   def mkdirs(): Unit
   def exists(name: String): Boolean
+
   /** The names in the directory; empty when it does not exist. */
   def list(): Seq[String]
+
   /** A buffered stream; throws FileNotFoundException when the file is missing. */
   def open(name: String): InputStream
+
   /** Writes the file with `body` (which may close the stream); if anything fails, `name` is left
    *  as it was and no temporary file stays behind. */
   def write(name: String)(body: OutputStream => Unit): Unit
+
   /** Deletes the file if it exists. */
   def delete(name: String): Unit
 }
@@ -61,7 +67,8 @@ private[sluice] object StoreFiles {
       val tmp = LocalFiles.tempFor(target)
       try {
         val out = new BufferedOutputStream(new FileOutputStream(tmp), BufferBytes)
-        try body(out) finally out.close()
+        try body(out)
+        finally out.close()
         LocalFiles.publish(tmp, target, overwrite = true)
       } catch {
         case e: Throwable =>
@@ -79,14 +86,17 @@ private[sluice] object StoreFiles {
     override def mkdirs(): Unit = fm.mkdirs(dir)
     override def exists(name: String): Boolean = fm.exists(new Path(dir, name))
     override def list(): Seq[String] =
-      try fm.list(dir).toSeq.map(_.getPath.getName) catch { case _: FileNotFoundException => Nil }
+      try fm.list(dir).toSeq.map(_.getPath.getName)
+      catch { case _: FileNotFoundException => Nil }
     override def open(name: String): InputStream = fm.open(new Path(dir, name))
 
     override def write(name: String)(body: OutputStream => Unit): Unit = {
       val out = fm.createAtomic(new Path(dir, name), overwriteIfPossible = true)
-      try body(out) catch {
+      try body(out)
+      catch {
         case e: Throwable =>
-          try out.cancel() catch { case NonFatal(s) => e.addSuppressed(s) }
+          try out.cancel()
+          catch { case NonFatal(s) => e.addSuppressed(s) }
           throw e
       }
       out.close()
@@ -98,7 +108,8 @@ private[sluice] object StoreFiles {
 
   /** Fails with an IOException naming the file when `name` is missing. */
   def openExisting(files: StoreFiles, name: String, owner: Any): InputStream =
-    try files.open(name) catch {
+    try files.open(name)
+    catch {
       case e: FileNotFoundException =>
         throw new IOException(s"$owner: cannot load state, $name is missing from $files", e)
     }

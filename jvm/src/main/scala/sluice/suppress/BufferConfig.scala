@@ -3,10 +3,13 @@ package sluice.suppress
 /** What a suppression buffer does when it holds more than its bound (KIP-328, plus spill-to-disk). */
 sealed trait BufferFullStrategy { def name: String }
 object BufferFullStrategy {
+
   /** Emit the oldest buffered rows (by buffer time) until the buffer is within its bound. */
   case object EmitEarly extends BufferFullStrategy { val name = "emit-early" }
+
   /** Fail the query; the batch is not committed, so a restart with a larger bound loses nothing. */
   case object ShutDown extends BufferFullStrategy { val name = "shut-down" }
+
   /** Keep the in-memory part within the bound and move the rest to local disk. */
   case object SpillToDisk extends BufferFullStrategy { val name = "spill-to-disk" }
 }
@@ -28,7 +31,8 @@ sealed abstract class BufferConfig {
   def withNoBound(): StrictBufferConfig = StrictBufferConfig(Long.MaxValue, Long.MaxValue, BufferFullStrategy.ShutDown)
   def emitEarlyWhenFull(): EagerBufferConfig = EagerBufferConfig(maxRecords, maxBytes)
   def shutDownWhenFull(): StrictBufferConfig = StrictBufferConfig(maxRecords, maxBytes, BufferFullStrategy.ShutDown)
-  def spillToDiskWhenFull(): StrictBufferConfig = StrictBufferConfig(maxRecords, maxBytes, BufferFullStrategy.SpillToDisk)
+  def spillToDiskWhenFull(): StrictBufferConfig =
+    StrictBufferConfig(maxRecords, maxBytes, BufferFullStrategy.SpillToDisk)
 
   def isBounded: Boolean = maxRecords != Long.MaxValue || maxBytes != Long.MaxValue
 
@@ -49,7 +53,7 @@ final case class EagerBufferConfig(maxRecords: Long, maxBytes: Long) extends Buf
 
 /** A config that never emits early: it shuts the query down or spills to disk when full. */
 final case class StrictBufferConfig(maxRecords: Long, maxBytes: Long, whenFull: BufferFullStrategy)
-    extends BufferConfig {
+  extends BufferConfig {
   BufferConfig.checkBound("maxRecords", maxRecords)
   BufferConfig.checkBound("maxBytes", maxBytes)
   require(whenFull != BufferFullStrategy.EmitEarly, "a strict buffer config never emits early")
@@ -58,6 +62,7 @@ final case class StrictBufferConfig(maxRecords: Long, maxBytes: Long, whenFull: 
 }
 
 object BufferConfig {
+
   /** At most `n` records per partition; emits early when full (change with `shutDownWhenFull` etc.). */
   def maxRecords(n: Long): EagerBufferConfig = EagerBufferConfig(n, Long.MaxValue)
 

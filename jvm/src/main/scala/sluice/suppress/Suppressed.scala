@@ -15,6 +15,7 @@ import java.time.Duration
  */
 sealed trait Suppressed {
   def buffer: BufferConfig
+
   /** Optional name used in errors and logs. */
   def name: Option[String]
   def withName(name: String): Suppressed
@@ -30,7 +31,8 @@ sealed trait Suppressed {
  * at the watermark); a larger one fails when the DataFrame is built.
  */
 final case class UntilWindowCloses(buffer: StrictBufferConfig, name: Option[String] = None,
-    graceMs: Option[Long] = None) extends Suppressed {
+    graceMs: Option[Long] = None)
+  extends Suppressed {
   graceMs.foreach(g => Suppressed.checkDuration(g, "grace period"))
   def withName(n: String): UntilWindowCloses = copy(name = Some(n))
   def describe: String = graceMs.fold(s"untilWindowCloses($buffer)")(g => s"untilWindowCloses($buffer, grace ${g}ms)")
@@ -43,13 +45,14 @@ final case class UntilTimeLimit(limitMs: Long, buffer: BufferConfig, name: Optio
 }
 
 final case class UntilWallClockTimeLimit(limitMs: Long, buffer: BufferConfig, name: Option[String] = None)
-    extends Suppressed {
+  extends Suppressed {
   Suppressed.checkDuration(limitMs)
   def withName(n: String): UntilWallClockTimeLimit = copy(name = Some(n))
   def describe: String = s"untilWallClockTimeLimit(${limitMs}ms, $buffer)"
 }
 
 object Suppressed {
+
   /** Final results: one row per window and key, once the window closes (grace = watermark delay). */
   def untilWindowCloses(buffer: StrictBufferConfig): UntilWindowCloses = UntilWindowCloses(buffer)
 

@@ -33,7 +33,8 @@ final class PipelineDriver(
     checkpoint: String,
     startMs: Long,
     timeoutMs: Long,
-    pipeline: Option[DataFrame => DataFrame]) extends AutoCloseable {
+    pipeline: Option[DataFrame => DataFrame])
+  extends AutoCloseable {
 
   /** Every addition piped in, in order: each run's source gets them all again (see [[nextSource]]). */
   private val piped = scala.collection.mutable.ArrayBuffer.empty[Seq[Row]]
@@ -73,7 +74,7 @@ final class PipelineDriver(
 
   /** Starts the query of `pipeline` over [[input]]. */
   def start(): Unit = start(pipeline.getOrElse(
-    throw new IllegalStateException("no pipeline given: use start(output)"))(input))
+      throw new IllegalStateException("no pipeline given: use start(output)"))(input))
 
   /** The running query. */
   def query: StreamingQuery = running.getOrElse(throw new IllegalStateException("the query is not running"))
@@ -125,7 +126,7 @@ final class PipelineDriver(
   }
 
   def restart(): Seq[DrivenSink.Delivery] = restart(pipeline.getOrElse(
-    throw new IllegalStateException("no pipeline given: use stop(), input and start(output)")))
+      throw new IllegalStateException("no pipeline given: use stop(), input and start(output)")))
 
   /** Every delivery so far, replays included, in order. */
   def deliveries: Seq[DrivenSink.Delivery] = sink.deliveries
@@ -170,6 +171,7 @@ final class PipelineDriver(
 }
 
 object PipelineDriver {
+
   /** A driver of `pipeline` over rows of `schema`, its clock at `startMs`, started. */
   def apply(session: SparkSession, schema: StructType, outputMode: OutputMode, checkpoint: String,
       startMs: Long = 0L, timeoutMs: Long = 120000L)(pipeline: DataFrame => DataFrame): PipelineDriver = {

@@ -65,7 +65,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
       case NoPrefixKeyStateEncoderSpec(_) => 0
       case PrefixKeyScanStateEncoderSpec(_, n) => n
       case other => throw StateStoreErrors.unsupportedOperationException(
-        other.getClass.getSimpleName, ProviderName)
+          other.getClass.getSimpleName, ProviderName)
     }
     this._id = spec.stateStoreId
     this.keySchema = spec.keySchema
@@ -127,7 +127,8 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
           } else None
         }
         due.foreach { case (version, (entries, streamTime)) =>
-          try writeSnapshot(version, entries, streamTime) finally entries.foreach(_.release())
+          try writeSnapshot(version, entries, streamTime)
+          finally entries.foreach(_.release())
         }
       }
       if (work.cleanup) cleanup()
@@ -173,7 +174,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     if (version == liveVersion) return
     try {
       if (liveVersion >= 0 && version > liveVersion &&
-          (liveVersion + 1 to version).forall(v => files.exists(deltaFile(v)))) {
+        (liveVersion + 1 to version).forall(v => files.exists(deltaFile(v)))) {
         (liveVersion + 1 to version).foreach(v => readFile(deltaFile(v), isSnapshot = false))
       } else {
         map.clear()
@@ -201,7 +202,8 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
       writeFile(deltaFile(newVersion), DeltaMagic) { data => map.commit(data); map.streamTime }
       if (snapshot) {
         val (entries, streamTime) = map.freeze()
-        try writeSnapshot(newVersion, entries, streamTime) finally entries.foreach(_.release())
+        try writeSnapshot(newVersion, entries, streamTime)
+        finally entries.foreach(_.release())
       }
     } catch {
       case e: Throwable =>
@@ -301,11 +303,12 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
   // Both sums walk the segments: taken once.
   private def metricsNow(): StateStoreMetrics = {
     val bytes = map.memoryBytes
-    StateStoreMetrics(map.numKeys, bytes, Map(
-      SegmentsMetric -> map.numSegments.toLong,
-      MemoryBytesMetric -> bytes,
-      ExpiredDropsMetric -> map.droppedPuts,
-      CompactionBytesMetric -> map.compactionBytes))
+    StateStoreMetrics(map.numKeys, bytes,
+      Map(
+        SegmentsMetric -> map.numSegments.toLong,
+        MemoryBytesMetric -> bytes,
+        ExpiredDropsMetric -> map.droppedPuts,
+        CompactionBytesMetric -> map.compactionBytes))
   }
 
   /** Reads of the live map, the same for the read and the write store. */
@@ -414,6 +417,7 @@ object InMemoryWindowStoreProvider {
     }
     Format.check(path, digit)
   }
+
   /** LZ4 block: larger than the 64 KiB default, for fewer native calls per file. */
   private val BlockSize = 256 * 1024
   private val WriterWaitMs = 60000L
@@ -440,7 +444,8 @@ object InMemoryWindowStoreProvider {
    * cache, once a commit interval is set); the caller knows the store is new (its operator has no
    * state directory), so a store whose files were lost is never started empty here.
    */
-  private[sluice] def startEmpty(storeDir: org.apache.hadoop.fs.Path, hadoopConf: Configuration, version: Long): Unit = {
+  private[sluice] def startEmpty(storeDir: org.apache.hadoop.fs.Path, hadoopConf: Configuration, version: Long)
+      : Unit = {
     val files = StoreFiles(storeDir, hadoopConf)
     if (version > 0 && !hasVersions(files)) {
       files.mkdirs()
@@ -456,6 +461,7 @@ object InMemoryWindowStoreProvider {
     files.list().exists(n => n.endsWith(s".$DeltaSuffix") || n.endsWith(s".$SnapshotSuffix"))
 
   private val FormatKey = SessionConf.CheckpointFormatKey
+
   /** Spark's state store checkpoint format from which stores are opened with checkpoint ids. */
   private val FormatWithCheckpointIds = 2
 
@@ -485,11 +491,13 @@ object InMemoryWindowStoreProvider {
 /** The provider's `spark.sluice.windowstore.*` settings. */
 final case class WindowStoreSettings(
     name: String, retentionMs: Long, snapshotInterval: Int) {
+
   /** Retention in Spark's timestamp unit; 0 keeps windows until Spark's own eviction removes them. */
   def retentionMicros: Long = retentionMs * 1000L
 }
 
 object WindowStoreSettings {
+
   /** The settings of the query whose task creates the provider (Spark's StateStoreConf carries
    *  only its own stateStore.* keys). */
   def current(): WindowStoreSettings = WindowStoreSettings(

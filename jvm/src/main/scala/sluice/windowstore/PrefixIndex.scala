@@ -22,10 +22,12 @@ private[windowstore] final class PrefixIndex {
   private var anchors = new Array[Array[Long]](0)
   private var hashes = new Array[Array[Int]](0)
   private var nexts = new Array[Array[Int]](0)
+
   /** Entries handed out at least once (in use or free), and the free list through `next`. */
   private var allocated = 0
   private var free = End
   private var _size = 0
+
   /** First entry of each bucket's chain; a power of two, at least half the entries. */
   private var buckets = newBuckets(MinBuckets)
 
@@ -41,7 +43,8 @@ private[windowstore] final class PrefixIndex {
   def setAnchor(e: Int, anchor: Long): Unit = anchors(e >>> BlockBits)(e & BlockMask) = anchor
 
   def add(hash: Int, anchor: Long): Unit = {
-    val e = if (free != End) { val f = free; free = next(f); f } else newEntry()
+    val e = if (free != End) { val f = free; free = next(f); f }
+    else newEntry()
     anchors(e >>> BlockBits)(e & BlockMask) = anchor
     hashes(e >>> BlockBits)(e & BlockMask) = hash
     val b = bucketOf(hash, buckets.length)
@@ -107,19 +110,23 @@ private[windowstore] final class PrefixIndex {
 }
 
 private[windowstore] object PrefixIndex {
+
   /** No entry: the end of a chain. */
   val End: Int = -1
+
   /** 8192 entries: blocks of 64 KiB and 32 KiB, far below G1's humongous size. */
   private val BlockBits = 13
   private val BlockSize = 1 << BlockBits
   private val BlockMask = BlockSize - 1
   private val MaxBlocks = Int.MaxValue / BlockSize
   private val MinBuckets = 16
+
   /** Entries per bucket on average before the buckets double: a chain walk reads only hashes
    *  and links of the few entries in it, and buckets cost 2-4 bytes per entry. */
   private val MaxChain = 2
 
   private def newBuckets(n: Int): Array[Int] = { val a = new Array[Int](n); java.util.Arrays.fill(a, End); a }
+
   /** Murmur3's low bits are well mixed already; folding the high bits in costs nothing. */
   @inline private def bucketOf(hash: Int, n: Int): Int = (hash ^ (hash >>> 16)) & (n - 1)
 }

@@ -40,6 +40,7 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   /** Slot i, `slots(i >>> ChunkBits)(i & ChunkMask)`, is `hash << 32 | location`, or [[Empty]] /
    *  [[Tombstone]] (see [[locOf]]); all chunks have the same length. */
   private var slots = emptySlots(InitialSlots)
+
   /** Live entries, and slots not empty (live entries plus tombstones). */
   private var live = 0
   private var occupied = 0
@@ -51,32 +52,42 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   private var _liveBytes = 0L
   private var _lastWritten = Absent
   private var _lastReplacedBytes = 0
+
   /** True while a frozen view reads `slots`: the next change copies them first. */
   private var shared = false
+
   /** Frozen views not yet released: they may read any record live when they were taken. */
   private val openViews = new java.util.concurrent.atomic.AtomicInteger()
+
   /** Retired records by size: `reusable(size / 8)`, for sizes up to [[MaxReusedRecord]]; grown
    *  to the largest size retired, so a table that never retires holds no array. */
   private var reusable = new Array[LocationStack](0)
+
   /** Records retired while a view was open, reusable once none is. */
   private val held = new LocationStack
+
   /** Heap held by the stacks' arrays. */
   private var stackBytes = 0L
+
   /** Iterators of [[entries]] still running and told of changes; see [[endIterations]]. */
   private var running: List[InLocationOrder] = Nil
   private var iterationEpoch = 0
+
   /** Rehashes so far: slot indexes an iteration noted are valid while this has not moved. */
   private var rehashes = 0
 
   /** Location of the record the last put appended (the change log keeps it). */
   def lastWritten: Long = _lastWritten
+
   /** Size of the record the last put or remove replaced (for [[retire]], which then need not read
    *  it again: by then it is usually out of the CPU's caches). */
   def lastReplacedBytes: Int = _lastReplacedBytes
 
   def size: Int = live
+
   /** Bytes of the live records. */
   def liveBytes: Long = _liveBytes
+
   /** Heap held: pages (live records and garbage), the slot array and the retired records' stacks. */
   def memoryBytes: Long = pageBytes + capacity * 8L + stackBytes + reusable.length * 8L
   def isEmpty: Boolean = live == 0
@@ -194,14 +205,17 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   private def pushTracked(stack: LocationStack, loc: Long): Unit = stackBytes += stack.push(loc)
 
   def keyAt(loc: Long): UnsafeRow = rowAt(pages, loc, keyFields, 0)
+
   /** Points `row` at the key of the record at `loc` (no allocation). */
   def pointKey(row: UnsafeRow, loc: Long): Unit = {
     val p = pages(pageOf(loc))
     val off = addr(offsetOf(loc))
     row.pointTo(p, off + Header, Platform.getInt(p, off))
   }
+
   /** Whether the record at `loc` has the key `key`. */
   def keyEqualsAt(key: UnsafeRow, loc: Long): Boolean = keyEquals(key, loc)
+
   /** Calls `f` with the location of each live entry. */
   def foreachLocation(f: Long => Unit): Unit = {
     val s = slots
@@ -321,14 +335,17 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
     private val epoch = iterationEpoch
     val rehashes: Int = RowTable.this.rehashes
     private var pos = 0
+
     /** Indexes into `entries` whose record was replaced before the iteration reached it. */
     private var gone: java.util.BitSet = null
+
     /** New records of keys overwritten before the iteration reached them, handed out last. */
     private var moved: Array[Long] = null
     private var movedCount = 0
     private var movedPos = 0
     private var nextLoc = Absent
     private var nextSlot = -1
+
     /** The row last handed out as a key, its record and slot (see [[handedOut]]). */
     var lastKey: UnsafeRow = null
     var lastLoc: Long = Absent
@@ -466,8 +483,8 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
     val p = pages(pageOf(loc))
     val off = offsetOf(loc)
     Platform.getInt(p, addr(off)) == key.getSizeInBytes &&
-      ByteArrayMethods.arrayEquals(key.getBaseObject, key.getBaseOffset,
-        p, addr(off) + Header, key.getSizeInBytes)
+    ByteArrayMethods.arrayEquals(key.getBaseObject, key.getBaseOffset,
+      p, addr(off) + Header, key.getSizeInBytes)
   }
 
   private def insert(i: Int, hash: Int, loc: Long): Unit = {
@@ -565,6 +582,7 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
 }
 
 private[windowstore] object RowTable {
+
   /** A table's entries as of [[RowTable.freeze]]. */
   final class Frozen private[RowTable] (slots: Array[Array[Long]], pages: Array[Array[Byte]],
       openViews: java.util.concurrent.atomic.AtomicInteger) {
@@ -653,6 +671,7 @@ private[windowstore] object RowTable {
     var size = 0
     def top: Long = items(size - 1)
     def pop(): Long = { size -= 1; items(size) }
+
     /** Returns the bytes the array grew by. */
     def push(loc: Long): Long = {
       var grown = 0L
@@ -669,22 +688,27 @@ private[windowstore] object RowTable {
 
   /** Location of no entry. Real locations are >= 0 and below 2^31. */
   val Absent: Long = -1L
+
   /** A slot never used (location -1) and a cleared one (location -2). */
   private val Empty = -1L
   private val Tombstone = -2L
   private val Header = 8
+
   /** The key size that marks a cleared window's record. */
   private val ClearedWindow = -2
   private val InitialSlots = 16
   private val MaxLoad = 0.6
   private val MinPage = 4096
+
   /** Below half of G1's smallest region (1 MiB): larger arrays are humongous objects, each
    *  taking whole regions of the old generation. */
   private val MaxPage = 256 << 10
+
   /** Locations are `page << 15 | offset / 8`: offsets below MaxPage, pages below 2^16. */
   private val OffsetBits = 15
   private val MaxPages = 1 << 16
   private val MinCompactBytes = 64L * 1024
+
   /** Records up to this size (header included) are reused when retired: rows of fixed-width
    *  columns and short strings, which is what overwrites of aggregation and session state write. */
   private val MaxReusedRecord = 4096
@@ -703,6 +727,7 @@ private[windowstore] object RowTable {
   @inline private def setSlot(s: Array[Array[Long]], i: Int, v: Long): Unit = s(i >>> ChunkBits)(i & ChunkMask) = v
   @inline private def slotOf(hash: Int, loc: Long): Long = hash.toLong << 32 | loc
   @inline private def hashOf(slot: Long): Int = (slot >>> 32).toInt
+
   /** A slot's location: >= 0 for an entry, -1 for an empty slot, -2 for a tombstone. */
   @inline private def locOf(slot: Long): Long = slot.toInt.toLong
   @inline private def locationOf(page: Int, off: Int): Long = page.toLong << OffsetBits | (off >>> 3)
@@ -711,22 +736,24 @@ private[windowstore] object RowTable {
   @inline private def addr(off: Int): Long = Platform.BYTE_ARRAY_OFFSET + off
   @inline private def align(n: Int): Int = (n + 7) & ~7
   @inline private def sizeClass(alignedSize: Int): Int = alignedSize >>> 3
+
   /** One pass of an LSD radix sort: `from`'s first n values into `to`, stably by 16 bits at `shift`. */
   private def radixPass(from: Array[Long], to: Array[Long], n: Int, shift: Int): Unit = {
     val counts = new Array[Int](1 << 16)
     var i = 0
-    while (i < n) { counts(((from(i) >>> shift) & 0xFFFF).toInt) += 1; i += 1 }
+    while (i < n) { counts(((from(i) >>> shift) & 0xffff).toInt) += 1; i += 1 }
     var sum = 0
     i = 0
     while (i < counts.length) { val c = counts(i); counts(i) = sum; sum += c; i += 1 }
     i = 0
     while (i < n) {
-      val d = ((from(i) >>> shift) & 0xFFFF).toInt
+      val d = ((from(i) >>> shift) & 0xffff).toInt
       to(counts(d)) = from(i)
       counts(d) += 1
       i += 1
     }
   }
+
   /** Murmur3's low bits are well mixed already; folding the high bits in costs nothing. */
   @inline private def spread(h: Int): Int = h ^ (h >>> 16)
 }

@@ -12,14 +12,19 @@ import sluice.spark.StateStoreTypes.UnsafeRowPair
 
 /** One window start's entries (or all window-less entries). */
 private[windowstore] final class Segment(val start: Long, keyFields: Int, valueFields: Int) {
+
   /** Replaced only between versions, by compaction. */
   var table = new RowTable(keyFields, valueFields)
+
   /** False while the segment is out of the segment map (expired or pruned when empty). */
   var live: Boolean = true
+
   /** The change log that last listed this segment as touched. */
   var touchedBy: ChangeLog = null
+
   /** The change log whose commit found this segment empty (written as one cleared window). */
   var emptiedBy: ChangeLog = null
+
   /** Its number in the prefix index's anchors while the map may still refer to it, else -1. */
   var id: Int = -1
 }
@@ -38,6 +43,7 @@ private[windowstore] final class ChangeLog {
   private var replacedLocs = new Array[Array[Long]](4)
   private var replacedSizes = new Array[Array[Int]](4)
   var size = 0
+
   /** Key and value bytes the version's puts wrote. */
   var bytesWritten = 0L
 
@@ -102,6 +108,7 @@ private[windowstore] final class ChangeLog {
 }
 
 private[windowstore] object ChangeLog {
+
   /** Changes per chunk: 2^14, so a chunk of longs is 128 KiB, below half of G1's smallest region. */
   private val ChunkBits = 14
   private val Chunk = 1 << ChunkBits
@@ -120,16 +127,17 @@ private[windowstore] object WindowField {
   def find(keySchema: StructType): Option[WindowField] = {
     keySchema.fields.zipWithIndex.collectFirst {
       case (f, i) if (f.dataType match {
-        case s: StructType => isWindow(s)
-        case _ => false
-      }) =>
+            case s: StructType => isWindow(s)
+            case _ => false
+          }) =>
         val s = f.dataType.asInstanceOf[StructType]
         WindowField(i, s.length, s.fieldNames.indexOf("start"))
     }
   }
 
   private def isWindow(s: StructType): Boolean = {
-    def isTs(name: String) = s.fields.exists(f => f.name == name &&
+    def isTs(name: String) = s.fields.exists(f =>
+      f.name == name &&
       (f.dataType == TimestampType || f.dataType == TimestampNTZType))
     isTs("start") && isTs("end")
   }
@@ -176,11 +184,13 @@ private[windowstore] final class SegmentedStateMap(
 
   private val segments = new ConcurrentSkipListMap[java.lang.Long, Segment]()
   private val plain = newSegment(NoWindow)
+
   /** Recently used segments by a hash of their start: rows of one batch cycle through a few
    *  windows, and the skip list costs a dozen boxed comparisons per lookup. */
   private val recent = new Array[Segment](RecentSlots)
 
   private val index: PrefixIndex = if (numColsPrefixKey > 0) new PrefixIndex else null
+
   /** Pointed at keys in pages, to hash and compare them without allocating. */
   private val cursor = new UnsafeRow(keyFields)
   private lazy val prefixProjection: UnsafeProjection = UnsafeProjection.create(
@@ -196,6 +206,7 @@ private[windowstore] final class SegmentedStateMap(
   private var streamTimeAtOpen = Long.MinValue
   private var _droppedPuts = 0L
   private var _compactionBytes = 0L
+
   /** Segments waiting for compaction, oldest first. */
   private val compactionDue = scala.collection.mutable.LinkedHashSet[Segment]()
 
@@ -204,13 +215,16 @@ private[windowstore] final class SegmentedStateMap(
   def numKeys: Long = allSegments.map(_.table.size.toLong).sum
   def memoryBytes: Long = allSegments.map(_.table.memoryBytes + SegmentOverhead).sum +
     (if (index == null) 0L else index.memoryBytes) + segmentsById.length * 8L + changeLogBytes
+
   /** The open version's change log, and any other a segment still refers to (none once released). */
   private def changeLogBytes: Long =
     (allSegments.flatMap(s => Iterator(s.touchedBy, s.emptiedBy)) ++ Iterator(log)).filter(_ != null)
       .toSeq.distinct.map(_.heldBytes).sum
   def numSegments: Int = segments.size() + (if (plain.table.isEmpty) 0 else 1)
+
   /** Puts the open (or last) version dropped because their window had expired. */
   def droppedPuts: Long = _droppedPuts
+
   /** Live record bytes that compaction copied after the last version, reclaiming the records it
    *  and earlier versions overwrote or removed. */
   def compactionBytes: Long = _compactionBytes
@@ -517,7 +531,7 @@ private[windowstore] final class SegmentedStateMap(
   private def segmentOf(start: Long, create: Boolean): Segment = {
     if (start == NoWindow) plain
     else {
-      val slot = (java.lang.Long.hashCode(start * 0x9E3779B97F4A7C15L) >>> 16) & (RecentSlots - 1)
+      val slot = (java.lang.Long.hashCode(start * 0x9e3779b97f4a7c15L) >>> 16) & (RecentSlots - 1)
       val cached = recent(slot)
       if (cached != null && cached.start == start && cached.live) cached
       else {
@@ -580,7 +594,7 @@ private[windowstore] final class SegmentedStateMap(
       if (index.hashOf(e) == hash) {
         val a = index.anchorOf(e)
         if (segmentIdOf(a) == seg.id && table.keyEqualsAt(key, locationOf(a))) {
-          return prev.toLong << 32 | (e & 0xFFFFFFFFL)
+          return prev.toLong << 32 | (e & 0xffffffffL)
         }
       }
       prev = e
@@ -632,9 +646,11 @@ private[windowstore] final class SegmentedStateMap(
 }
 
 private[windowstore] object SegmentedStateMap {
+
   /** Segment id of keys without a window. */
   val NoWindow: Long = Long.MinValue
   val Absent: Long = RowTable.Absent
+
   /** The change-log location of a segment that expiry dropped. */
   val Dropped: Long = -3L
   val SegmentOverhead = 256L
@@ -643,5 +659,5 @@ private[windowstore] object SegmentedStateMap {
 
   @inline private def anchorOf(seg: Segment, loc: Long): Long = seg.id.toLong << 32 | loc
   @inline private def segmentIdOf(anchor: Long): Int = (anchor >>> 32).toInt
-  @inline private def locationOf(anchor: Long): Long = anchor & 0xFFFFFFFFL
+  @inline private def locationOf(anchor: Long): Long = anchor & 0xffffffffL
 }

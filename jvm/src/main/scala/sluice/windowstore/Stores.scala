@@ -36,11 +36,11 @@ object Stores {
     val graceMs = millis(grace, "gracePeriod")
     if (sizeMs > retentionMs) {
       throw new IllegalArgumentException(msg("retention_below_size", "name" -> name, "size" -> windowSize,
-        "retention" -> retention))
+          "retention" -> retention))
     }
     if (graceMs > retentionMs) {
       throw new IllegalArgumentException(msg("grace_above_retention", "name" -> name, "grace" -> grace,
-        "retention" -> retention))
+          "retention" -> retention))
     }
     new InMemoryWindowStoreSupplier(name, retentionMs, sizeMs, graceMs)
   }

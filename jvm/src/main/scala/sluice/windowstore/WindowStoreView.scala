@@ -19,7 +19,8 @@ private[sluice] final class WindowStoreView(
     valueSchema: StructType,
     storeConf: StateStoreConf,
     hadoopConf: Configuration,
-    val settings: WindowStoreSettings) extends AutoCloseable {
+    val settings: WindowStoreSettings)
+  extends AutoCloseable {
 
   private val provider = new InMemoryWindowStoreProvider(Some(settings))
   provider.init(id, keySchema, valueSchema, NoPrefixKeyStateEncoderSpec(keySchema), useColumnFamilies = false,
@@ -47,6 +48,7 @@ private[sluice] final class WindowStoreView(
 }
 
 private[sluice] object WindowStoreView {
+
   /** Segment key of window-less entries and the stream time of a store without windowed puts. */
   val NoWindow: Long = SegmentedStateMap.NoWindow
 }

@@ -12,6 +12,7 @@ import org.apache.spark.sql.execution.streaming.state.{ReadStateStore, StateStor
  * spark-4.1: maintenance is one call, `doMaintenance`.
  */
 abstract class ProviderBase extends ProviderInit {
+
   /** A writable store at `version`. */
   protected def openStore(version: Long, ckptId: Option[String], options: OpenOptions): StateStore
 

@@ -12,6 +12,7 @@ import org.apache.spark.sql.internal.SQLConf
  * spark-4.1: an offset log entry is an `OffsetSeq` whose `metadata` is an `OffsetSeqMetadata`.
  */
 object SparkShim {
+
   /** The Spark minor this jar is compiled for; the plugin refuses any other at start. */
   val sparkMinor: String = "4.1"
 

@@ -14,6 +14,7 @@ import org.apache.spark.sql.execution.streaming.state.{KeyStateEncoderSpec, Read
  * wrapped store that `passThrough` returns.
  */
 trait ForwardingReadStore extends ReadStateStore {
+
   /**
    * The wrapped store, ready to answer a read of `colFamilyName` that this store does not serve:
    * every write made through this store so far must be visible in it.
@@ -28,6 +29,7 @@ trait ForwardingReadStore extends ReadStateStore {
 
 /** The writable form of [[ForwardingReadStore]]. */
 trait ForwardingStore extends StateStore with ForwardingReadStore {
+
   /**
    * The wrapped writable store, ready for a write this store does not serve (a range delete) on
    * `colFamilyName`: nothing this store still holds of that family may be read afterwards.
@@ -38,6 +40,7 @@ trait ForwardingStore extends StateStore with ForwardingReadStore {
 
 /** A store with one column family of one value per key (the window store). */
 trait SingleFamilyReadStore extends ReadStateStore {
+
   /** The provider's name in Spark's unsupported-operation errors. */
   protected def providerName: String
 

@@ -7,6 +7,6 @@ import org.apache.spark.sql.execution.datasources.DataSource
  *
  * spark-4.2: a ninth field, the user's name for a streaming source.
  */
-abstract class DataSourceCopy(ds: DataSource)
-  extends DataSource(ds.sparkSession, ds.className, ds.paths, ds.userSpecifiedSchema,
+abstract class DataSourceCopy(ds: DataSource) extends DataSource(ds.sparkSession, ds.className, ds.paths,
+    ds.userSpecifiedSchema,
     ds.partitionColumns, ds.bucketSpec, ds.options, ds.catalogTable, ds.userSpecifiedStreamingSourceName)

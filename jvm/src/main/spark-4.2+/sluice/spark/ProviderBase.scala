@@ -12,6 +12,7 @@ import org.apache.spark.sql.execution.streaming.state.{ReadStateStore, StateStor
  * `loadEmpty`). How maintenance is asked for differs between minors: see `MaintenanceCalls`.
  */
 abstract class ProviderBase extends ProviderInit with MaintenanceCalls {
+
   /** A writable store at `version`. */
   protected def openStore(version: Long, ckptId: Option[String], options: OpenOptions): StateStore
 

@@ -12,6 +12,7 @@ import org.apache.spark.sql.internal.SQLConf
  * (and `loadEmpty`).
  */
 private[spark] trait SparkShimFrom42 {
+
   /** The entry of `batchId` in an offset log, if the log has one with metadata. */
   def offsetLogEntry(log: OffsetSeqLog, batchId: Long): Option[OffsetLogEntry] =
     log.get(batchId).flatMap(_.metadataOpt).map(m => OffsetLogEntry(m.batchWatermarkMs, m.batchTimestampMs, m.conf))

@@ -1,8 +1,10 @@
 package sluice.spark
 
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
-import org.apache.spark.sql.execution.streaming.state.{KeyStateEncoderSpec, ReadStateStore, StateStore, StateStoreErrors,
-  StateStoreIterator, UnsafeRowPair}
+import org.apache.spark.sql.execution.streaming.state.{
+  KeyStateEncoderSpec, ReadStateStore, StateStore, StateStoreErrors,
+  StateStoreIterator, UnsafeRowPair
+}
 
 /**
  * The parts of Spark's store traits that differ between minors, so that sluice's stores implement
@@ -19,6 +21,7 @@ import org.apache.spark.sql.execution.streaming.state.{KeyStateEncoderSpec, Read
  * wrapped store that `passThrough` returns.
  */
 trait ForwardingReadStore extends ReadStateStore with ColumnFamilyRegistration {
+
   /**
    * The wrapped store, ready to answer a read of `colFamilyName` that this store does not serve:
    * every write made through this store so far must be visible in it.
@@ -48,6 +51,7 @@ trait ForwardingReadStore extends ReadStateStore with ColumnFamilyRegistration {
 
 /** The writable form of [[ForwardingReadStore]]. */
 trait ForwardingStore extends StateStore with ForwardingReadStore {
+
   /**
    * The wrapped writable store, ready for a write this store does not serve (a range delete) on
    * `colFamilyName`: nothing this store still holds of that family may be read afterwards.
@@ -60,6 +64,7 @@ trait ForwardingStore extends StateStore with ForwardingReadStore {
 
 /** A store with one column family of one value per key (the window store). */
 trait SingleFamilyReadStore extends ReadStateStore {
+
   /** The provider's name in Spark's unsupported-operation errors. */
   protected def providerName: String
 

@@ -4,8 +4,10 @@ import org.apache.spark.sql.connector.catalog.Table
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.datasources.v2.RealTimeStreamScanExec
 import org.apache.spark.sql.execution.streaming.RealTimeTrigger
-import org.apache.spark.sql.execution.streaming.runtime.{IncrementalExecution, MicroBatchExecution, RealTimeModeAllowlist,
-  StreamExecution}
+import org.apache.spark.sql.execution.streaming.runtime.{
+  IncrementalExecution, MicroBatchExecution, RealTimeModeAllowlist,
+  StreamExecution
+}
 import org.apache.spark.sql.internal.SQLConf
 
 /**
@@ -13,6 +15,7 @@ import org.apache.spark.sql.internal.SQLConf
  * 4.1 and 4.2 have a same-named object that answers "no").
  */
 object RealTimePlans {
+
   /** Whether this Spark runs stateful queries under the real-time trigger. */
   val supported: Boolean = true
 

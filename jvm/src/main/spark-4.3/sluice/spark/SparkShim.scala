@@ -10,6 +10,7 @@ import org.apache.spark.sql.execution.streaming.state.StateStoreProvider
  * spark-4.3: a delegate is asked for each part of maintenance as Spark asked.
  */
 object SparkShim extends SparkShimFrom42 {
+
   /** The Spark minor this jar is compiled for; the plugin refuses any other at start. */
   val sparkMinor: String = "4.3"
 

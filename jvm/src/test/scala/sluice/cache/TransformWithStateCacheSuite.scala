@@ -54,7 +54,8 @@ class TransformWithStateCacheSuite extends AnyFunSuite {
       .foreachBatch((ds: Dataset[(String, Long, Long, Long)], _: Long) => { out ++= ds.collect(); () })
       .start()
     def collect(q: StreamingQuery): Unit = q.recentProgress.filter(_.stateOperators.nonEmpty)
-      .foreach(p => metrics += p.stateOperators.head.customMetrics.asScala.map { case (k, v) => k -> v.longValue() }.toMap)
+      .foreach(p =>
+        metrics += p.stateOperators.head.customMetrics.asScala.map { case (k, v) => k -> v.longValue() }.toMap)
     var q = start()
     val batches = Seq(
       Seq("a" -> 1L, "a" -> 2L, "b" -> 1L, "a" -> 1L),
@@ -90,7 +91,8 @@ class TransformWithStateCacheSuite extends AnyFunSuite {
         // final state: a has 6 rows; its list and its map hold every one of them
         assert(cached.filter(_._1 == "a").maxBy(_._2) == (("a", 6L, 6L, 6L)))
         assert(metrics.map(_("cacheHits")).sum > 0)
-        assert(metrics.exists(_.contains("rocksdbCommitWriteBatchLatency")) || metrics.exists(_.keys.exists(_.startsWith("rocksdb"))))
+        assert(metrics.exists(_.contains("rocksdbCommitWriteBatchLatency")) || metrics.exists(
+          _.keys.exists(_.startsWith("rocksdb"))))
       } finally spark.stop()
     }
   } else {
@@ -100,8 +102,10 @@ class TransformWithStateCacheSuite extends AnyFunSuite {
       try {
         val e = intercept[Exception](run(spark, classOf[CachingStateStoreProvider].getName))
         val messages = Iterator.iterate[Throwable](e)(_.getCause).takeWhile(_ != null).map(_.getMessage).toSeq
-        assert(messages.exists(m => m != null && m.contains("STORE_BACKEND_NOT_SUPPORTED_FOR_TWS") &&
-          m.contains(classOf[CachingStateStoreProvider].getName)), messages.mkString("\n"))
+        assert(
+          messages.exists(m =>
+            m != null && m.contains("STORE_BACKEND_NOT_SUPPORTED_FOR_TWS") &&
+            m.contains(classOf[CachingStateStoreProvider].getName)), messages.mkString("\n"))
         val (plain, _) = run(spark, rocksdb) // the session is still usable for the supported provider
         assert(plain.filter(_._1 == "a").maxBy(_._2) == (("a", 6L, 6L, 6L)))
       } finally spark.stop()

@@ -49,7 +49,8 @@ class ConfResolverSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   private def withSession[T](key: String, value: String)(f: => T): T = {
     spark.conf.set(key, value)
-    try f finally spark.conf.unset(key)
+    try f
+    finally spark.conf.unset(key)
   }
 
   test("on the driver: the active session, else the SparkConf") {
@@ -58,7 +59,8 @@ class ConfResolverSuite extends AnyFunSuite with BeforeAndAfterAll {
     withSession(Delegate.key, "in_memory_window") {
       assert(ConfResolver.get(Delegate) == "in_memory_window")
       SparkSession.clearActiveSession()
-      try assert(ConfResolver.get(Delegate) == "hdfs") finally SparkSession.setActiveSession(spark)
+      try assert(ConfResolver.get(Delegate) == "hdfs")
+      finally SparkSession.setActiveSession(spark)
     }
   }
 

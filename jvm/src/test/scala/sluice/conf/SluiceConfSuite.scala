@@ -40,9 +40,10 @@ class SluiceConfSuite extends AnyFunSuite {
   test("the deprecated alias produces a warning naming the key that wins") {
     assert(SluiceConf.deprecationWarnings(Map.empty).isEmpty)
     val alone = SluiceConf.deprecationWarnings(Map("spark.sluice.cache.max.bytes.buffering" -> "1m"))
-    assert(alone == Seq("spark.sluice.cache.max.bytes.buffering is deprecated: use spark.sluice.statestore.cache.max.bytes instead"))
+    assert(alone == Seq(
+      "spark.sluice.cache.max.bytes.buffering is deprecated: use spark.sluice.statestore.cache.max.bytes instead"))
     val both = SluiceConf.deprecationWarnings(Map(
-      "spark.sluice.cache.max.bytes.buffering" -> "1m", "spark.sluice.statestore.cache.max.bytes" -> "2m"))
+        "spark.sluice.cache.max.bytes.buffering" -> "1m", "spark.sluice.statestore.cache.max.bytes" -> "2m"))
     assert(both.head.contains("spark.sluice.statestore.cache.max.bytes is also set and wins"))
   }
 
@@ -79,14 +80,15 @@ class SluiceConfSuite extends AnyFunSuite {
     }
     // "false" too: the key is gone, whatever its value
     val both = intercept[SluiceConfException](conf("spark.sluice.aggregate.state.merge" -> "false",
-      "spark.sluice.window.slicing.state" -> "false", "spark.sluice.window.slicing" -> "true"))
+        "spark.sluice.window.slicing.state" -> "false", "spark.sluice.window.slicing" -> "true"))
     assert(both.getMessage.split("; remove the setting").length == 2, both.getMessage)
-    assert(SluiceConf.removed.map(_.key).toSet == Set("spark.sluice.window.slicing.state", "spark.sluice.aggregate.state.merge"))
+    assert(SluiceConf.removed.map(_.key).toSet == Set("spark.sluice.window.slicing.state",
+      "spark.sluice.aggregate.state.merge"))
     assert(SluiceConf.removedKey("window.slicing.state").marker.contains("_sluice_sliced_state"))
     assert(SluiceConf.removedKey("window.slicing.state").markerRefusal(0, "/c", "/c/state/0") ==
       "sluice: state operator 0 of the checkpoint at /c was written with sliced state (spark.sluice.window.slicing.state; " +
-        "its marker file _sluice_sliced_state is in /c/state/0), which sluice 0.1.0 removed: sluice cannot read that " +
-        "state any more. Start the query on a new checkpoint")
+      "its marker file _sluice_sliced_state is in /c/state/0), which sluice 0.1.0 removed: sluice cannot read that " +
+      "state any more. Start the query on a new checkpoint")
   }
 
   test("the experimental keys are conf.json's, and the warning names those set to other than their default") {
@@ -94,18 +96,19 @@ class SluiceConfSuite extends AnyFunSuite {
       "spark.sluice.aggregate.partial.hash", "spark.sluice.input.kafka.direct", "spark.sluice.checkpoint.local.direct"))
     assert(SluiceConf.experimentalWarning(Map.empty).isEmpty)
     assert(SluiceConf.experimentalWarning(Map("spark.sluice.window.slicing" -> "false",
-      "spark.sluice.json.decoder" -> "spark", "spark.sluice.suppress.fused" -> "true")).isEmpty)
-    assert(SluiceConf.experimentalWarning(Map("spark.sluice.window.slicing" -> "TRUE", "spark.sluice.json.decoder" -> "sluice",
-      "spark.sluice.checkpoint.local.direct" -> "true", "spark.sluice.aggregate.partial.hash" -> "false")).contains(
-      "sluice: experimental rewrites on: spark.sluice.checkpoint.local.direct, spark.sluice.json.decoder, " +
-        "spark.sluice.window.slicing (see docs/features/experimental.md)"))
+          "spark.sluice.json.decoder" -> "spark", "spark.sluice.suppress.fused" -> "true")).isEmpty)
+    assert(SluiceConf.experimentalWarning(Map("spark.sluice.window.slicing" -> "TRUE",
+          "spark.sluice.json.decoder" -> "sluice",
+          "spark.sluice.checkpoint.local.direct" -> "true", "spark.sluice.aggregate.partial.hash" -> "false")).contains(
+        "sluice: experimental rewrites on: spark.sluice.checkpoint.local.direct, spark.sluice.json.decoder, " +
+          "spark.sluice.window.slicing (see docs/features/experimental.md)"))
   }
 
   test("keys outside spark.sluice. are ignored and every problem is reported at once") {
     val e = intercept[SluiceConfException](conf(
-      "spark.master" -> "local[2]",
-      "spark.sluice.commit.interval.ms" -> "x",
-      "spark.sluice.input.buffer.max.bytes" -> "y"))
+        "spark.master" -> "local[2]",
+        "spark.sluice.commit.interval.ms" -> "x",
+        "spark.sluice.input.buffer.max.bytes" -> "y"))
     assert(e.getMessage.contains("spark.sluice.commit.interval.ms"))
     assert(e.getMessage.contains("spark.sluice.input.buffer.max.bytes"))
     assert(!e.getMessage.contains("spark.master"))

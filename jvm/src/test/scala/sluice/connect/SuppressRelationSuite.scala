@@ -62,7 +62,8 @@ class SuppressRelationSuite extends AnyFunSuite {
       out.writeString(6, "emit_early")
     }))
     assert(e.getMessage.contains("strict buffer config"))
-    val noInput = intercept[IllegalArgumentException](SuppressRelation.decode(message(_.writeString(2, "until_time_limit"))))
+    val noInput =
+      intercept[IllegalArgumentException](SuppressRelation.decode(message(_.writeString(2, "until_time_limit"))))
     assert(noInput.getMessage.contains("no input relation"))
     val kind = intercept[IllegalArgumentException](SuppressRelation.decode(message { out =>
       out.writeByteArray(1, Array[Byte](1))

@@ -26,7 +26,8 @@ class KafkaFetchSuite extends AnyFunSuite {
   }
 
   test("records per poll never go below Kafka's own default") {
-    assert(KafkaFetch.withDefaults(opts(), 4096, microBatch = false).get(poll) == KafkaFetch.KafkaMaxPollRecords.toString)
+    assert(KafkaFetch.withDefaults(opts(), 4096, microBatch = false).get(
+      poll) == KafkaFetch.KafkaMaxPollRecords.toString)
   }
 
   test("0 keeps Kafka's fetch size; the fetch never exceeds the source's input bound") {
@@ -44,8 +45,10 @@ class KafkaFetchSuite extends AnyFunSuite {
   test("a micro-batch source gets a short broker wait for an empty fetch; real time keeps Kafka's") {
     assert(KafkaFetch.withDefaults(opts(), 8L << 20, microBatch = true).get(maxWait) ==
       KafkaFetch.MicroBatchFetchMaxWaitMs.toString)
-    assert(KafkaFetch.withDefaults(opts(), 0, microBatch = true).get(maxWait) == KafkaFetch.MicroBatchFetchMaxWaitMs.toString)
+    assert(KafkaFetch.withDefaults(opts(), 0, microBatch = true).get(
+      maxWait) == KafkaFetch.MicroBatchFetchMaxWaitMs.toString)
     assert(!KafkaFetch.withDefaults(opts(), 8L << 20, microBatch = false).containsKey(maxWait))
-    assert(KafkaFetch.withDefaults(opts("Kafka.Fetch.Max.Wait.Ms" -> "500"), 8L << 20, microBatch = true).get(maxWait) == "500")
+    assert(KafkaFetch.withDefaults(opts("Kafka.Fetch.Max.Wait.Ms" -> "500"), 8L << 20, microBatch = true).get(
+      maxWait) == "500")
   }
 }

@@ -37,7 +37,7 @@ class KafkaSizesSuite extends AnyFunSuite {
     assert(new SizeFile(dir.toString, new Configuration()).read() == Map("t/0" -> SizeStats(2, 20, 200)))
     new SizeFile(dir.toString, new Configuration()).write(Map("t/0" -> SizeStats(1, 2, 4)))
     assert(Files.readString(dir.resolve(SizeFile.Name)).startsWith(
-      s"""{"formatVersion":${sluice.state.FileFormats.KafkaRecordSizes.current},"""))
+        s"""{"formatVersion":${sluice.state.FileFormats.KafkaRecordSizes.current},"""))
     Files.writeString(dir.resolve(SizeFile.Name), """{"formatVersion":9,"t/0":[2.0,20.0,200.0]}""")
     assert(new SizeFile(dir.toString, new Configuration()).read() == Map.empty)
   }

@@ -32,6 +32,7 @@ class StateInspectorLayoutsSuite extends AnyFunSuite {
 
   test("Spark's own operators lie below every sluice kind; the window store's provider") {
     assert((layouts \ "sparkOperatorIds").extract[List[Long]] == List(0L, 1000L))
-    assert((layouts \ "windowStore" \ "providerClass").extract[String] == "sluice.windowstore.InMemoryWindowStoreProvider")
+    assert(
+      (layouts \ "windowStore" \ "providerClass").extract[String] == "sluice.windowstore.InMemoryWindowStoreProvider")
   }
 }

@@ -32,20 +32,24 @@ class JsonDecodeSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   private val Inner = StructType(Seq(StructField("x", LongType), StructField("s", StringType)))
   private val Schema = StructType(Seq(
-    StructField("l", LongType), StructField("i", IntegerType), StructField("sh", ShortType),
-    StructField("b", ByteType), StructField("d", DoubleType), StructField("f", FloatType),
-    StructField("t", BooleanType), StructField("s", StringType), StructField("n", Inner), StructField("né", LongType)))
+      StructField("l", LongType), StructField("i", IntegerType), StructField("sh", ShortType),
+      StructField("b", ByteType), StructField("d", DoubleType), StructField("f", FloatType),
+      StructField("t", BooleanType), StructField("s", StringType), StructField("n", Inner),
+      StructField("né", LongType)))
 
   // --- random records: mostly what the decoder reads itself, the rest what only Spark's parser may decide
 
   /** Stands for an ill-formed UTF-8 sequence inside a string (the record's bytes get one of `illFormed`). */
   private val IllFormed = "ILLFORMED"
-  private val illFormed = Seq(Seq(0xED, 0xA0, 0x80), Seq(0xC0, 0xAF), Seq(0xE0, 0x80, 0xAF), Seq(0xF4, 0x90, 0x80, 0x80),
-    Seq(0xF8, 0x88, 0x80, 0x80, 0x80), Seq(0xE4, 0xB8), Seq(0x80)).map(_.map(_.toByte).toArray)
+  private val illFormed =
+    Seq(Seq(0xed, 0xa0, 0x80), Seq(0xc0, 0xaf), Seq(0xe0, 0x80, 0xaf), Seq(0xf4, 0x90, 0x80, 0x80),
+      Seq(0xf8, 0x88, 0x80, 0x80, 0x80), Seq(0xe4, 0xb8), Seq(0x80)).map(_.map(_.toByte).toArray)
 
   /** String contents (JSON text between the quotes): strict JSON, then what is not or what Spark's encoder changes. */
-  private val strings = Seq("", "plain", "a\\\"q", "tab\\t", "\\u00e9\\u4e2d", "é中😀", "\\ud83d\\ude00", "\\uD83D\\uDE00",
-    "line\\nbreak", "x" * 40, "\\/\\\\\\b\\f\\r", "nul\\u0000", "\\u00E9", "a/b", "del\u007f", "\\u0041\\u07ff\\u0800\\uffff")
+  private val strings = Seq("", "plain", "a\\\"q", "tab\\t", "\\u00e9\\u4e2d", "é中😀", "\\ud83d\\ude00",
+    "\\uD83D\\uDE00",
+    "line\\nbreak", "x" * 40, "\\/\\\\\\b\\f\\r", "nul\\u0000", "\\u00E9", "a/b", "del\u007f",
+    "\\u0041\\u07ff\\u0800\\uffff")
   private val badStrings = Seq("\\ud800 lone", "\\uDE00 low", "\\ud83d\\u0041", "end\\ud83d", "\\x", "\\'", "\\u12",
     "\\u00g0", "\\U00e9", "raw\ttab", "raw\u0001", "raw\nline", IllFormed)
 
@@ -70,14 +74,16 @@ class JsonDecodeSuite extends AnyFunSuite with BeforeAndAfterAll {
   private def randomNumber(r: Random): String = r.nextInt(6) match {
     case 0 => numbers(r.nextInt(numbers.size))
     case 1 => java.lang.Double.toString(java.lang.Double.longBitsToDouble(r.nextLong())) match {
-      case "NaN" | "Infinity" | "-Infinity" => "0.5"
-      case d => d
-    }
+        case "NaN" | "Infinity" | "-Infinity" => "0.5"
+        case d => d
+      }
     case 2 => java.lang.Float.toString(r.nextFloat() * math.pow(10, r.nextInt(20) - 10).toFloat)
     case _ =>
-      val int = if (r.nextInt(4) == 0) "0" else (1 + r.nextInt(9)).toString + Seq.fill(r.nextInt(20))(r.nextInt(10)).mkString
+      val int =
+        if (r.nextInt(4) == 0) "0" else (1 + r.nextInt(9)).toString + Seq.fill(r.nextInt(20))(r.nextInt(10)).mkString
       val frac = if (r.nextBoolean()) "" else "." + Seq.fill(1 + r.nextInt(20))(r.nextInt(10)).mkString
-      val exp = if (r.nextBoolean()) "" else Seq("e", "E")(r.nextInt(2)) + Seq("", "+", "-")(r.nextInt(3)) +
+      val exp = if (r.nextBoolean()) ""
+      else Seq("e", "E")(r.nextInt(2)) + Seq("", "+", "-")(r.nextInt(3)) +
         (if (r.nextBoolean()) r.nextInt(25) else r.nextInt(400))
       (if (r.nextBoolean()) "-" else "") + int + frac + exp
   }
@@ -93,9 +99,10 @@ class JsonDecodeSuite extends AnyFunSuite with BeforeAndAfterAll {
     case 4 => number(r)
     case 5 => str(r)
     case 6 => Seq("true", "false", "null")(r.nextInt(3))
-    case 7 if r.nextInt(10) == 0 => Seq("[1,]", "[1 2]", "{\"a\" 1}", "{\"a\":}", "{,}", "[,1]", "{\"a\":1,}", "[",
-      "{\"a\":[}", "[1]]", "{'a':1}", "[01]", "{\"a\\u0041\":[{}]}", "[tru]", "[nul]", "[True]", "{\"a\":1 \"b\":2}",
-      "[\"\\x\"]", "{1:2}")(r.nextInt(19))
+    case 7 if r.nextInt(10) == 0 =>
+      Seq("[1,]", "[1 2]", "{\"a\" 1}", "{\"a\":}", "{,}", "[,1]", "{\"a\":1,}", "[",
+        "{\"a\":[}", "[1]]", "{'a':1}", "[01]", "{\"a\\u0041\":[{}]}", "[tru]", "[nul]", "[True]", "{\"a\":1 \"b\":2}",
+        "[\"\\x\"]", "{1:2}")(r.nextInt(19))
     case 8 if r.nextInt(8) == 0 => // deep: within the decoder's limit, beyond it (Spark's parser reads it), beyond Spark's
       val d = Seq(60, 300, 1100)(r.nextInt(3))
       "[" * d + "1" + "]" * d
@@ -134,7 +141,8 @@ class JsonDecodeSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   /** Mostly a value of the field's type (or null), sometimes any value. */
   private def field(name: String, r: Random, sp: Spacing): String = {
-    val v = if (r.nextInt(100) == 0) scalar(r) else Schema.fields.find(_.name == name).map(_.dataType) match {
+    val v = if (r.nextInt(100) == 0) scalar(r)
+    else Schema.fields.find(_.name == name).map(_.dataType) match {
       case _ if r.nextInt(12) == 0 => "null"
       case _ if r.nextInt(200) == 0 => Seq("nul", "nulll", "Null", "tru", "True", "falsey")(r.nextInt(6))
       case Some(LongType) => if (r.nextInt(25) == 0) number(r) else (r.nextLong() >> r.nextInt(64)).toString
@@ -158,7 +166,7 @@ class JsonDecodeSuite extends AnyFunSuite with BeforeAndAfterAll {
     // Half the records keep the schema's order, some fields left out (as most producers write them: the
     // decoder compares the next field's name first); the others take names at random, repeats included.
     val picked = if (r.nextBoolean()) names.filter(_ => r.nextInt(3) == 0)
-                 else Seq.fill(r.nextInt(names.size + 2))(names(r.nextInt(names.size)))
+    else Seq.fill(r.nextInt(names.size + 2))(names(r.nextInt(names.size)))
     val fields = picked.map(n => if (n == "\\u006c" && r.nextInt(4) > 0) "l" else n).map(field(_, r, sp))
     val obj = sp() + fields.map(f => sp() + f + sp()).mkString("{", ",", "}") + sp()
     val text = r.nextInt(60) match {
@@ -183,10 +191,10 @@ class JsonDecodeSuite extends AnyFunSuite with BeforeAndAfterAll {
     val bytes = text.split(IllFormed, -1).map(_.getBytes(UTF_8))
       .reduce((a, b) => a ++ illFormed(r.nextInt(illFormed.size)) ++ b)
     r.nextInt(60) match {
-      case 0 if bytes.length > 2 => bytes.updated(bytes.length / 2, 0xC0.toByte) // ill-formed UTF-8
-      case 1 => bytes ++ Array(0xED, 0xA0, 0x80).map(_.toByte) // an encoded surrogate
+      case 0 if bytes.length > 2 => bytes.updated(bytes.length / 2, 0xc0.toByte) // ill-formed UTF-8
+      case 1 => bytes ++ Array(0xed, 0xa0, 0x80).map(_.toByte) // an encoded surrogate
       case 2 if bytes.length > 2 => bytes.updated(1, 0.toByte) // a NUL byte
-      case 3 => Array(0xF0, 0x82, 0x82, 0xAC).map(_.toByte) ++ bytes // an overlong form
+      case 3 => Array(0xf0, 0x82, 0x82, 0xac).map(_.toByte) ++ bytes // an overlong form
       case _ => bytes
     }
   }
@@ -201,7 +209,8 @@ class JsonDecodeSuite extends AnyFunSuite with BeforeAndAfterAll {
     try {
       val session = spark
       import session.implicits._
-      val df: DataFrame = spark.sparkContext.parallelize(input, 2).toDF("id", "value") // not a local relation, which the optimizer would evaluate itself
+      val df: DataFrame = spark.sparkContext.parallelize(input, 2).toDF("id",
+        "value") // not a local relation, which the optimizer would evaluate itself
         .select(col("id"), from_json(col("value").cast("string"), schema).alias("j"))
         // the strings' bytes too: a Row holds a Java String, which hides the difference of ill-formed UTF-8
         .select(col("id"), col("j"), hex(col("j.s")), hex(col("j.n.s")))
@@ -217,8 +226,10 @@ class JsonDecodeSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(expected.size == input.size && actual.size == input.size)
     // compared as text: Row equality takes NaN for NaN but 0.0 for -0.0
     val differing = expected.zip(actual).filter { case (a, b) => a.toString != b.toString }
-    assert(differing.isEmpty, s"${differing.size} of ${input.size} rows differ, first: ${differing.take(3).map {
-      case (e, a) => s"record ${new String(input(e.getInt(0))._2, UTF_8)}: spark $e, sluice $a" }.mkString("; ")}")
+    assert(differing.isEmpty,
+      s"${differing.size} of ${input.size} rows differ, first: ${differing.take(3).map {
+          case (e, a) => s"record ${new String(input(e.getInt(0))._2, UTF_8)}: spark $e, sluice $a"
+        }.mkString("; ")}")
     expected
   }
 
@@ -277,12 +288,14 @@ class JsonDecodeSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(handedBack.isEmpty)
     assert(row.getLong(0) == 6 && row.isNullAt(1) && row.getUTF8String(7).toString == "é😀" && row.getBoolean(6))
     assert(row.getStruct(8, 2).getLong(0) == -1 && row.getStruct(8, 2).isNullAt(1))
-    val spaced = decode(" \t{ \"b\" :\r\n255 , \"sh\":-32768,\"d\":-0,\"f\":16777217,\"s\":\"\\ud83d\\ude00\\/\\u00e9\\\"\" }] x")
+    val spaced =
+      decode(" \t{ \"b\" :\r\n255 , \"sh\":-32768,\"d\":-0,\"f\":16777217,\"s\":\"\\ud83d\\ude00\\/\\u00e9\\\"\" }] x")
     assert(handedBack.isEmpty)
     assert(spaced.getByte(3) == -1 && spaced.getShort(2) == Short.MinValue && spaced.getFloat(5) == 16777216f)
     assert(java.lang.Double.compare(spaced.getDouble(4), 0.0) == 0 && spaced.getUTF8String(7).toString == "😀/é\"")
     assert(java.lang.Double.compare(decode("""{"d":-0.0}""").getDouble(4), -0.0) == 0)
-    assert(decode("""{"d":1E400}""").getDouble(4) == Double.PositiveInfinity && decode("""{"d":4.9e-324}""").getDouble(4) > 0)
+    assert(decode("""{"d":1E400}""").getDouble(4) == Double.PositiveInfinity && decode("""{"d":4.9e-324}""").getDouble(
+      4) > 0)
     val notMine = Seq("""{"l":"5"}""", """{"s":5}""", """{"l":1.5}""", """{"i":3000000000}""", """{'l':1}""",
       """{"d":NaN}""", """{"n":[]}""", """[{"l":1}]""", "", "null", """{"l":1""", "\ufeff{}", """{"l":01}""",
       """{"l":1,}""", """{"l":-}""", """{"d":1.}""", """{"d":.5}""", """{"l":+1}""", "{\"s\":\"a\u0001\"}",
@@ -314,11 +327,15 @@ class JsonDecodeSuite extends AnyFunSuite with BeforeAndAfterAll {
     // The fields named as columns by inline(array(...)); and a projection's alias (j) whose fields an
     // aggregation reads, through the aliases Spark's optimizer puts below it (j.n.x AS _extract_x).
     val queries: Seq[(String, DataFrame => DataFrame, String)] = Seq(
-      ("inline", df => df.select(col("id"), inline(array(json))).where(col("t").isNotNull || col("n.x") > 0)
-        .select(col("id"), col("l"), col("n.x")),
+      ("inline",
+        df =>
+          df.select(col("id"), inline(array(json))).where(col("t").isNotNull || col("n.x") > 0)
+            .select(col("id"), col("l"), col("n.x")),
         "struct<l:bigint,t:boolean,n:struct<x:bigint>>"),
-      ("alias", df => df.select(col("id"), json.alias("j")).groupBy("id")
-        .agg(max(col("j.d")), max(col("j.n.s")), sum(col("j.n.x"))),
+      ("alias",
+        df =>
+          df.select(col("id"), json.alias("j")).groupBy("id")
+            .agg(max(col("j.d")), max(col("j.n.s")), sum(col("j.n.x"))),
         "struct<d:double,n:struct<x:bigint,s:string>>"))
     for ((name, read, built) <- queries) {
       val (expected, sparkBuilt) = narrowed("spark", input, read)
@@ -327,9 +344,12 @@ class JsonDecodeSuite extends AnyFunSuite with BeforeAndAfterAll {
       val sizes = (expected.size, actual.size)
       assert(sizes._1 == sizes._2 && sizes._1 > input.size / 5, s"$name: rows $sizes of ${input.size}")
       val differing = expected.zip(actual).filter { case (a, b) => a != b }
-      assert(differing.isEmpty, s"$name: ${differing.size} rows differ, first: " +
-        differing.take(3).map { case (e, a) => s"record ${new String(input(e.getInt(0))._2, UTF_8)}: spark $e, sluice $a" }
-          .mkString("; "))
+      assert(differing.isEmpty,
+        s"$name: ${differing.size} rows differ, first: " +
+          differing.take(3).map { case (e, a) =>
+            s"record ${new String(input(e.getInt(0))._2, UTF_8)}: spark $e, sluice $a"
+          }
+            .mkString("; "))
       // records with a value, and records whose values Spark's rules for bad records decided
       val withValues = expected.count(r => (1 until r.length).exists(!r.isNullAt(_)))
       assert(withValues > expected.size / 4, s"$name: $withValues of ${expected.size} rows with values")
@@ -355,7 +375,8 @@ class JsonDecodeSuite extends AnyFunSuite with BeforeAndAfterAll {
     val df = spark.sparkContext.parallelize(Seq("""{"a":1}""")).toDF("value")
     def plan(c: org.apache.spark.sql.Column): String = {
       spark.conf.set(Key, "sluice")
-      try df.select(c).queryExecution.optimizedPlan.toString finally spark.conf.unset(Key)
+      try df.select(c).queryExecution.optimizedPlan.toString
+      finally spark.conf.unset(Key)
     }
     val simple = StructType(Seq(StructField("a", LongType)))
     assert(plan(from_json(col("value"), simple)).contains(DirectJsonToStructs.Name))

@@ -52,7 +52,8 @@ class ExperimentalRewritesSuite extends AnyFunSuite with BeforeAndAfterAll {
     Configurator.setLevel(NotApplied.LoggerName, Level.INFO)
     val logger = LogManager.getLogger(NotApplied.LoggerName).asInstanceOf[CoreLogger]
     logger.addAppender(appender)
-    try body finally {
+    try body
+    finally {
       logger.removeAppender(appender)
       appender.stop()
     }
@@ -61,7 +62,8 @@ class ExperimentalRewritesSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   private def withConf[T](kv: (String, String)*)(body: => T): T = {
     kv.foreach { case (k, v) => spark.conf.set(k, v) }
-    try body finally kv.foreach { case (k, _) => spark.conf.unset(k) }
+    try body
+    finally kv.foreach { case (k, _) => spark.conf.unset(k) }
   }
 
   private def planned(df: DataFrame): String = df.queryExecution.executedPlan.toString
@@ -104,20 +106,23 @@ class ExperimentalRewritesSuite extends AnyFunSuite with BeforeAndAfterAll {
     val schema = StructType(Seq(StructField("a", LongType)))
     // one projection (two would be collapsed into one while the optimizer runs the rule)
     val withOptions = spark.range(3)
-      .select(from_json(concat(lit("{\"a\": "), col("id"), lit("}")), schema, Map("mode" -> "PERMISSIVE")).getField("a"))
+      .select(from_json(concat(lit("{\"a\": "), col("id"), lit("}")), schema, Map("mode" -> "PERMISSIVE")).getField(
+          "a"))
     val lines = logged(withConf("spark.sluice.json.decoder" -> "sluice")(planned(withOptions)))
     assert(lines.size == 1, lines)
     assert(lines.head.startsWith(s"INFO sluice: ${JsonDecodeRule.Name} did not apply to from_json(concat("), lines)
     assert(lines.head.endsWith(s", struct<a:bigint>): it has options (mode), which only Spark's parser reads"), lines)
-    assert(withConf("spark.sluice.json.decoder" -> "sluice")(withOptions.collect().map(_.getLong(0)).toSeq) == Seq(0L, 1L, 2L))
+    assert(withConf("spark.sluice.json.decoder" -> "sluice")(withOptions.collect().map(_.getLong(0)).toSeq) == Seq(0L,
+      1L, 2L))
   }
 
   test("Kafka records read directly names a source that reads headers when it is loaded") {
     def load(): DataFrame = spark.readStream.format("kafka").option("kafka.bootstrap.servers", "localhost:9")
       .option("subscribe", "events").option("includeHeaders", "true").load()
     val lines = logged(withConf("spark.sluice.input.kafka.direct" -> "true")(load()))
-    assert(lines == Seq(s"INFO sluice: ${InputBoundRule.DirectName} did not apply to the Kafka source (subscribe=events): " +
-      InputBoundRule.DirectWhy.Headers), lines)
+    assert(
+      lines == Seq(s"INFO sluice: ${InputBoundRule.DirectName} did not apply to the Kafka source (subscribe=events): " +
+        InputBoundRule.DirectWhy.Headers), lines)
     assert(logged(load()).isEmpty)
   }
 
@@ -129,8 +134,10 @@ class ExperimentalRewritesSuite extends AnyFunSuite with BeforeAndAfterAll {
     def manager(sub: String) = new LocalCheckpointFileManager(new Path(s"notlocal://${dir.resolve(sub)}"), conf)
     val lines = logged { manager("offsets"); manager("commits") }
     assert(lines.size == 1, lines)
-    assert(lines.head.startsWith(s"INFO sluice: ${LocalCheckpointFileManager.Name} did not apply to the checkpoint " +
-      s"files under notlocal:///: they are not on the local file system (${classOf[NotLocalFileSystem].getName})"), lines)
+    assert(
+      lines.head.startsWith(s"INFO sluice: ${LocalCheckpointFileManager.Name} did not apply to the checkpoint " +
+        s"files under notlocal:///: they are not on the local file system (${classOf[NotLocalFileSystem].getName})"),
+      lines)
   }
 }
 

@@ -17,7 +17,8 @@ class MetricKindsSuite extends AnyFunSuite with BeforeAndAfterAll {
   private var sc: SparkContext = _
 
   override def beforeAll(): Unit =
-    sc = new SparkContext(new SparkConf().setMaster("local[1]").setAppName("metric-kinds").set("spark.ui.enabled", "false"))
+    sc = new SparkContext(new SparkConf().setMaster("local[1]").setAppName("metric-kinds").set("spark.ui.enabled",
+        "false"))
 
   override def afterAll(): Unit = if (sc != null) sc.stop()
 

@@ -19,8 +19,8 @@ class StateStoreRefusalSuite extends AnyFunSuite {
   test("write-behind under format 2 is refused naming the keys, their values and what to set") {
     val rocksdb = refusal(Provider -> Caching, Interval -> "1h", Format -> "2")
     assert(rocksdb.contains(s"$Interval=3600000 with $Provider=$Caching needs $Format=1, got 2: the write-behind " +
-      "cache numbers its delegate's versions itself, which the store checkpoint ids of format 2 cannot follow. " +
-      s"Set $Format=1 (or unset it), or $Interval=0"))
+        "cache numbers its delegate's versions itself, which the store checkpoint ids of format 2 cannot follow. " +
+        s"Set $Format=1 (or unset it), or $Interval=0"))
     // Spark's HDFS-backed store refuses format 2 at any interval: only the format is worth changing.
     val hdfs = refusal(Provider -> Caching, Interval -> "1h", Format -> "2", Delegate -> "hdfs")
     assert(hdfs.exists(_.endsWith(s"Set $Format=1 (or unset it)")))
@@ -40,7 +40,7 @@ class StateStoreRefusalSuite extends AnyFunSuite {
     assert(refusal(Provider -> WindowStore).isEmpty)
     assert(refusal(Interval -> "1h", Format -> "2").isEmpty) // Spark's default provider
     assert(refusal(Provider -> "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-      Interval -> "1h", Format -> "2").isEmpty)
+        Interval -> "1h", Format -> "2").isEmpty)
     assert(refusal(Provider -> Caching, Interval -> "1h", Format -> "two").isEmpty)
   }
 }

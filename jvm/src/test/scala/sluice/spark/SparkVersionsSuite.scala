@@ -12,14 +12,14 @@ class SparkVersionsSuite extends AnyFunSuite {
 
   test("another supported minor is refused naming both versions and the jar to use") {
     assert(SparkVersions.refusal("4.2.1", built = "4.3").contains(
-      "This sluice jar is built for Spark 4.3, but Spark 4.2.1 is running: use sluice-spark-4.2.jar " +
-        "(supported Spark versions: 4.1, 4.2, 4.3)"))
+        "This sluice jar is built for Spark 4.3, but Spark 4.2.1 is running: use sluice-spark-4.2.jar " +
+          "(supported Spark versions: 4.1, 4.2, 4.3)"))
   }
 
   test("an unsupported Spark is refused naming it and the supported versions") {
     for (v <- Seq("3.5.1", "4.0.0", "4.4.0-SNAPSHOT", "5.0.0")) {
       assert(SparkVersions.refusal(v, built = "4.3").contains(
-        s"Spark $v is not supported by sluice: supported Spark versions are 4.1, 4.2, 4.3"), v)
+          s"Spark $v is not supported by sluice: supported Spark versions are 4.1, 4.2, 4.3"), v)
     }
     assert(SparkVersions.minorOf("4.3.0-SNAPSHOT") == "4.3")
   }

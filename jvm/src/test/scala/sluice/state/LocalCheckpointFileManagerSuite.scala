@@ -18,7 +18,8 @@ class LocalCheckpointFileManagerSuite extends AnyFunSuite {
     CheckpointFileManager.create(new Path(dir.toURI), conf)
   }
 
-  private def sparks(dir: File): CheckpointFileManager = CheckpointFileManager.create(new Path(dir.toURI), new Configuration())
+  private def sparks(dir: File): CheckpointFileManager =
+    CheckpointFileManager.create(new Path(dir.toURI), new Configuration())
 
   /** Writes as Spark's metadata log does: cancel on any failure (`fail` makes one after the text). */
   private def write(fm: CheckpointFileManager, file: File, text: String, overwrite: Boolean,
@@ -36,7 +37,8 @@ class LocalCheckpointFileManagerSuite extends AnyFunSuite {
 
   private def read(fm: CheckpointFileManager, file: File): String = {
     val in = fm.open(new Path(file.toURI))
-    try new String(in.readAllBytes(), UTF_8) finally in.close()
+    try new String(in.readAllBytes(), UTF_8)
+    finally in.close()
   }
 
   private def onDisk(dir: File): Seq[String] = Option(dir.list()).map(_.toSeq.sorted).getOrElse(Nil)
@@ -57,7 +59,8 @@ class LocalCheckpointFileManagerSuite extends AnyFunSuite {
     out.close()
     assert(onDisk(file.getParentFile) == Seq("0"))
     assert(read(sparks(dir), file) == "v1" && read(fm, file) == "v1")
-    assert(fm.exists(new Path(file.toURI)) && fm.list(new Path(file.getParentFile.toURI)).map(_.getPath.getName).toSeq == Seq("0"))
+    assert(fm.exists(new Path(file.toURI)) && fm.list(new Path(file.getParentFile.toURI)).map(
+      _.getPath.getName).toSeq == Seq("0"))
   }
 
   test("without overwrite an existing file is kept and Hadoop's FileAlreadyExistsException thrown") {
@@ -109,7 +112,8 @@ class LocalCheckpointFileManagerSuite extends AnyFunSuite {
     assert(LocalCheckpointFileManager.refusal(Map.empty).isEmpty)
     assert(LocalCheckpointFileManager.refusal(Map(key -> classOf[LocalCheckpointFileManager].getName)).isEmpty)
     val m = LocalCheckpointFileManager.refusal(Map(("spark.hadoop." + key) -> "com.example.S3Manager"))
-    assert(m.exists(s => s.contains("spark.sluice.checkpoint.local.direct=true") &&
-      s.contains(s"spark.hadoop.$key=com.example.S3Manager")), m)
+    assert(m.exists(s =>
+        s.contains("spark.sluice.checkpoint.local.direct=true") &&
+        s.contains(s"spark.hadoop.$key=com.example.S3Manager")), m)
   }
 }

@@ -69,6 +69,7 @@ class StoreFilesSuite extends AnyFunSuite {
 }
 
 object StoreFilesSuite {
+
   /** Hadoop conf that sends the local file system through Spark's FileContext checkpoint file manager. */
   def throughSpark(): Configuration = {
     val conf = new Configuration()
@@ -83,6 +84,7 @@ object StoreFilesSuite {
 
   def readAll(files: StoreFiles, name: String): String = {
     val in = files.open(name)
-    try new String(in.readAllBytes(), "UTF-8") finally in.close()
+    try new String(in.readAllBytes(), "UTF-8")
+    finally in.close()
   }
 }

@@ -12,8 +12,10 @@ import scala.util.Random
 
 import org.apache.kafka.common.serialization.Serdes
 import org.apache.kafka.streams.{StreamsBuilder, StreamsConfig, TopologyTestDriver}
-import org.apache.kafka.streams.kstream.{Consumed, Grouped, Materialized, Produced, SessionWindows, TimeWindows,
-  WindowedSerdes, Suppressed => KSuppressed}
+import org.apache.kafka.streams.kstream.{
+  Consumed, Grouped, Materialized, Produced, SessionWindows, TimeWindows,
+  WindowedSerdes, Suppressed => KSuppressed
+}
 import org.apache.kafka.streams.state.{Stores => KStores}
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
@@ -119,7 +121,7 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
       .groupByKey(Grouped.`with`(Serdes.String(), Serdes.String()))
       .windowedBy(windows)
       .count(Materialized.as[String, java.lang.Long](store)
-        .withKeySerde(Serdes.String()).withValueSerde(Serdes.Long()).withCachingDisabled())
+          .withKeySerde(Serdes.String()).withValueSerde(Serdes.Long()).withCachingDisabled())
       .suppress(KSuppressed.untilWindowCloses(KSuppressed.BufferConfig.unbounded()))
       .toStream()
       .to("out", Produced.`with`(WindowedSerdes.timeWindowedSerdeFrom(classOf[String], c.sizeMs), Serdes.Long()))
@@ -146,7 +148,7 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
     builder.stream("in", Consumed.`with`(Serdes.String(), Serdes.String()))
       .groupByKey(Grouped.`with`(Serdes.String(), Serdes.String()))
       .count(Materialized.as[String, java.lang.Long](KStores.inMemoryKeyValueStore("counts"))
-        .withKeySerde(Serdes.String()).withValueSerde(Serdes.Long()).withCachingDisabled())
+          .withKeySerde(Serdes.String()).withValueSerde(Serdes.Long()).withCachingDisabled())
       .suppress(KSuppressed.untilTimeLimit[String](Duration.ofMillis(c.limitMs), buffer))
       .toStream()
       .to("out", Produced.`with`(Serdes.String(), Serdes.Long()))
@@ -171,7 +173,7 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
       .groupByKey(Grouped.`with`(Serdes.String(), Serdes.String()))
       .windowedBy(SessionWindows.ofInactivityGapAndGrace(Duration.ofMillis(c.gapMs), Duration.ofMillis(c.graceMs)))
       .count(Materialized.as[String, java.lang.Long](KStores.inMemorySessionStore("sessions", Duration.ofDays(1)))
-        .withKeySerde(Serdes.String()).withValueSerde(Serdes.Long()).withCachingDisabled())
+          .withKeySerde(Serdes.String()).withValueSerde(Serdes.Long()).withCachingDisabled())
     val out = c.mode match {
       case SessionMode.Changes => counts
       case SessionMode.Finals => counts.suppress(KSuppressed.untilWindowCloses(KSuppressed.BufferConfig.unbounded()))
@@ -199,8 +201,8 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
    * Runs `query` over `events`, one micro-batch per event, and returns per event what the sink got
    * from the batches that event caused (its own and the no-data batch after it, if any).
    */
-  private def runSpark(provider: String, events: Seq[Event], noDataBatches: Boolean = true)
-      (query: DataFrame => DataFrame)(toEmission: Row => Emission): Seq[Seq[Emission]] = {
+  private def runSpark(provider: String, events: Seq[Event], noDataBatches: Boolean = true)(
+      query: DataFrame => DataFrame)(toEmission: Row => Emission): Seq[Seq[Emission]] = {
     val session = sessions.get()
     import session.implicits._
     implicit val sqlContext: org.apache.spark.sql.SQLContext = session.sqlContext
@@ -346,22 +348,23 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
     val seed = setting("SLUICE_CONFORMANCE_SEED").map(_.toLong).getOrElse(11L)
     val start = System.nanoTime()
     val pool = Executors.newFixedThreadPool(Parallelism)
-    val results = try {
-      // the cases are drawn here, in order: the same seed gives the same sequences however they run
-      (0 until n).map { i =>
-        val c = gen(new Random(seed * 1000003L + i * 31L + name.hashCode))
-        pool.submit(new Callable[(Int, Case, Option[String])] {
-          def call(): (Int, Case, Option[String]) = {
-            val t0 = System.nanoTime()
-            val d = disagreement(c)
-            if (setting("SLUICE_CONFORMANCE_VERBOSE").isDefined) {
-              println(f"  $name#$i: ${(System.nanoTime() - t0) / 1e6}%.0f ms, ${c.describe}")
+    val results =
+      try {
+        // the cases are drawn here, in order: the same seed gives the same sequences however they run
+        (0 until n).map { i =>
+          val c = gen(new Random(seed * 1000003L + i * 31L + name.hashCode))
+          pool.submit(new Callable[(Int, Case, Option[String])] {
+            def call(): (Int, Case, Option[String]) = {
+              val t0 = System.nanoTime()
+              val d = disagreement(c)
+              if (setting("SLUICE_CONFORMANCE_VERBOSE").isDefined) {
+                println(f"  $name#$i: ${(System.nanoTime() - t0) / 1e6}%.0f ms, ${c.describe}")
+              }
+              (i, c, d)
             }
-            (i, c, d)
-          }
-        })
-      }.map(_.get())
-    } finally pool.shutdown()
+          })
+        }.map(_.get())
+      } finally pool.shutdown()
     val failures = results.collect { case (i, c, Some(d)) => (i, c, d) }
     val secs = (System.nanoTime() - start) / 1e9
     println(f"conformance[$name]: $n sequences, ${failures.size} disagreements (seed $seed, $secs%.1f s)")
@@ -379,17 +382,20 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
   private val total = setting("SLUICE_CONFORMANCE_SEQUENCES").map(_.toInt).getOrElse(50)
   // A session sequence takes about 4 s (two micro-batches a record): 10 by default (CI), half of
   // SLUICE_CONFORMANCE_SEQUENCES when it is set (dev/conformance).
-  private val sessionSequences = setting("SLUICE_CONFORMANCE_SEQUENCES").map(n => math.max(1, n.toInt / 2)).getOrElse(10)
+  private val sessionSequences =
+    setting("SLUICE_CONFORMANCE_SEQUENCES").map(n => math.max(1, n.toInt / 2)).getOrElse(10)
 
   test("untilWindowCloses: final results per record agree with Kafka Streams on random sequences") {
     runRandom("untilWindowCloses", (total + 1) / 2, genWindowCase)
   }
 
-  test("untilWindowCloses with a grace below the watermark delay: final results per record agree with Kafka Streams' ofSizeAndGrace on random sequences") {
+  test(
+    "untilWindowCloses with a grace below the watermark delay: final results per record agree with Kafka Streams' ofSizeAndGrace on random sequences") {
     runRandom("untilWindowClosesGrace", math.max(1, total / 4), genGraceCase)
   }
 
-  test("grace below the watermark delay: fixed sequences agree, late records dropped by suppress before Spark's watermark") {
+  test(
+    "grace below the watermark delay: fixed sequences agree, late records dropped by suppress before Spark's watermark") {
     val fixed: Seq[WindowCase] = Seq(
       // grace 0, delay 20: a@1012 closes [1000,1010); a@1005 is late (Spark's watermark 992 keeps it).
       WindowCase(10, 10, 0, Hdfs, Seq(Event("a", 1000), Event("a", 1012), Event("a", 1005)), extraDelayMs = 20),
@@ -397,25 +403,29 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
       // [1000,1010) and still counts in [1005,1015).
       WindowCase(10, 5, 5, RocksDb, Seq(Event("a", 1001), Event("b", 1017), Event("a", 1008), Event("b", 1021)),
         extraDelayMs = 25),
-      WindowCase(20, 20, 3, InMemory, Seq(Event("a", 1000), Event("b", 1019), Event("a", 1023), Event("a", 1010),
-        Event("b", 1044), Event("a", 1018)), extraDelayMs = 40))
+      WindowCase(20, 20, 3, InMemory,
+        Seq(Event("a", 1000), Event("b", 1019), Event("a", 1023), Event("a", 1010),
+          Event("b", 1044), Event("a", 1018)), extraDelayMs = 40))
     fixed.foreach(c => assert(disagreement(c).isEmpty, disagreement(c).getOrElse("")))
     // The same records with grace = delay = 20 (no grace of its own): a@1005 is on time for both.
     val noGrace = WindowCase(10, 10, 20, Hdfs, Seq(Event("a", 1000), Event("a", 1012), Event("a", 1005)))
     assert(disagreement(noGrace).isEmpty, disagreement(noGrace).getOrElse(""))
   }
 
-  test("untilTimeLimit with maxRecords (emit early): emissions per record agree with Kafka Streams on random sequences") {
+  test(
+    "untilTimeLimit with maxRecords (emit early): emissions per record agree with Kafka Streams on random sequences") {
     runRandom("untilTimeLimit", total / 2, genTimeLimitCase)
   }
 
-  test("sessions: every change (tombstones included), final results and time limits agree with Kafka Streams on random sequences") {
+  test(
+    "sessions: every change (tombstones included), final results and time limits agree with Kafka Streams on random sequences") {
     runRandom("sessions", sessionSequences, genSessionCase)
   }
 
   test("sessions: Kafka Streams' own scenario (gap 5, no grace) gives its finals [k1@0/5]=3 and [k2@11/11]=1") {
     val c = SessionCase(5, 0, SessionMode.Finals, Hdfs,
-      Seq(Event("k1", 1000), Event("k1", 1005), Event("k1", 1001), Event("k2", 1011), Event("k1", 1005), Event("k1", 1030)))
+      Seq(Event("k1", 1000), Event("k1", 1005), Event("k1", 1001), Event("k2", 1011), Event("k1", 1005),
+        Event("k1", 1030)))
     assert(sessionDisagreement(c).isEmpty, sessionDisagreement(c).getOrElse(""))
     val finals = sparkSessions(c, c.events).flatten
     assert(finals == Seq(SessionEmission("k1", 1000, 1005, Some(3)), SessionEmission("k2", 1011, 1011, Some(1))))
@@ -428,7 +438,8 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
     // 1. Closing at the boundary: a@1007 (gap 5, grace 0) ends Spark's session [1007, 1012), which the
     // watermark 1012 (b@1012) closes; Kafka closes [1007,1007] only once stream time is past 1012.
     // So a@1009 joins the session in Kafka and starts one of its own in Spark.
-    val boundary = SessionCase(5, 0, SessionMode.Changes, Hdfs, Seq(Event("a", 1007), Event("b", 1012), Event("a", 1009)))
+    val boundary =
+      SessionCase(5, 0, SessionMode.Changes, Hdfs, Seq(Event("a", 1007), Event("b", 1012), Event("a", 1009)))
     val (k1, s1) = changes(boundary)
     assert(k1(2) == Seq(SessionEmission("a", 1007, 1007, None), SessionEmission("a", 1007, 1009, Some(2))))
     assert(s1(2) == Seq(SessionEmission("a", 1009, 1009, Some(1))))
@@ -439,7 +450,7 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
     val tieEvents = tie.events :+ tie.flush
     assert(kafkaSessions(tie, tieEvents).flatten.filterNot(_.key == FlushKey).sortBy(_.toString) ==
       Seq(SessionEmission("c", 1028, 1028, Some(1)),
-      SessionEmission("c", 1028, 1038, Some(2)), SessionEmission("d", 1038, 1038, Some(1))))
+        SessionEmission("c", 1028, 1038, Some(2)), SessionEmission("d", 1038, 1038, Some(1))))
     assert(sparkSessions(tie, tieEvents).flatten.filterNot(_.key == FlushKey).sortBy(_.toString) ==
       Seq(SessionEmission("c", 1028, 1028, Some(1)), SessionEmission("c", 1038, 1038, Some(1)),
         SessionEmission("d", 1038, 1038, Some(1))))
@@ -516,6 +527,7 @@ object KafkaStreamsConformanceSuite {
     protected def providerLiteral: String = provider match {
       case Hdfs => "Hdfs"; case RocksDb => "RocksDb"; case _ => "InMemory"
     }
+
     /** The case as Scala source, to paste into the fixed sequences. */
     def literal: String
   }
@@ -525,10 +537,12 @@ object KafkaStreamsConformanceSuite {
    * the grace of its own (below the delay).
    */
   final case class WindowCase(sizeMs: Long, advanceMs: Long, graceMs: Long, provider: String, events: Seq[Event],
-      extraDelayMs: Long = 0L) extends Case {
+      extraDelayMs: Long = 0L)
+    extends Case {
     require(extraDelayMs >= 0, s"extra delay $extraDelayMs")
     def delayMs: Long = graceMs + extraDelayMs
     def withEvents(e: Seq[Event]): WindowCase = copy(events = e)
+
     /** A record that moves stream time past the end of every window of `events` plus the grace period. */
     def flush: Event = Event(FlushKey, (if (events.isEmpty) 0L else events.map(_.ts).max) + sizeMs + graceMs)
     def describe: String =
@@ -541,7 +555,7 @@ object KafkaStreamsConformanceSuite {
   }
 
   final case class TimeLimitCase(limitMs: Long, maxRecords: Option[Int], provider: String, events: Seq[Event])
-      extends Case {
+    extends Case {
     def withEvents(e: Seq[Event]): TimeLimitCase = copy(events = e)
     def describe: String =
       s"untilTimeLimit: limit ${limitMs}ms, ${maxRecords.fold("unbounded")(n => s"maxRecords($n) emit early")}, " +
@@ -562,11 +576,13 @@ object KafkaStreamsConformanceSuite {
   }
 
   final case class SessionCase(gapMs: Long, graceMs: Long, mode: SessionMode, provider: String, events: Seq[Event])
-      extends Case {
+    extends Case {
     def withEvents(e: Seq[Event]): SessionCase = copy(events = e)
+
     /** A record that moves stream time past every session of `events` (end + gap + grace). */
-    def flush: Event = Event(FlushKey, (if (events.isEmpty) 0L else events.map(_.ts).max) + 2 * gapMs + graceMs + 1 +
-      (mode match { case SessionMode.TimeLimit(l) => l; case _ => 0L }))
+    def flush: Event = Event(FlushKey,
+      (if (events.isEmpty) 0L else events.map(_.ts).max) + 2 * gapMs + graceMs + 1 +
+        (mode match { case SessionMode.TimeLimit(l) => l; case _ => 0L }))
     def describe: String =
       s"sessions ($mode): gap ${gapMs}ms, grace ${graceMs}ms, ${provider.split('.').last}; input ${events.mkString(" ")} " +
         s"(then $flush)"
@@ -678,8 +694,9 @@ object KafkaStreamsConformanceSuite {
     try {
       val s = Files.walk(p)
       try s.sorted(java.util.Comparator.reverseOrder[Path]()).forEach { f =>
-        try Files.deleteIfExists(f) catch { case _: java.io.IOException => }
-      }
+          try Files.deleteIfExists(f)
+          catch { case _: java.io.IOException => }
+        }
       finally s.close()
     } catch { case _: java.io.IOException | _: java.io.UncheckedIOException => }
   }

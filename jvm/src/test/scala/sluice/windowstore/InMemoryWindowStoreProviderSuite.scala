@@ -15,11 +15,12 @@ import org.apache.spark.sql.types._
 import org.apache.spark.unsafe.types.UTF8String
 
 class InMemoryWindowStoreProviderSuite extends AnyFunSuite with PrivateMethodTester {
+
   /** The change logs a map holds (the open version's, and any a segment still refers to). */
   private def changeLogBytes(map: SegmentedStateMap): Long =
     map.invokePrivate(PrivateMethod[Long](Symbol("changeLogBytes"))())
   private val windowType = StructType(Seq(
-    StructField("start", TimestampType), StructField("end", TimestampType)))
+      StructField("start", TimestampType), StructField("end", TimestampType)))
   private val windowedKey = StructType(Seq(StructField("k", StringType), StructField("window", windowType)))
   private val plainKey = StructType(Seq(StructField("k", StringType)))
   private val valueSchema = StructType(Seq(StructField("count", LongType)))
@@ -39,7 +40,7 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite with PrivateMethodTes
     val sqlConf = new SQLConf
     sqlConf.setConfString(SQLConf.MIN_BATCHES_TO_RETAIN.key, minBatchesToRetain.toString)
     val spec = if (prefixCols > 0) PrefixKeyScanStateEncoderSpec(keySchema, prefixCols)
-      else NoPrefixKeyStateEncoderSpec(keySchema)
+    else NoPrefixKeyStateEncoderSpec(keySchema)
     p.init(StateStoreId(dir, 0, 0), keySchema, valueSchema, spec, useColumnFamilies = false,
       new StateStoreConf(sqlConf), hadoopConf)
     p
@@ -63,7 +64,7 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite with PrivateMethodTes
 
   private def wkey(k: String, startSec: Long): UnsafeRow =
     windowedProj(InternalRow(UTF8String.fromString(k),
-      InternalRow(startSec * sec, (startSec + 10) * sec))).copy()
+        InternalRow(startSec * sec, (startSec + 10) * sec))).copy()
   private def pkey(k: String): UnsafeRow = plainProj(InternalRow(UTF8String.fromString(k))).copy()
   private def value(v: Long): UnsafeRow = valueProj(InternalRow(v)).copy()
 
@@ -189,10 +190,10 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite with PrivateMethodTes
     val before = contents(p.getReadStore(1))
     val liveBefore = p.liveMap
     val s = p.getStore(1)
-    s.put(wkey("a", 0), value(10))   // overwrite
-    s.remove(wkey("b", 5))           // remove
-    s.put(wkey("new", 8), value(4))  // insert
-    s.put(wkey("z", 30), value(5))   // stream time 30s: segments 0s, 5s, 8s would expire at commit
+    s.put(wkey("a", 0), value(10)) // overwrite
+    s.remove(wkey("b", 5)) // remove
+    s.put(wkey("new", 8), value(4)) // insert
+    s.put(wkey("z", 30), value(5)) // stream time 30s: segments 0s, 5s, 8s would expire at commit
     assert(contents(s) == Map("a@0" -> 10L, "c@8" -> 3L, "new@8" -> 4L, "z@30" -> 5L))
     s.abort()
     assert(contents(p.getReadStore(1)) == before)
@@ -223,33 +224,34 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite with PrivateMethodTes
     assert(contents(newProvider(p.stateStoreId.checkpointRootLocation).getReadStore(2)) == expected)
   }
 
-  for ((files, conf) <- fileKinds) test(s"$files: deltas and snapshots restore any retained version in a new provider") {
-    val dir = tempDir()
-    val p = newProvider(dir, s = settings(snapshotInterval = 2), hadoopConf = conf())
-    val expected = scala.collection.mutable.Map[Long, Map[String, Long]]()
-    for (v <- 0L until 6L) {
-      commitVersion(p, v) { s =>
-        s.put(wkey(s"k$v", v), value(v))
-        if (v > 1) s.remove(wkey(s"k${v - 2}", v - 2))
-        s.put(wkey("k0", 0), value(100 + v))
+  for ((files, conf) <- fileKinds)
+    test(s"$files: deltas and snapshots restore any retained version in a new provider") {
+      val dir = tempDir()
+      val p = newProvider(dir, s = settings(snapshotInterval = 2), hadoopConf = conf())
+      val expected = scala.collection.mutable.Map[Long, Map[String, Long]]()
+      for (v <- 0L until 6L) {
+        commitVersion(p, v) { s =>
+          s.put(wkey(s"k$v", v), value(v))
+          if (v > 1) s.remove(wkey(s"k${v - 2}", v - 2))
+          s.put(wkey("k0", 0), value(100 + v))
+        }
+        expected(v + 1) = contents(p.getReadStore(v + 1))
+        if (v == 3) p.doMaintenance() // snapshot of version 4
       }
-      expected(v + 1) = contents(p.getReadStore(v + 1))
-      if (v == 3) p.doMaintenance() // snapshot of version 4
-    }
-    assert(p.storeFiles.contains((4L, true)))
-    assert(p.storeFiles.count(!_._2) == 6, "one delta per version")
-    for (v <- 1L to 6L) {
+      assert(p.storeFiles.contains((4L, true)))
+      assert(p.storeFiles.count(!_._2) == 6, "one delta per version")
+      for (v <- 1L to 6L) {
+        val fresh = newProvider(dir, hadoopConf = conf())
+        assert(contents(fresh.getReadStore(v)) == expected(v), s"version $v")
+      }
+      // Without the deltas before the snapshot, versions after it still load.
+      (1 to 4).foreach(v => java.nio.file.Files.delete(java.nio.file.Paths.get(dir, "0", "0", s"$v.wdelta")))
       val fresh = newProvider(dir, hadoopConf = conf())
-      assert(contents(fresh.getReadStore(v)) == expected(v), s"version $v")
+      val store5 = fresh.getStore(5)
+      assert(contents(store5) == expected(5))
+      store5.abort()
+      assert(contents(fresh.getReadStore(6)) == expected(6))
     }
-    // Without the deltas before the snapshot, versions after it still load.
-    (1 to 4).foreach(v => java.nio.file.Files.delete(java.nio.file.Paths.get(dir, "0", "0", s"$v.wdelta")))
-    val fresh = newProvider(dir, hadoopConf = conf())
-    val store5 = fresh.getStore(5)
-    assert(contents(store5) == expected(5))
-    store5.abort()
-    assert(contents(fresh.getReadStore(6)) == expected(6))
-  }
 
   test("a window a version empties is one record in its delta, and recovers as emptied") {
     val dir = tempDir()
@@ -270,28 +272,30 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite with PrivateMethodTes
     assert(contents(p.getReadStore(2)) == expected)
     val delta = java.nio.file.Files.size(java.nio.file.Paths.get(dir, "0", "0", "2.wdelta"))
     val perKey = java.nio.file.Files.size(java.nio.file.Paths.get(dir, "0", "0", "1.wdelta")) / 2010
-    assert(delta < 20 * perKey, s"version 2's delta is $delta bytes; one removal per key would be about ${2000 * perKey}")
+    assert(delta < 20 * perKey,
+      s"version 2's delta is $delta bytes; one removal per key would be about ${2000 * perKey}")
     val fresh = newProvider(dir)
     assert(contents(fresh.getReadStore(2)) == expected)
     assert(fresh.liveMap.numSegments == 1)
     assert(contents(fresh.getReadStore(1)).size == 2010)
   }
 
-  for ((files, conf) <- fileKinds) test(s"$files: maintenance deletes files not needed for minBatchesToRetain versions") {
-    val dir = tempDir()
-    val p = newProvider(dir, s = settings(snapshotInterval = 3), minBatchesToRetain = 2, hadoopConf = conf())
-    for (v <- 0L until 10L) {
-      commitVersion(p, v)(s => s.put(wkey(s"k$v", v), value(v)))
-      p.doMaintenance()
+  for ((files, conf) <- fileKinds)
+    test(s"$files: maintenance deletes files not needed for minBatchesToRetain versions") {
+      val dir = tempDir()
+      val p = newProvider(dir, s = settings(snapshotInterval = 3), minBatchesToRetain = 2, hadoopConf = conf())
+      for (v <- 0L until 10L) {
+        commitVersion(p, v)(s => s.put(wkey(s"k$v", v), value(v)))
+        p.doMaintenance()
+      }
+      val files = p.storeFiles
+      assert(files.filter(_._2).map(_._1).nonEmpty)
+      assert(files.map(_._1).min > 1, s"old files deleted: $files")
+      // The oldest retained version (10 - 2) still loads.
+      val fresh = newProvider(dir, hadoopConf = conf())
+      assert(contents(fresh.getReadStore(8)).size == 8)
+      assert(contents(fresh.getReadStore(10)).size == 10)
     }
-    val files = p.storeFiles
-    assert(files.filter(_._2).map(_._1).nonEmpty)
-    assert(files.map(_._1).min > 1, s"old files deleted: $files")
-    // The oldest retained version (10 - 2) still loads.
-    val fresh = newProvider(dir, hadoopConf = conf())
-    assert(contents(fresh.getReadStore(8)).size == 8)
-    assert(contents(fresh.getReadStore(10)).size == 10)
-  }
 
   test("a snapshot written while the next batch changes the store holds the version it froze") {
     val dir = tempDir()
@@ -412,10 +416,10 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite with PrivateMethodTes
     assert(err(Stores.inMemoryWindowStore("s", m, m, m.negated())) == "gracePeriod cannot be negative")
     assert(err(Stores.inMemoryWindowStore("s", m, m.multipliedBy(2), m)) ==
       "The retention period of the window store s must be no smaller than its window size. " +
-        "Got size=[PT2M], retention=[PT1M]")
+      "Got size=[PT2M], retention=[PT1M]")
     assert(err(Stores.inMemoryWindowStore("s", m, m, m.multipliedBy(3))) ==
       "The grace period of the window store s must not exceed its retention period. " +
-        "Got grace period=[PT3M], retention=[PT1M]")
+      "Got grace period=[PT3M], retention=[PT1M]")
     val supplier = Stores.inMemoryWindowStore("s", Duration.ofHours(1), m, Duration.ofSeconds(30))
     assert(supplier.settings("spark.sql.streaming.stateStore.providerClass") ==
       classOf[InMemoryWindowStoreProvider].getName)
@@ -426,7 +430,8 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite with PrivateMethodTes
 
 /** Spark's file manager, pausing before it writes a snapshot file until the test resumes it. */
 class PausingSnapshotFileManager(path: org.apache.hadoop.fs.Path, hadoopConf: Configuration)
-    extends org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager(path, hadoopConf) {
+  extends org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager(path,
+    hadoopConf) {
   override def createAtomic(p: org.apache.hadoop.fs.Path, overwriteIfPossible: Boolean)
       : org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.CancellableFSDataOutputStream = {
     if (p.getName.endsWith(".wsnapshot")) {

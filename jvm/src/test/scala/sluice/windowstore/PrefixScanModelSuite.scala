@@ -24,13 +24,14 @@ import org.apache.spark.unsafe.types.UTF8String
  * key Spark's session windows use (group key + a session start timestamp: one segment).
  */
 class PrefixScanModelSuite extends AnyFunSuite with PrivateMethodTester {
+
   /** Entries in a map's prefix index, read from its private field: one per live key is an
    *  invariant no scan can show (a scan skips an entry whose key is gone). */
   private def indexedKeys(map: SegmentedStateMap): Int =
     Option(map.invokePrivate(PrivateMethod[PrefixIndex](Symbol("index"))())).map(_.size).getOrElse(0)
   private val sec = 1000000L
   private val windowType = StructType(Seq(
-    StructField("start", TimestampType), StructField("end", TimestampType)))
+      StructField("start", TimestampType), StructField("end", TimestampType)))
   private val valueSchema = StructType(Seq(StructField("v", LongType), StructField("pad", StringType)))
   private val valueProj = UnsafeProjection.create(valueSchema)
   private val prefixProj = UnsafeProjection.create(StructType(Seq(StructField("k", StringType))))
@@ -45,10 +46,12 @@ class PrefixScanModelSuite extends AnyFunSuite with PrivateMethodTester {
       (if (windowed) key.getStruct(1, 2).getLong(0) else key.getLong(1)) / sec
   }
   private val kinds = Seq(
-    KeyKind("window struct", StructType(Seq(StructField("k", StringType),
-      StructField("session_window", windowType))), windowed = true),
-    KeyKind("session start timestamp", StructType(Seq(StructField("k", StringType),
-      StructField("sessionStartTime", TimestampType, nullable = false))), windowed = false))
+    KeyKind("window struct",
+      StructType(Seq(StructField("k", StringType),
+          StructField("session_window", windowType))), windowed = true),
+    KeyKind("session start timestamp",
+      StructType(Seq(StructField("k", StringType),
+          StructField("sessionStartTime", TimestampType, nullable = false))), windowed = false))
 
   private def prefix(k: String): UnsafeRow = prefixProj(InternalRow(UTF8String.fromString(k))).copy()
   private def value(v: Long, padBytes: Int): UnsafeRow =
@@ -58,7 +61,7 @@ class PrefixScanModelSuite extends AnyFunSuite with PrivateMethodTester {
 
   private def newProvider(dir: String, kind: KeyKind): InMemoryWindowStoreProvider = {
     val p = new InMemoryWindowStoreProvider(Some(
-      WindowStoreSettings("model", RetentionSec * 1000, snapshotInterval = 3)))
+        WindowStoreSettings("model", RetentionSec * 1000, snapshotInterval = 3)))
     p.init(StateStoreId(dir, 0, 0), kind.schema, valueSchema,
       PrefixKeyScanStateEncoderSpec(kind.schema, 1), useColumnFamilies = false,
       new StateStoreConf(new SQLConf), new Configuration())
@@ -224,11 +227,11 @@ class PrefixScanModelSuite extends AnyFunSuite with PrivateMethodTester {
     commit(0) { s => put(s, a, 1); put(s, b, 1) }
     val bytes = commit(1) { s => b.foreach(k => s.remove(kind.key(k, 0))); put(s, a, 2) }
     assert(commit(2) { s =>
-      // A key a scan handed out is read from its live record: the puts after it leave it alone.
-      val held = s.prefixScan(prefix(a(7))).next().key
-      put(s, c, 3)
-      assert(held.getUTF8String(0).toString == a(7))
-    } == bytes, "the puts wrote over retired records: the pages did not grow")
+        // A key a scan handed out is read from its live record: the puts after it leave it alone.
+        val held = s.prefixScan(prefix(a(7))).next().key
+        put(s, c, 3)
+        assert(held.getUTF8String(0).toString == a(7))
+      } == bytes, "the puts wrote over retired records: the pages did not grow")
     assert(scans(3) == (a.map(_ -> 2L) ++ c.map(_ -> 3L)).toMap)
     // An aborted version writes over retired records too, and hands them back when undone.
     assert(commit(3)(s => put(s, c, 4)) == bytes)

@@ -170,8 +170,8 @@ class RowTableSuite extends AnyFunSuite {
     val out = scala.collection.mutable.LinkedHashMap[String, Long]()
     val scratch = new Array[Byte](8)
     while (RowTable.readRecord(in, scratch, 1, 1,
-      (k, v) => out(k.getUTF8String(0).toString) = v.getLong(0),
-      k => out.remove(k.getUTF8String(0).toString), start => out("cleared@" + start) = start)) {}
+        (k, v) => out(k.getUTF8String(0).toString) = v.getLong(0),
+        k => out.remove(k.getUTF8String(0).toString), start => out("cleared@" + start) = start)) {}
     out.toMap
   }
   private def endMarker: Array[Byte] = {
@@ -189,7 +189,8 @@ class RowTableSuite extends AnyFunSuite {
     assert(read(bytes.toByteArray) == Map("bb" * 50 -> 2L, "cleared@42" -> 42L))
     val firstRecord = 8 + key("a").getSizeInBytes + value(1).getSizeInBytes
     val truncated = new java.io.ByteArrayInputStream(bytes.toByteArray.take(firstRecord - 3))
-    intercept[java.io.EOFException](RowTable.readRecord(truncated, new Array[Byte](8), 1, 1, (_, _) => (), _ => (), _ => ()))
+    intercept[java.io.EOFException](RowTable.readRecord(truncated, new Array[Byte](8), 1, 1, (_, _) => (), _ => (),
+        _ => ()))
   }
 
   test("tables of several slot chunks: rehash, removes, compaction and a frozen view") {

@@ -39,6 +39,7 @@ object WindowStoreBenchmark {
     "windowstore" -> classOf[InMemoryWindowStoreProvider].getName,
     "hdfs" -> "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
     "rocksdb" -> "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+
   /** The window store with its files written through Spark's checkpoint file manager, as the
    *  built-in providers write theirs, to show what its own file path is worth. */
   private val ThroughSparkFiles = "ws-sparkfiles"
@@ -51,6 +52,7 @@ object WindowStoreBenchmark {
   private val keySchema = StructType(Seq(StructField("window", windowType), StructField("key", LongType)))
   private val valueSchema = StructType(Seq(StructField("count", LongType)))
   private val WindowsInState = 100
+
   /** Each put case runs this many times; the best is reported (as Spark's benchmark reports best). */
   private val Iterations = 3
   private val sec = 1000000L
@@ -181,12 +183,14 @@ object WindowStoreBenchmark {
       keyProj(InternalRow(k, if (windowed) InternalRow(start, start + 10 * sec) else start))
   }
   private val sessionLayouts = Seq(
-    SessionLayout("window struct key", StructType(Seq(StructField("k", StringType),
-      StructField("session_window", windowType))), windowed = true),
-    SessionLayout("k + sessionStartTime key", StructType(Seq(StructField("k", StringType),
-      StructField("sessionStartTime", TimestampType, nullable = false))), windowed = false))
+    SessionLayout("window struct key",
+      StructType(Seq(StructField("k", StringType),
+          StructField("session_window", windowType))), windowed = true),
+    SessionLayout("k + sessionStartTime key",
+      StructType(Seq(StructField("k", StringType),
+          StructField("sessionStartTime", TimestampType, nullable = false))), windowed = false))
   private val sessionValueSchema = StructType(Seq(StructField("k", StringType),
-    StructField("session_window", windowType), StructField("count", LongType)))
+      StructField("session_window", windowType), StructField("count", LongType)))
   private val prefixSchema = StructType(Seq(StructField("k", StringType)))
 
   private def heapAfterGc(): Long = {
@@ -220,6 +224,7 @@ object WindowStoreBenchmark {
         sessionValueSchema, PrefixKeyScanStateEncoderSpec(layout.keySchema, 1), useColumnFamilies = false,
         new StateStoreConf(new SQLConf), new Configuration())
       var version = 0L
+
       /** (point, segments, entries, key+value bytes, retained bytes, windowStoreMemoryBytes). */
       def measure(point: String) = {
         val s = p.getStore(version)

@@ -4,15 +4,18 @@ import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 
 import sluice.cache.CachingStateStoreProvider
 import sluice.spark.ForwardingReadStore
-import sluice.spark.StateStoreTypes.{KeyStateEncoderSpec, ReadStateStore, StateStoreId, StateStoreIterator,
-  UnsafeRowPair}
+import sluice.spark.StateStoreTypes.{
+  KeyStateEncoderSpec, ReadStateStore, StateStoreId, StateStoreIterator,
+  UnsafeRowPair
+}
 
 /**
  * A read-only store of `owner` at batch `version`: point reads through the slot cache `cache`,
  * scans of the delegate's store `inner` with the write-behind rows laid over them.
  */
 private[sluice] final class CachingReadStore(owner: CachingStateStoreProvider, override val version: Long,
-    val inner: ReadStateStore, cache: RecordCache) extends ForwardingReadStore {
+    val inner: ReadStateStore, cache: RecordCache)
+  extends ForwardingReadStore {
   val counters = new StoreCounters // carried into the write store when upgraded
   // Clean entries only: a read store never holds a dirty entry, so nothing is ever written.
   private val noWrites: DirtyWriter = (k, _) =>

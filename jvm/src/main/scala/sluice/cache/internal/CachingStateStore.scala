@@ -25,7 +25,8 @@ import sluice.spark.{ForwardingStore, OpenOptions, SparkShim}
  */
 private[sluice] final class CachingStateStore(owner: CachingStateStoreProvider, override val version: Long,
     private var reader: ReadStateStore, private var writer: StateStore, cache: RecordCache, counters: StoreCounters,
-    options: OpenOptions) extends ForwardingStore with DirtyWriter {
+    options: OpenOptions)
+  extends ForwardingStore with DirtyWriter {
   private var done = false
   private var info: StateStoreCheckpointInfo = _
   private var keysAfter = -1L // the version's key count, set by commit
@@ -208,7 +209,8 @@ private[sluice] final class CachingStateStore(owner: CachingStateStoreProvider, 
   // top of the delegate's. In a batch where the delegate did not commit, its custom metrics
   // describe its last commit, not this batch, and are left out.
   override def metrics: StateStoreMetrics = {
-    val m = if (writer != null) writer.metrics else reader match {
+    val m = if (writer != null) writer.metrics
+    else reader match {
       case s: StateStore => val r = s.metrics; StateStoreMetrics(r.numKeys, r.memoryUsedBytes, Map.empty)
       case _ => StateStoreMetrics(0L, 0L, Map.empty)
     }
@@ -218,7 +220,8 @@ private[sluice] final class CachingStateStore(owner: CachingStateStoreProvider, 
   }
 
   override def getStateStoreCheckpointInfo(): StateStoreCheckpointInfo =
-    if (info != null) info else inner match {
+    if (info != null) info
+    else inner match {
       case s: StateStore => s.getStateStoreCheckpointInfo()
       case _ => StateStoreCheckpointInfo(id.partitionId, version + 1, None, None)
     }

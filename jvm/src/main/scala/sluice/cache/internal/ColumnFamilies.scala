@@ -33,12 +33,13 @@ private[sluice] final class ColumnFamilies {
     encoders.get(colFamily) match {
       case PrefixKeyScanStateEncoderSpec(keySchema, n) =>
         val types = keySchema.fields.take(n).map(_.dataType)
-        (k: UnsafeRow) => types.indices.forall { i =>
-          prefix.isNullAt(i) == k.isNullAt(i) && (k.isNullAt(i) || prefix.get(i, types(i)) == k.get(i, types(i)))
-        }
+        (k: UnsafeRow) =>
+          types.indices.forall { i =>
+            prefix.isNullAt(i) == k.isNullAt(i) && (k.isNullAt(i) || prefix.get(i, types(i)) == k.get(i, types(i)))
+          }
       case other => throw new UnsupportedOperationException(s"sluice write-behind cache: prefix scan of column " +
-        s"family '$colFamily' with key encoder $other while rows written since the delegate's last commit " +
-        "are held in the write-behind log; read this version after the next delegate commit")
+          s"family '$colFamily' with key encoder $other while rows written since the delegate's last commit " +
+          "are held in the write-behind log; read this version after the next delegate commit")
     }
 
   def unordered(colFamily: String): Boolean = encoders.get(colFamily) match {

@@ -39,7 +39,8 @@ private[sluice] final class DelegateMarker(dir: Path, hadoopConf: Configuration)
   def commitDone(name: String): Unit = if (!recorded) {
     if (read().isEmpty) {
       val out = fm.createAtomic(path, overwriteIfPossible = true)
-      try out.write(FileFormats.CacheDelegateMarker.textBytes(name + "\n")) catch { case e: Throwable => out.cancel(); throw e }
+      try out.write(FileFormats.CacheDelegateMarker.textBytes(name + "\n"))
+      catch { case e: Throwable => out.cancel(); throw e }
       out.close()
     }
     recorded = true
@@ -48,7 +49,8 @@ private[sluice] final class DelegateMarker(dir: Path, hadoopConf: Configuration)
   private def read(): Option[String] =
     try {
       val in = fm.open(path)
-      try Some(DelegateMarker.parse(path.toString, in.readAllBytes())) finally in.close()
+      try Some(DelegateMarker.parse(path.toString, in.readAllBytes()))
+      finally in.close()
     } catch { case _: FileNotFoundException => None }
 }
 

@@ -39,7 +39,8 @@ private[sluice] final class EmitCache(layout: EmitCacheLayout, store: KeyedRows,
       (layout.insertMs(prev.value), prev.inStore)
     } else {
       val held = store.get(key)
-      if (held == null) (batchMs, false) else {
+      if (held == null) (batchMs, false)
+      else {
         absorbed += 1
         index.remove(EmitCacheIndex.slot(layout, key, held))
         (layout.insertMs(held), true)
@@ -93,7 +94,8 @@ private[sluice] final class EmitCache(layout: EmitCacheLayout, store: KeyedRows,
    */
   def updateNow(key: UnsafeRow, row: InternalRow, nowMs: Long): Iterator[InternalRow] = {
     val held = store.get(key)
-    val insertMs = if (held == null) nowMs else {
+    val insertMs = if (held == null) nowMs
+    else {
       absorbed += 1
       index.remove(EmitCacheIndex.slot(layout, key, held))
       layout.insertMs(held)

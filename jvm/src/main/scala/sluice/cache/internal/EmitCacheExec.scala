@@ -25,7 +25,8 @@ private[sluice] case class EmitCacheExec(
     intervalMs: Long,
     context: Option[StreamContext],
     child: SparkPlan,
-    realTime: Boolean = false) extends SluiceStateStoreExec {
+    realTime: Boolean = false)
+  extends SluiceStateStoreExec {
 
   private val layout =
     new EmitCacheLayout(DataTypeUtils.fromAttributes(keys), DataTypeUtils.fromAttributes(child.output))
@@ -53,7 +54,8 @@ private[sluice] case class EmitCacheExec(
     val keyExprs = keys
     val info = ctx.stateInfo
     val hadoopConf = StatefulOperatorSupport.runHadoopConf(session, info.queryRunId)
-    val side = SideStore.beside(session, info, StateStoreId.DEFAULT_STORE_NAME, EmitCacheStateLayout.ProviderClass, hadoopConf)
+    val side =
+      SideStore.beside(session, info, StateStoreId.DEFAULT_STORE_NAME, EmitCacheStateLayout.ProviderClass, hadoopConf)
     val bothCaches = MemoryBudget.bothCaches(conf.stateStoreProviderClass, intervalMs)
     val firstVersion = EmitCacheExec.firstVersion(session, info.checkpointLocation, info.operatorId, info.storeVersion)
     val perRow = realTime
@@ -63,8 +65,9 @@ private[sluice] case class EmitCacheExec(
       // SluiceStateStoreExec.mapPartitionsWithStore); its own store is already open by now.
       StateStoreThreadLocalTracker.clearStore()
       val id = side.id(partition)
-      firstVersion.foreach(v => InMemoryWindowStoreProvider.startEmpty(id.storeId.storeCheckpointLocation(),
-        hadoopConf.value.value, v))
+      firstVersion.foreach(v =>
+        InMemoryWindowStoreProvider.startEmpty(id.storeId.storeCheckpointLocation(),
+          hadoopConf.value.value, v))
       val store = side.open(partition, lay.storeKeySchema, lay.valueSchema)
       val keyProj = UnsafeProjection.create(keyExprs, output)
       // The executor's own slot count (its conf), not the driver's.
@@ -110,6 +113,7 @@ private[sluice] case class EmitCacheExec(
 }
 
 private[sluice] object EmitCacheExec {
+
   /** The operator's metrics, typed by what they count (rows as counts, bytes as sizes). */
   val Metrics: Seq[StatefulOperatorCustomMetric] = Seq[(String, String)](
     "emitCacheForwardedTotal" -> "rows forwarded downstream by the emission cache",
@@ -160,7 +164,8 @@ private[sluice] object EmitCacheExec {
     } else if (version > 0 && !hasStores(fs, dir, session.sessionState.newHadoopConf())) {
       fs.mkdirs(dir)
       val out = fs.create(marker, false)
-      try out.write(FileFormats.EmitCacheFirstVersion.textBytes(s"$version\n")) finally out.close()
+      try out.write(FileFormats.EmitCacheFirstVersion.textBytes(s"$version\n"))
+      finally out.close()
       Some(version)
     } else None
   }

@@ -22,6 +22,7 @@ private[sluice] final class EmitCacheIndex {
   def bytes: Long = held
   def size: Int = order.size
   def isEmpty: Boolean = order.isEmpty
+
   /** The earliest time a held row entered the cache, or Long.MaxValue when none is held. */
   def oldestInsertMs: Long = if (entered.isEmpty) Long.MaxValue else entered.firstKey()
 
@@ -49,6 +50,7 @@ private[sluice] final class EmitCacheIndex {
 }
 
 private[sluice] object EmitCacheIndex {
+
   /** A held row in forward order: compared by (seq, key bytes) only. */
   final class Slot(val seq: Long, val key: Array[Byte], val insertMs: Long, val size: Long) extends Comparable[Slot] {
     override def compareTo(o: Slot): Int = {

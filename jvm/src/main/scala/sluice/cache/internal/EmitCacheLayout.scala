@@ -1,7 +1,9 @@
 package sluice.cache.internal
 
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{BoundReference, GenericInternalRow, JoinedRow, UnsafeProjection, UnsafeRow}
+import org.apache.spark.sql.catalyst.expressions.{
+  BoundReference, GenericInternalRow, JoinedRow, UnsafeProjection, UnsafeRow
+}
 import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter
 import org.apache.spark.sql.types.{BinaryType, LongType, StructField, StructType}
 
@@ -10,6 +12,7 @@ import org.apache.spark.sql.types.{BinaryType, LongType, StructField, StructType
  * output row, the batch time its key entered the cache, and an update sequence number (its LRU order).
  */
 private[sluice] final class EmitCacheLayout(val keySchema: StructType, rowSchema: StructType) extends Serializable {
+
   /**
    * The store's key: the grouping key's UnsafeRow bytes in one binary column. The bytes are the
    * same equality as the key itself, and no store sees a window column it could act on.

@@ -7,7 +7,8 @@ import org.apache.spark.sql.sluice.SluiceStatefulNode
 import sluice.conf.SluiceConf
 
 /** The emission cache above one update-mode streaming aggregation; `keys` are its grouping columns. */
-private[sluice] case class EmitCacheNode(keys: Seq[Attribute], intervalMs: Long, child: LogicalPlan) extends SluiceStatefulNode {
+private[sluice] case class EmitCacheNode(keys: Seq[Attribute], intervalMs: Long, child: LogicalPlan)
+  extends SluiceStatefulNode {
   override protected def withNewChildInternal(newChild: LogicalPlan): EmitCacheNode = copy(child = newChild)
   override def operatorIdBase: Long = SluiceConf.EmitCacheIds.from
 }

@@ -58,7 +58,8 @@ private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[Log
             cache(GroupingColumns.allInOutputOrder(a), a)
           // The optimizer folded the projection above into the aggregation (a sink's to_json(struct(...))
           // over it, say): split it again, so that the cache sees the grouping columns it is keyed by.
-          case a: Aggregate if a.child.isStreaming && update && a.groupingExpressions.nonEmpty &&
+          case a: Aggregate
+              if a.child.isStreaming && update && a.groupingExpressions.nonEmpty &&
               a.groupingExpressions.forall(_.isInstanceOf[Attribute]) =>
             if (cached()) {
               val (inner, outer) = EmitCacheRule.split(a)
@@ -81,9 +82,9 @@ private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[Log
       s"the output mode is $mode; the emission cache deduplicates update-mode output only"
     case _: Aggregate => "the aggregation's output does not keep all of its grouping columns"
     case _: SuppressNode => "the query ends in suppress, which already decides when each row is emitted; a " +
-      "cache below it would hold rows past the watermark that closes their windows"
+        "cache below it would hold rows past the watermark that closes their windows"
     case other => s"the last stateful operator (${other.nodeName}) is not an aggregation; the cache sits " +
-      "only directly below the sink, above an update-mode aggregation"
+        "only directly below the sink, above an update-mode aggregation"
   }
 
   private def skip(top: LogicalPlan, reason: String): LogicalPlan = {
@@ -102,9 +103,9 @@ private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[Log
   /** Stateless operators (and the sink's write node) the rule may look through. */
   private def passesThrough(p: LogicalPlan): Boolean = p match {
     case _: Project | _: Filter | _: SubqueryAlias | _: Union | _: SerializeFromObject | _: DeserializeToObject |
-         _: MapElements | _: MapPartitions | _: TypedFilter | _: Generate | _: EventTimeWatermark |
-         _: Repartition | _: RepartitionByExpression | _: ResolvedHint | _: WriteToMicroBatchDataSource |
-         _: WriteToMicroBatchDataSourceV1 => true
+        _: MapElements | _: MapPartitions | _: TypedFilter | _: Generate | _: EventTimeWatermark |
+        _: Repartition | _: RepartitionByExpression | _: ResolvedHint | _: WriteToMicroBatchDataSource |
+        _: WriteToMicroBatchDataSourceV1 => true
     case _ => false
   }
 
@@ -113,6 +114,7 @@ private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[Log
 }
 
 private[sluice] object EmitCacheRule {
+
   /**
    * `agg` (grouped by attributes) as an aggregation whose output is its grouping columns and its
    * aggregate functions, and the projection of that output onto `agg`'s output (same columns, same

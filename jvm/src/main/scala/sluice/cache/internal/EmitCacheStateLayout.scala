@@ -19,6 +19,7 @@ import sluice.windowstore.InMemoryWindowStoreProvider
  * [[AddedColumns]].
  */
 private[sluice] object EmitCacheStateLayout {
+
   /** The operator's name in Spark's state metadata. */
   val OperatorName = "emitCache"
 

@@ -11,6 +11,7 @@ import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 private[sluice] final case class CacheKey(colFamily: String, key: UnsafeRow, owner: AnyRef = CacheKey.NoOwner)
 
 private[sluice] object CacheKey {
+
   /** Owner of entries not tied to a store (unit tests of the cache alone). */
   val NoOwner: AnyRef = "none"
 }
@@ -24,6 +25,7 @@ private[sluice] final class CacheEntry(val value: UnsafeRow, var dirty: Boolean,
 /** Where dirty entries go: the delegate store. `value == null` means remove. */
 private[sluice] trait DirtyWriter {
   def write(key: CacheKey, value: UnsafeRow): Unit
+
   /** The store ended without commit or abort (its task finished): its cached rows are gone. */
   def discarded(): Unit = ()
 }
@@ -61,6 +63,7 @@ private[sluice] final class RecordCache(val pooled: Boolean = false) {
   @volatile var delegateWrites = 0L
 
   def sizeBytes: Long = bytes
+
   /** The largest [[sizeBytes]] after any insert. */
   def peakBytes: Long = peak
   def numEntries: Int = synchronized(map.size)
@@ -87,7 +90,8 @@ private[sluice] final class RecordCache(val pooled: Boolean = false) {
   /** The entry for `key` (a hit, refreshing its recency) or None (a miss). */
   def get(key: CacheKey): Option[CacheEntry] = synchronized {
     val e = map.get(key)
-    if (e == null) { misses += 1; None } else { hits += 1; Some(e) }
+    if (e == null) { misses += 1; None }
+    else { hits += 1; Some(e) }
   }
 
   /** Caches a value read from the delegate (clean); returns the entries evicted to make room. */
@@ -156,7 +160,8 @@ private[sluice] final class RecordCache(val pooled: Boolean = false) {
   /** Writes every dirty entry of `owner` to `writer` (its open store), oldest write first, and marks them clean. */
   def flush(writer: DirtyWriter, owner: AnyRef = CacheKey.NoOwner): Boolean = synchronized {
     val o = owners.get(owner)
-    if (o == null || o.dirty.isEmpty) false else {
+    if (o == null || o.dirty.isEmpty) false
+    else {
       o.dirty.forEach { (key, entry) =>
         writeThrough(key, entry.value, writer)
         entry.dirty = false
@@ -197,6 +202,7 @@ private[sluice] final class RecordCache(val pooled: Boolean = false) {
 }
 
 private[sluice] object RecordCache {
+
   /** Per-entry bookkeeping (map node, entry object, row headers), as Kafka adds a fixed overhead. */
   val EntryOverheadBytes = 96L
 

@@ -43,7 +43,9 @@ private[sluice] final class WriteBehindLog(storeDir: Path, hadoopConf: Configura
 
   /** The entry of `version`, or None when it has no file (identity: delegate version == version). */
   def read(version: Long): Option[WriteBehindEntry] = {
-    val in = try files.open(file(version)) catch { case _: FileNotFoundException => return None }
+    val in =
+      try files.open(file(version))
+      catch { case _: FileNotFoundException => return None }
     try {
       val e = decode(new DataInputStream(in), new Path(dir, file(version)).toString)
       if (e.version != version) throw new IOException(s"${file(version)} holds version ${e.version}")
@@ -51,7 +53,7 @@ private[sluice] final class WriteBehindLog(storeDir: Path, hadoopConf: Configura
     } catch {
       case e: SluiceFileFormatException => throw e
       case NonFatal(e) => throw new IOException(
-        s"${new Path(dir, file(version))} is not a readable sluice write-behind log ($files): $e", e)
+          s"${new Path(dir, file(version))} is not a readable sluice write-behind log ($files): $e", e)
     } finally in.close()
   }
 

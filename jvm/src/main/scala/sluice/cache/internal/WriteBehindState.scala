@@ -26,6 +26,7 @@ private[sluice] final class WriteBehindState(owner: AnyRef) {
   // it there. So a batch that only logs its rows reports the count the delegate would after them.
   private var delegateKeys = -1L
   private val inDelegate = new java.util.HashMap[CacheKey, java.lang.Boolean]()
+
   /**
    * Wall clock of the delegate's last commit: it only decides *when* the delegate commits, never
    * what a batch reads or emits (the logical state after each batch is the same either way).
@@ -132,7 +133,8 @@ private[sluice] final class WriteBehindState(owner: AnyRef) {
       b.result()
     }
     val delta = rows.map { case (k, exists, known) =>
-      val before = if (known != null) known.booleanValue() else {
+      val before = if (known != null) known.booleanValue()
+      else {
         val b = reader.get(k.key, k.colFamily) != null
         owner.synchronized { if (pending.containsKey(k)) inDelegate.put(k, b) }
         b
@@ -140,11 +142,16 @@ private[sluice] final class WriteBehindState(owner: AnyRef) {
       (if (exists) 1L else 0L) - (if (before) 1L else 0L)
     }.sum
     val known = owner.synchronized(delegateKeys)
-    val base = if (known >= 0) { reader.release(); known } else reader match {
+    val base = if (known >= 0) { reader.release(); known }
+    else reader match {
       case s: StateStore => reader.release(); s.metrics.numKeys
       case r => // a read-only store without metrics (HDFS-backed): count it, once per loaded version
-        val n = try { val it = r.iterator(StateStore.DEFAULT_COL_FAMILY_NAME); try it.size.toLong finally it.close() }
-          finally r.release()
+        val n =
+          try {
+            val it = r.iterator(StateStore.DEFAULT_COL_FAMILY_NAME);
+            try it.size.toLong
+            finally it.close()
+          } finally r.release()
         n
     }
     owner.synchronized { delegateKeys = base }

@@ -12,7 +12,7 @@ import org.apache.spark.unsafe.types.UTF8String
  * the part of the schema the query reads ([[ReadFields]]); the fields outside it are null.
  */
 private[json] final case class DirectJsonToStructs(child: Expression, spark: JsonToStructs, decoded: StructType)
-    extends UnaryExpression {
+  extends UnaryExpression {
   override def dataType: DataType = spark.dataType
   override def nullable: Boolean = spark.nullable
   override def prettyName: String = DirectJsonToStructs.Name
@@ -38,6 +38,7 @@ private[json] final case class DirectJsonToStructs(child: Expression, spark: Jso
 }
 
 private[json] object DirectJsonToStructs {
+
   /** `spark` decoded whole: what the query reads is narrowed later, by [[ReadFields]]. */
   def apply(child: Expression, spark: JsonToStructs): DirectJsonToStructs =
     DirectJsonToStructs(child, spark, spark.dataType.asInstanceOf[StructType])
@@ -71,19 +72,21 @@ private[json] object DirectJsonToStructs {
     def options(keys: Seq[String]): String = s"it has options (${keys.mkString(", ")}), which only Spark's parser reads"
     def input(t: DataType): String = s"its input is ${t.simpleString}, not a UTF8_BINARY string"
     def notStruct(t: DataType): String = s"its schema is ${t.simpleString}, not a struct"
-    def corruptRecord(c: String): String = s"its schema has Spark's corrupt-record column $c, which Spark's parser fills"
+    def corruptRecord(c: String): String =
+      s"its schema has Spark's corrupt-record column $c, which Spark's parser fills"
     def duplicate(name: String): String = s"a struct of its schema has two fields named $name"
     def existsDefault(name: String): String = s"field $name has an existence default, which Spark's parser fills in"
-    def unreadType(name: String, t: DataType): String = s"field $name is ${t.simpleString}, which the decoder does not read"
+    def unreadType(name: String, t: DataType): String =
+      s"field $name is ${t.simpleString}, which the decoder does not read"
   }
 
   private def unreadable(s: StructType): Option[String] =
     s.fieldNames.diff(s.fieldNames.distinct).headOption.map(Why.duplicate).orElse(s.fields.iterator.map { f =>
-      if (f.metadata.contains(ExistsDefault)) Some(Why.existsDefault(f.name))
-      else if (RecordDecoder.kindOf(f.dataType) < 0) Some(Why.unreadType(f.name, f.dataType))
-      else f.dataType match {
-        case n: StructType => unreadable(n)
-        case _ => None
-      }
-    }.collectFirst { case Some(why) => why })
+        if (f.metadata.contains(ExistsDefault)) Some(Why.existsDefault(f.name))
+        else if (RecordDecoder.kindOf(f.dataType) < 0) Some(Why.unreadType(f.name, f.dataType))
+        else f.dataType match {
+          case n: StructType => unreadable(n)
+          case _ => None
+        }
+      }.collectFirst { case Some(why) => why })
 }

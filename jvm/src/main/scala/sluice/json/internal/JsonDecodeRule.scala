@@ -21,6 +21,7 @@ import sluice.spark.NotApplied
  * the rule meets it again in every iteration of the optimizer's batches and every micro-batch.
  */
 private[sluice] final case class JsonDecodeRule(session: SparkSession) extends Rule[LogicalPlan] {
+
   /** Spark's setting naming the corrupt-record column, and its default. */
   private val CorruptRecordKey = "spark.sql.columnNameOfCorruptRecord"
   private val CorruptRecordDefault = "_corrupt_record"
@@ -35,14 +36,14 @@ private[sluice] final case class JsonDecodeRule(session: SparkSession) extends R
       val notes = ArrayBuffer.empty[(String, String)]
       val decoded = ReadFields(plan.transformAllExpressions {
         case j: JsonToStructs => DirectJsonToStructs.refusal(j, corrupt) match {
-          case None => DirectJsonToStructs(j.child, j)
-          case Some(why) =>
-            if (j.getTagValue(JsonDecodeRule.Named).isEmpty) {
-              j.setTagValue(JsonDecodeRule.Named, ())
-              notes += NotApplied.shorten(s"from_json(${j.child.sql}, ${j.dataType.simpleString})") -> why
-            }
-            j
-        }
+            case None => DirectJsonToStructs(j.child, j)
+            case Some(why) =>
+              if (j.getTagValue(JsonDecodeRule.Named).isEmpty) {
+                j.setTagValue(JsonDecodeRule.Named, ())
+                notes += NotApplied.shorten(s"from_json(${j.child.sql}, ${j.dataType.simpleString})") -> why
+              }
+              j
+          }
       })
       NotApplied.log(session, JsonDecodeRule.Name, notes.toSeq)
       decoded
@@ -50,6 +51,7 @@ private[sluice] final case class JsonDecodeRule(session: SparkSession) extends R
 }
 
 private[sluice] object JsonDecodeRule {
+
   /** The rewrite's name in the lines saying why it left a `from_json` to Spark. */
   val Name = "the JSON decoder"
 

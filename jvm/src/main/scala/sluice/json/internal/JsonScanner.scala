@@ -58,7 +58,7 @@ private[json] final class JsonScanner(b: Array[Byte], start: Int, end: Int) {
     while (pos < end) {
       val c = b(pos)
       if (c == ' ' || c == '\n' || c == '\r' || c == '\t') pos += 1
-      else return c & 0xFF
+      else return c & 0xff
     }
     -1
   }
@@ -90,7 +90,7 @@ private[json] final class JsonScanner(b: Array[Byte], start: Int, end: Int) {
     var i = from
     var c: Byte = 0
     while ({ if (i >= end) reject(); c = b(i); c != '"' }) {
-      if (c == '\\' || (c & 0xE0) == 0) reject()
+      if (c == '\\' || (c & 0xe0) == 0) reject()
       i += 1
     }
     if (i - from > MaxNameBytes) reject()
@@ -142,7 +142,7 @@ private[json] final class JsonScanner(b: Array[Byte], start: Int, end: Int) {
         escaped = true
         i += 2 // the escaped byte is checked by `unescape`; it is never the closing quote
       } else {
-        if ((c & 0xE0) == 0) reject() // a raw control character
+        if ((c & 0xe0) == 0) reject() // a raw control character
         i += 1
       }
     }
@@ -184,11 +184,11 @@ private[json] final class JsonScanner(b: Array[Byte], start: Int, end: Int) {
             u
           case _ => reject()
         }
-        if (cp >= 0xD800 && cp <= 0xDFFF) {
+        if (cp >= 0xd800 && cp <= 0xdfff) {
           // Only a high surrogate escape followed by a low one: a lone one would not survive Spark's encoder.
-          if (cp >= 0xDC00 || to - i < 6 || b(i) != '\\' || b(i + 1) != 'u') reject()
+          if (cp >= 0xdc00 || to - i < 6 || b(i) != '\\' || b(i + 1) != 'u') reject()
           val low = hex4(i + 2, to)
-          if (low < 0xDC00 || low > 0xDFFF) reject()
+          if (low < 0xdc00 || low > 0xdfff) reject()
           i += 6
           cp = Character.toCodePoint(cp.toChar, low.toChar)
         }
@@ -354,6 +354,7 @@ private[json] final class JsonScanner(b: Array[Byte], start: Int, end: Int) {
 }
 
 private[json] object JsonScanner {
+
   /** The record is not strict JSON, or not one this scanner vouches for. Thrown by every check; carries nothing. */
   object Rejected extends RuntimeException with NoStackTrace
 
@@ -368,7 +369,7 @@ private[json] object JsonScanner {
   /** Whether `name` (UTF-8) is a name [[JsonScanner.name]] reads as it is: no quote, backslash or byte
    *  below 0x20, and not too long. */
   def plainName(name: Array[Byte]): Boolean =
-    name.length <= MaxNameBytes && name.forall(c => c != '"' && c != '\\' && (c & 0xE0) != 0)
+    name.length <= MaxNameBytes && name.forall(c => c != '"' && c != '\\' && (c & 0xe0) != 0)
 
   final val MaxStringBytes = 10000000
 
@@ -397,19 +398,19 @@ private[json] object JsonScanner {
       out(n) = cp.toByte
       n + 1
     } else if (cp < 0x800) {
-      out(n) = (0xC0 | (cp >> 6)).toByte
-      out(n + 1) = (0x80 | (cp & 0x3F)).toByte
+      out(n) = (0xc0 | (cp >> 6)).toByte
+      out(n + 1) = (0x80 | (cp & 0x3f)).toByte
       n + 2
     } else if (cp < 0x10000) {
-      out(n) = (0xE0 | (cp >> 12)).toByte
-      out(n + 1) = (0x80 | ((cp >> 6) & 0x3F)).toByte
-      out(n + 2) = (0x80 | (cp & 0x3F)).toByte
+      out(n) = (0xe0 | (cp >> 12)).toByte
+      out(n + 1) = (0x80 | ((cp >> 6) & 0x3f)).toByte
+      out(n + 2) = (0x80 | (cp & 0x3f)).toByte
       n + 3
     } else {
-      out(n) = (0xF0 | (cp >> 18)).toByte
-      out(n + 1) = (0x80 | ((cp >> 12) & 0x3F)).toByte
-      out(n + 2) = (0x80 | ((cp >> 6) & 0x3F)).toByte
-      out(n + 3) = (0x80 | (cp & 0x3F)).toByte
+      out(n) = (0xf0 | (cp >> 18)).toByte
+      out(n + 1) = (0x80 | ((cp >> 12) & 0x3f)).toByte
+      out(n + 2) = (0x80 | ((cp >> 6) & 0x3f)).toByte
+      out(n + 3) = (0x80 | (cp & 0x3f)).toByte
       n + 4
     }
 }

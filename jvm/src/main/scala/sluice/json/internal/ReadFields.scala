@@ -2,8 +2,12 @@ package sluice.json.internal
 
 import scala.collection.mutable
 
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, CreateArray, ExprId, Expression, GetStructField, Inline, SubqueryExpression}
-import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, EventTimeWatermark, Expand, Filter, Generate, LogicalPlan, Project, Sort, Window}
+import org.apache.spark.sql.catalyst.expressions.{
+  Alias, Attribute, CreateArray, ExprId, Expression, GetStructField, Inline, SubqueryExpression
+}
+import org.apache.spark.sql.catalyst.plans.logical.{
+  Aggregate, EventTimeWatermark, Expand, Filter, Generate, LogicalPlan, Project, Sort, Window
+}
 import org.apache.spark.sql.types.StructType
 
 /**
@@ -29,6 +33,7 @@ import org.apache.spark.sql.types.StructType
  * outlives the batch, so the null the decoder puts there is never seen.
  */
 private[json] object ReadFields {
+
   /** What is read of a value: all of it, or some fields of a struct (each with what is read of it). */
   private sealed trait Use
   private case object Whole extends Use
@@ -36,11 +41,11 @@ private[json] object ReadFields {
 
   private def merge(a: Use, b: Use): Use = (a, b) match {
     case (Fields(x), Fields(y)) => Fields((x.keySet ++ y.keySet).map { k =>
-      k -> ((x.get(k), y.get(k)) match {
-        case (Some(u), Some(v)) => merge(u, v)
-        case (u, v) => u.orElse(v).get
-      })
-    }.toMap)
+        k -> ((x.get(k), y.get(k)) match {
+          case (Some(u), Some(v)) => merge(u, v)
+          case (u, v) => u.orElse(v).get
+        })
+      }.toMap)
     case _ => Whole
   }
 
@@ -51,19 +56,19 @@ private[json] object ReadFields {
     case None => StructType(Nil)
     case Some(Whole) => schema
     case Some(Fields(read)) => StructType(schema.fields.flatMap { f =>
-      read.get(f.name).map { u =>
-        f.dataType match {
-          case s: StructType => f.copy(dataType = narrow(s, Some(u)))
-          case _ => f
+        read.get(f.name).map { u =>
+          f.dataType match {
+            case s: StructType => f.copy(dataType = narrow(s, Some(u)))
+            case _ => f
+          }
         }
-      }
-    })
+      })
   }
 
   /** Nodes whose columns pass to their output by name, every read of them being in their expressions. */
   private def passesByName(node: LogicalPlan): Boolean = node match {
     case _: Project | _: Filter | _: Generate | _: Aggregate | _: EventTimeWatermark | _: Expand | _: Sort |
-         _: Window => true
+        _: Window => true
     case _ => false
   }
 
@@ -79,9 +84,9 @@ private[json] object ReadFields {
     def path(e: Expression): Option[(ExprId, List[String])] = e match {
       case a: Attribute => Some((a.exprId, Nil))
       case g: GetStructField => g.child.dataType match {
-        case s: StructType => path(g.child).map { case (id, p) => (id, p :+ s(g.ordinal).name) }
-        case _ => None
-      }
+          case s: StructType => path(g.child).map { case (id, p) => (id, p :+ s(g.ordinal).name) }
+          case _ => None
+        }
       case _ => None
     }
     def visit(e: Expression): Unit = path(e) match {
@@ -94,12 +99,12 @@ private[json] object ReadFields {
       if (!passesByName(node)) node.children.foreach(_.output.foreach(a => note(a.exprId, Whole)))
       node match {
         case p: Project => p.projectList.foreach {
-          case a: Alias => path(a.child) match {
-            case Some(source) => aliases(a.exprId) = source
-            case None => visit(a)
+            case a: Alias => path(a.child) match {
+                case Some(source) => aliases(a.exprId) = source
+                case None => visit(a)
+              }
+            case e => visit(e)
           }
-          case e => visit(e)
-        }
         case g: Generate => visit(g.generator) // its expressions include the columns it makes
         case _ => node.expressions.foreach(visit)
       }
@@ -109,40 +114,42 @@ private[json] object ReadFields {
     val resolved = mutable.HashMap.empty[ExprId, Option[Use]]
     // Aliases refer only to attributes made below them, so this recursion ends.
     def use(id: ExprId): Option[Use] = resolved.getOrElseUpdate(id, {
-      val throughAliases = byAttribute.getOrElse(id, Nil).flatMap { case (alias, (_, p)) => use(alias).map(at(p, _)) }
-      (direct.get(id).toSeq ++ throughAliases).reduceOption(merge)
-    })
+        val throughAliases = byAttribute.getOrElse(id, Nil).flatMap { case (alias, (_, p)) => use(alias).map(at(p, _)) }
+        (direct.get(id).toSeq ++ throughAliases).reduceOption(merge)
+      })
 
     def narrowed(d: DirectJsonToStructs, u: Option[Use]): DirectJsonToStructs = d.copy(decoded = narrow(d.schema, u))
 
     plan.transformUp {
       case p: Project if p.projectList.exists {
-        case Alias(_: DirectJsonToStructs, _) => true
-        case _ => false
-      } =>
+            case Alias(_: DirectJsonToStructs, _) => true
+            case _ => false
+          } =>
         Project(p.projectList.map {
-          case a @ Alias(d: DirectJsonToStructs, _) => a.withNewChildren(Seq(narrowed(d, use(a.exprId)))).asInstanceOf[Alias]
-          case e => e
-        }, p.child)
+            case a @ Alias(d: DirectJsonToStructs, _) =>
+              a.withNewChildren(Seq(narrowed(d, use(a.exprId)))).asInstanceOf[Alias]
+            case e => e
+          }, p.child)
       case g: Generate => inlined(g) match {
-        case Some(d) if g.generatorOutput.length == d.schema.length =>
-          val read = d.schema.fields.zip(g.generatorOutput).flatMap { case (f, a) => use(a.exprId).map(f.name -> _) }
-          val target = narrowed(d, Some(Fields(read.toMap)))
-          g.transformExpressions { case x: DirectJsonToStructs if x eq d => target }
-        case _ => g
-      }
+          case Some(d) if g.generatorOutput.length == d.schema.length =>
+            val read = d.schema.fields.zip(g.generatorOutput).flatMap { case (f, a) => use(a.exprId).map(f.name -> _) }
+            val target = narrowed(d, Some(Fields(read.toMap)))
+            g.transformExpressions { case x: DirectJsonToStructs if x eq d => target }
+          case _ => g
+        }
     }
   }
 
   /** The decoded `from_json` of `inline(array(from_json(...)))`, the one way to name its fields as columns. */
   private def inlined(g: Generate): Option[DirectJsonToStructs] = g.generator match {
     case i: Inline => i.child match {
-      case c: CreateArray if c.children.length == 1 => c.children.head match {
-        case d: DirectJsonToStructs => Some(d)
+        case c: CreateArray if c.children.length == 1 =>
+          c.children.head match {
+            case d: DirectJsonToStructs => Some(d)
+            case _ => None
+          }
         case _ => None
       }
-      case _ => None
-    }
     case _ => None
   }
 }

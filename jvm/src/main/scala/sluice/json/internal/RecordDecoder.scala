@@ -37,7 +37,8 @@ import org.apache.spark.unsafe.types.UTF8String
  * left null, which nothing in the query can see. On such a record `sparkParse` gives every field.
  */
 private[json] final class RecordDecoder(schema: StructType, decoded: StructType,
-    sparkParse: UTF8String => InternalRow) extends Serializable {
+    sparkParse: UTF8String => InternalRow)
+  extends Serializable {
   import RecordDecoder._
 
   @transient private lazy val root = new StructReader(schema, decoded)
@@ -109,7 +110,8 @@ private[json] object RecordDecoder {
       schema.fields.map(f => decoded != null && decoded.fieldNames.contains(f.name))
     private val nested: Array[StructReader] = schema.fields.zip(builds).map { case (f, build) =>
       f.dataType match {
-        case s: StructType => new StructReader(s, if (build) decoded(f.name).dataType.asInstanceOf[StructType] else null)
+        case s: StructType =>
+          new StructReader(s, if (build) decoded(f.name).dataType.asInstanceOf[StructType] else null)
         case _ => null
       }
     }
@@ -155,7 +157,7 @@ private[json] object RecordDecoder {
           if (in.peek() != '"') JsonScanner.reject()
           // Records usually keep the schema's order: the field after the last one is compared first.
           val i = if (next < size && plain(next) && in.nameIfIs(names(next))) next
-                  else { in.name(); field(in, next) }
+          else { in.name(); field(in, next) }
           in.expect(':')
           // A field the schema lacks is skipped, as Spark does; a repeated one takes its last value, as Spark's.
           if (i < 0) in.skipValue(depth)
@@ -251,39 +253,39 @@ private[json] object Utf8 {
 
   def plainWellFormed(b: Array[Byte], offset: Int, length: Int): Boolean = {
     val end = offset + length
-    if (length >= 3 && b(offset) == 0xEF.toByte && b(offset + 1) == 0xBB.toByte && b(offset + 2) == 0xBF.toByte) {
+    if (length >= 3 && b(offset) == 0xef.toByte && b(offset + 1) == 0xbb.toByte && b(offset + 2) == 0xbf.toByte) {
       return false
     }
     var i = offset
     while (i < end) {
       if (wide && end - i >= 8 && {
-        val w = Platform.getLong(b, Platform.BYTE_ARRAY_OFFSET + i)
-        ((w | (w - Ones)) & High) == 0
-      }) i += 8
+          val w = Platform.getLong(b, Platform.BYTE_ARRAY_OFFSET + i)
+          ((w | (w - Ones)) & High) == 0
+        }) i += 8
       else {
         val c = b(i)
         if (c > 0) i += 1
         else if (c == 0) return false
         else {
-          val lead = c & 0xFF
+          val lead = c & 0xff
           // continuation bytes, and the allowed range of the first of them
           var n = 2
           var lo = 0x80
-          var hi = 0xBF
-          if (lead >= 0xC2 && lead <= 0xDF) n = 1
-          else if (lead == 0xE0) lo = 0xA0
-          else if (lead == 0xED) hi = 0x9F
-          else if (lead >= 0xE1 && lead <= 0xEF) ()
-          else if (lead == 0xF0) { n = 3; lo = 0x90 }
-          else if (lead >= 0xF1 && lead <= 0xF3) n = 3
-          else if (lead == 0xF4) { n = 3; hi = 0x8F }
+          var hi = 0xbf
+          if (lead >= 0xc2 && lead <= 0xdf) n = 1
+          else if (lead == 0xe0) lo = 0xa0
+          else if (lead == 0xed) hi = 0x9f
+          else if (lead >= 0xe1 && lead <= 0xef) ()
+          else if (lead == 0xf0) { n = 3; lo = 0x90 }
+          else if (lead >= 0xf1 && lead <= 0xf3) n = 3
+          else if (lead == 0xf4) { n = 3; hi = 0x8f }
           else return false
           if (i + n >= end) return false
-          val first = b(i + 1) & 0xFF
+          val first = b(i + 1) & 0xff
           if (first < lo || first > hi) return false
           var k = 2
           while (k <= n) {
-            if ((b(i + k) & 0xC0) != 0x80) return false
+            if ((b(i + k) & 0xc0) != 0x80) return false
             k += 1
           }
           i += n + 1

@@ -1,6 +1,5 @@
 package sluice.sessions.internal
 
-
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.sluice.StreamContext
@@ -33,15 +32,18 @@ private[sluice] object SessionPlanRecord {
       files.write(FileName)(_.write(FileFormats.SessionPlan.textBytes(plan + "\n")))
     } else {
       val in = files.open(FileName)
-      val recorded = try FileFormats.SessionPlan.readText(new Path(info.checkpointLocation, s"${info.operatorId}/$FileName").toString,
-        in.readAllBytes()).trim finally in.close()
+      val recorded =
+        try
+          FileFormats.SessionPlan.readText(new Path(info.checkpointLocation, s"${info.operatorId}/$FileName").toString,
+            in.readAllBytes()).trim
+        finally in.close()
       if (recorded != plan) {
         val key = SluiceConf.SuppressFused.key
         throw new SluiceConfException(s"This query's checkpoint (${root.getParent}) ran its session windows as " +
           s"$recorded; it would now run as $plan, and the final results of the sessions open now would be lost. " +
           (if (recorded == Fused) s"Set $key=true for this checkpoint and keep suppress(until_window_closes(" +
-            "BufferConfig.unbounded())) right above the aggregation"
-          else s"Set $key=false for this checkpoint") + ", or start the query on a new checkpoint.")
+             "BufferConfig.unbounded())) right above the aggregation"
+           else s"Set $key=false for this checkpoint") + ", or start the query on a new checkpoint.")
       }
     }
   }

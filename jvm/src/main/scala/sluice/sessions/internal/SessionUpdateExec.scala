@@ -34,10 +34,12 @@ private[sluice] case class SessionUpdateExec(
     retracted: Attribute,
     stateFormatVersion: Int,
     context: Option[StreamContext],
-    child: SparkPlan) extends SluiceStateStoreExec {
+    child: SparkPlan)
+  extends SluiceStateStoreExec {
 
   private val manager =
-    StreamingSessionWindowStateManager.createStateManager(keyAttributes, sessionAttribute, child.output, stateFormatVersion)
+    StreamingSessionWindowStateManager.createStateManager(keyAttributes, sessionAttribute, child.output,
+      stateFormatVersion)
 
   // The restore below reads this operator's store and validates its schema as Spark's own restore
   // does: the same validation here (Spark's own save and restore agree on it the same way).
@@ -86,6 +88,7 @@ private[sluice] case class SessionUpdateExec(
 }
 
 private[sluice] object SessionUpdateExec {
+
   /** The operator's name in Spark's state metadata and the state reader. */
   val OperatorName = "sluiceSessionUpdate"
 }
@@ -96,7 +99,8 @@ private final class SessionChanges(
     store: StateStore,
     rows: Iterator[UnsafeRow],
     sessionOrdinal: Int,
-    retractedOrdinal: Int) extends Iterator[InternalRow] {
+    retractedOrdinal: Int)
+  extends Iterator[InternalRow] {
   private val input = rows.buffered
   private var pending: Iterator[UnsafeRow] = Iterator.empty
   var updated = 0L

@@ -27,7 +27,8 @@ private[sluice] case class SessionUpdateNode(
     override val output: Seq[Attribute],
     retracted: Attribute,
     child: LogicalPlan,
-    finalOnly: Boolean = false) extends SluiceStatefulNode {
+    finalOnly: Boolean = false)
+  extends SluiceStatefulNode {
   override def producedAttributes: AttributeSet = AttributeSet(output)
 
   /**
@@ -53,14 +54,14 @@ private[sluice] final case class SessionAggregates(expressions: Seq[NamedExpress
   def over(inputs: Seq[Attribute]): Seq[NamedExpression] = {
     val now = over.map(_.exprId).zip(inputs).toMap
     expressions.map(_.transformUp { case a: Attribute if now.contains(a.exprId) => now(a.exprId) }
-      .asInstanceOf[NamedExpression])
+        .asInstanceOf[NamedExpression])
   }
   override def toString: String = expressions.mkString("[", ", ", "]")
 }
 
 private[sluice] object SessionUpdateNode {
   def apply(grouping: Seq[Expression], aggregates: Seq[NamedExpression], retracted: Attribute,
-            child: LogicalPlan, finalOnly: Boolean): SessionUpdateNode = {
+      child: LogicalPlan, finalOnly: Boolean): SessionUpdateNode = {
     val inputs = AttributeSet(aggregates.flatMap(_.references)).toSeq
     SessionUpdateNode(grouping, SessionAggregates(aggregates, inputs), inputs, aggregates.map(_.toAttribute), retracted,
       child, finalOnly)

@@ -1,8 +1,10 @@
 package sluice.sessions.internal
 
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, ExprId, Expression, If, Literal,
-  NamedExpression, SessionWindow}
+import org.apache.spark.sql.catalyst.expressions.{
+  Alias, Attribute, AttributeReference, ExprId, Expression, If, Literal,
+  NamedExpression, SessionWindow
+}
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, AnalysisHelper, LeafNode, LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.rules.Rule
@@ -46,7 +48,8 @@ private[sluice] case class SessionUpdateRule(session: SparkSession) extends Rule
         // Fused final results (`spark.sluice.suppress.fused`, as for time windows): an unbounded
         // until_window_closes right above the aggregation is what Spark's append-mode session
         // save emits; the suppress node goes, the aggregation is marked.
-        val fused = if (!fuse) w.inputQuery else w.inputQuery.transformDown {
+        val fused = if (!fuse) w.inputQuery
+        else w.inputQuery.transformDown {
           case s: SuppressNode if fusable(s) => s.child match { case a: Aggregate => FusedMark(a) }
         }
         fused.transformUp {
@@ -69,13 +72,14 @@ private[sluice] case class SessionUpdateRule(session: SparkSession) extends Rule
   }
 
   private def fusable(s: SuppressNode): Boolean = s.child match {
-    case a: Aggregate if isSessionAggregate(a) => s.suppressed match {
-      // A grace below the watermark delay closes sessions before Spark's append-mode save would emit
-      // them: that suppress runs unfused, as for time windows (FusedFinal).
-      case u: UntilWindowCloses =>
-        u.buffer.maxRecords == Long.MaxValue && u.buffer.maxBytes == Long.MaxValue && s.earlyMs == 0
-      case _ => false
-    }
+    case a: Aggregate if isSessionAggregate(a) =>
+      s.suppressed match {
+        // A grace below the watermark delay closes sessions before Spark's append-mode save would emit
+        // them: that suppress runs unfused, as for time windows (FusedFinal).
+        case u: UntilWindowCloses =>
+          u.buffer.maxRecords == Long.MaxValue && u.buffer.maxBytes == Long.MaxValue && s.earlyMs == 0
+        case _ => false
+      }
     case _ => false
   }
 
@@ -116,6 +120,7 @@ private[sluice] case class SessionUpdateRule(session: SparkSession) extends Rule
 }
 
 private[sluice] object SessionUpdateRule {
+
   /** The input column that tells a retraction from an update inside the plan (never in the output). */
   val RetractedColumn = "__sluice_retracted"
 

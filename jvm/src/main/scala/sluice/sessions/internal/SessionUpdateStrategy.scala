@@ -8,7 +8,9 @@ import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan}
 import org.apache.spark.sql.sluice.StatefulOperatorSupport
 import org.apache.spark.sql.streaming.OutputMode
 
-import sluice.spark.PlanTypes.{AggUtils, SessionWindowStateStoreRestoreExec, SessionWindowStateStoreSaveExec, SparkPlan, SparkStrategy}
+import sluice.spark.PlanTypes.{
+  AggUtils, SessionWindowStateStoreRestoreExec, SessionWindowStateStoreSaveExec, SparkPlan, SparkStrategy
+}
 import sluice.spark.{RealTimeMode, RealTimePlans, SessionConf, Sessions}
 import sluice.suppress.internal.SuppressNode
 
@@ -32,7 +34,8 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
         case r: RuntimeReplaceable => r.replacement
       }.asInstanceOf[NamedExpression])
       Aggregate(n.groupingExpressions, aggregates, n.child) match {
-        case PhysicalAggregation(grouping, aggregates, results, child) => planned(n, grouping, aggregates, results, child)
+        case PhysicalAggregation(grouping, aggregates, results, child) =>
+          planned(n, grouping, aggregates, results, child)
         case _ => Nil
       }
     case _ => Nil
@@ -40,7 +43,8 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
 
   /** Whether the batch being planned runs under Spark's real-time trigger (Spark 4.3). */
   private def realTime: Boolean =
-    StatefulOperatorSupport.currentStream(session).flatMap(s => Option(s.lastExecution)).exists(RealTimePlans.isRealTime)
+    StatefulOperatorSupport.currentStream(session).flatMap(s => Option(s.lastExecution)).exists(
+      RealTimePlans.isRealTime)
 
   private def planned(
       n: SessionUpdateNode,
@@ -78,6 +82,7 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
 }
 
 private[sluice] object SessionUpdateStrategy {
+
   /**
    * Session windows under the real-time trigger, refused when the batch is planned: Spark has no
    * real-time session planning (its allowlist names the sort, the merge and the restore), and the
@@ -85,8 +90,8 @@ private[sluice] object SessionUpdateStrategy {
    * batch's input does. Sessions would leave only at the checkpoint interval: micro-batches do better.
    */
   def refuseRealTime(): Nothing = throw new UnsupportedOperationException(RealTimeMode.refusal(
-    "A session window aggregation (session_window) in update mode, with or without suppress,",
-    "Spark plans no session windows in real-time mode, and merging each key's sessions needs the batch's rows " +
-      "sorted by key and session start, so all of the batch's input",
-    RealTimeMode.UseMicroBatches))
+      "A session window aggregation (session_window) in update mode, with or without suppress,",
+      "Spark plans no session windows in real-time mode, and merging each key's sessions needs the batch's rows " +
+        "sorted by key and session start, so all of the batch's input",
+      RealTimeMode.UseMicroBatches))
 }

@@ -24,6 +24,7 @@ private[sluice] final class BufferIndex {
   private var _bytes = 0L
 
   def records: Long = entries.size.toLong
+
   /** Key + value bytes of the indexed entries as stored. */
   def bytes: Long = _bytes
   def isEmpty: Boolean = entries.isEmpty
@@ -54,6 +55,7 @@ private[sluice] final class BufferIndex {
 }
 
 private[sluice] object BufferIndex {
+
   /** Unsigned lexicographic byte order; a prefix sorts first, as Kafka's `Bytes` do. */
   val Order: Comparator[Array[Byte]] = (a: Array[Byte], b: Array[Byte]) => Arrays.compareUnsigned(a, b)
 

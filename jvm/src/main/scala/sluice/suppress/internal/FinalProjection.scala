@@ -24,6 +24,7 @@ import sluice.spark.PlanTypes.{BaseAggregateExec, ProjectExec, SparkPlan, StateS
  * Spark's final aggregation.
  */
 private[internal] object FinalProjection {
+
   /** `plan` with the final aggregation over its append-mode state save replaced, where it can be. */
   def apply(plan: SparkPlan): SparkPlan = plan.transformUp {
     case a: BaseAggregateExec if a.child.isInstanceOf[StateStoreSaveExec] => of(a).getOrElse(a)

@@ -102,13 +102,13 @@ private[sluice] object FusedFinal extends Logging {
         Left(s"its grace period (${node.graceMs}ms) is below the watermark delay (${node.graceMs + node.earlyMs}ms); " +
           "the fused plan closes windows only at the watermark")
       case _: UntilWindowCloses => below match {
-        case Some((_, agg)) if agg.child.isStreaming && node.window.isDefined =>
-          val stateful = root.collect { case p if StatefulOperatorSupport.isSparkStateful(p) => p }
-          if (stateful.size == 1) Right(below.get)
-          else Left(s"the query has ${stateful.size} Spark stateful operators; suppress is fused into a " +
-            "windowed aggregation only when that aggregation is the query's only one")
-        case _ => Left("its input is not directly a windowed streaming aggregation")
-      }
+          case Some((_, agg)) if agg.child.isStreaming && node.window.isDefined =>
+            val stateful = root.collect { case p if StatefulOperatorSupport.isSparkStateful(p) => p }
+            if (stateful.size == 1) Right(below.get)
+            else Left(s"the query has ${stateful.size} Spark stateful operators; suppress is fused into a " +
+              "windowed aggregation only when that aggregation is the query's only one")
+          case _ => Left("its input is not directly a windowed streaming aggregation")
+        }
       case other => Left(s"${other.describe} is not fused; only until_window_closes is")
     }
   }
@@ -123,7 +123,8 @@ private[sluice] object FusedFinal extends Logging {
     val unfusedState = fm.exists(new Path(stateRoot, ctx.stateInfo.operatorId.toString))
     val why: Option[String] =
       if (!enabled) Some(s"${SluiceConf.SuppressFused.key} is false")
-      else if (unfusedState) Some(s"the checkpoint has the suppress operator's state (state/${ctx.stateInfo.operatorId})")
+      else if (unfusedState)
+        Some(s"the checkpoint has the suppress operator's state (state/${ctx.stateInfo.operatorId})")
       else shape.left.toOption
     why match {
       case None =>
@@ -157,12 +158,13 @@ private[sluice] object FusedFinal extends Logging {
   def refuseFusedCheckpoint(session: SparkSession, ctx: StreamContext): Unit = {
     val stateRoot = new Path(ctx.execution.checkpointLocation)
     val fm = CheckpointFileManager.create(stateRoot, session.sessionState.newHadoopConf())
-    if (readMarker(fm, new Path(new Path(stateRoot, AggregationId.toString), MarkerName)).contains(ctx.stateInfo.operatorId)) {
+    if (readMarker(fm, new Path(new Path(stateRoot, AggregationId.toString), MarkerName)).contains(
+        ctx.stateInfo.operatorId)) {
       throw new SuppressUsageException(sluice.spark.RealTimeMode.unsupported("suppress on this checkpoint",
-        s"the checkpoint (${stateRoot.getParent}) was written with suppress(until_window_closes) fused into its " +
-          "windowed aggregation, which holds the open windows in Spark's append-mode state, and real-time mode " +
-          "runs Spark's streamline aggregation, which has no such state",
-        "Start the real-time query on a new checkpoint, or keep this one on a processing-time trigger."))
+          s"the checkpoint (${stateRoot.getParent}) was written with suppress(until_window_closes) fused into its " +
+            "windowed aggregation, which holds the open windows in Spark's append-mode state, and real-time mode " +
+            "runs Spark's streamline aggregation, which has no such state",
+          "Start the real-time query on a new checkpoint, or keep this one on a processing-time trigger."))
     }
   }
 
@@ -172,7 +174,7 @@ private[sluice] object FusedFinal extends Logging {
     val out = fm.createAtomic(marker, overwriteIfPossible = true)
     try {
       out.write(FileFormats.FusedFinalMarker.textBytes(
-        s"$suppressId\nsuppress operator $suppressId runs fused into state operator $AggregationId\n"))
+          s"$suppressId\nsuppress operator $suppressId runs fused into state operator $AggregationId\n"))
     } catch {
       case e: Throwable => out.cancel(); throw e
     }
@@ -184,7 +186,7 @@ private[sluice] object FusedFinal extends Logging {
     else {
       val in = fm.open(marker)
       try FileFormats.FusedFinalMarker.readText(marker.toString, in.readAllBytes()).linesIterator.nextOption()
-        .flatMap(_.trim.toLongOption)
+          .flatMap(_.trim.toLongOption)
       finally in.close()
     }
 

@@ -1,6 +1,8 @@
 package sluice.suppress.internal
 
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, CreateNamedStruct, Literal, NamedExpression, SparkPartitionID}
+import org.apache.spark.sql.catalyst.expressions.{
+  Alias, Attribute, CreateNamedStruct, Literal, NamedExpression, SparkPartitionID
+}
 import org.apache.spark.sql.catalyst.expressions.aggregate.Last
 import org.apache.spark.sql.catalyst.plans.logical._
 
@@ -29,8 +31,10 @@ import sluice.suppress._
  * schema differs; Spark refuses the restart with its state-schema error).
  */
 private[sluice] object RealTimeSuppress {
+
   /** The hidden column's name: (upstream task, event time) of the row that updated the aggregate. */
   val StreamTimeColumn = "__sluice_ts"
+
   /** The hidden input column: the upstream task (its partition) each input row comes from. */
   private val UpstreamColumn = "__sluice_upstream"
 
@@ -40,10 +44,11 @@ private[sluice] object RealTimeSuppress {
   /** Refuses what suppress does not do in real time, at the batch's planning. */
   def refuseUnsupported(n: SuppressNode): Unit = {
     if (n.suppressed.buffer.whenFull == BufferFullStrategy.SpillToDisk) {
-      throw new SuppressUsageException(RealTimeMode.unsupported(s"suppress with a spilling buffer (${n.suppressed.buffer})",
-        "the spill store is a RocksDB store checkpointed by version number alone, and Spark's real-time mode " +
-          "requires state checkpoint ids (a rerun batch could reuse a failed attempt's file names)",
-        "Use emit_early_when_full() or shut_down_when_full(), " + RealTimeMode.orUseMicroBatches))
+      throw new SuppressUsageException(RealTimeMode.unsupported(
+          s"suppress with a spilling buffer (${n.suppressed.buffer})",
+          "the spill store is a RocksDB store checkpointed by version number alone, and Spark's real-time mode " +
+            "requires state checkpoint ids (a rerun batch could reuse a failed attempt's file names)",
+          "Use emit_early_when_full() or shut_down_when_full(), " + RealTimeMode.orUseMicroBatches))
     }
   }
 
@@ -56,9 +61,10 @@ private[sluice] object RealTimeSuppress {
       case a: Aggregate => (a, (a2: Aggregate, _: Attribute) => a2: LogicalPlan)
       case p @ Project(list, a: Aggregate) if list.forall(_.isInstanceOf[Attribute]) =>
         (a, (a2: Aggregate, ts: Attribute) => p.copy(projectList = list :+ ts, child = a2): LogicalPlan)
-      case _ => refuse("its input is not directly a windowed streaming aggregation (each row must carry its " +
-        "event time, which suppress adds to the aggregation below it)",
-        "Apply suppress directly to the aggregation, " + RealTimeMode.orUseMicroBatches)
+      case _ => refuse(
+          "its input is not directly a windowed streaming aggregation (each row must carry its " +
+            "event time, which suppress adds to the aggregation below it)",
+          "Apply suppress directly to the aggregation, " + RealTimeMode.orUseMicroBatches)
     }
     val eventTime = agg.collectFirst { case w: EventTimeWatermark =>
       w.output.find(_.exprId == w.eventTime.exprId).getOrElse(w.eventTime)
@@ -81,9 +87,10 @@ private[sluice] object RealTimeSuppress {
     else plan match {
       case p: Project => p.copy(projectList = p.projectList :+ col, child = keepColumn(p.child, col))
       case f: Filter => f.copy(child = keepColumn(f.child, col))
-      case _ => refuse(s"the event-time column ${col.name} does not reach the aggregation through " +
-        s"${plan.nodeName} (windows planned as ${plan.nodeName} are not supported in real time)",
-        "Use a tumbling window, " + RealTimeMode.orUseMicroBatches)
+      case _ => refuse(
+          s"the event-time column ${col.name} does not reach the aggregation through " +
+            s"${plan.nodeName} (windows planned as ${plan.nodeName} are not supported in real time)",
+          "Use a tumbling window, " + RealTimeMode.orUseMicroBatches)
     }
 }
 

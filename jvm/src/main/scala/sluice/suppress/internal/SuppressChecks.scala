@@ -17,10 +17,12 @@ private[sluice] object SuppressChecks {
     if (!mode.equalsIgnoreCase("update")) throw outputModeError(mode)
 
   /** Check rule: a streaming write of a plan with suppress must use update mode (fails `start()`). */
-  def checkRule(session: SparkSession): LogicalPlan => Unit = plan => plan.foreach {
-    case w: WriteToStream if w.outputMode != OutputMode.Update() &&
-        w.inputQuery.exists(_.isInstanceOf[SuppressNode]) =>
-      throw outputModeError(w.outputMode.toString)
-    case _ =>
-  }
+  def checkRule(session: SparkSession): LogicalPlan => Unit = plan =>
+    plan.foreach {
+      case w: WriteToStream
+          if w.outputMode != OutputMode.Update() &&
+          w.inputQuery.exists(_.isInstanceOf[SuppressNode]) =>
+        throw outputModeError(w.outputMode.toString)
+      case _ =>
+    }
 }

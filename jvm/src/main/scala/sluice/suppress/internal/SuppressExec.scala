@@ -5,8 +5,10 @@ import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
-import org.apache.spark.sql.sluice.{CombinedCustomMetric, CombinedMetric, SizeOperatorMetric, SluiceStateStoreExec,
-  StatefulOperatorSupport, StreamContext}
+import org.apache.spark.sql.sluice.{
+  CombinedCustomMetric, CombinedMetric, SizeOperatorMetric, SluiceStateStoreExec,
+  StatefulOperatorSupport, StreamContext
+}
 import org.apache.spark.sql.types.StructType
 
 import sluice.spark.PlanTypes.SparkPlan
@@ -49,7 +51,8 @@ private[sluice] case class SuppressExec(
     streamTime: Option[Attribute] = None,
     realTime: Boolean = false,
     retracted: Option[Attribute] = None,
-    earlyMs: Long = 0L) extends SluiceStateStoreExec {
+    earlyMs: Long = 0L)
+  extends SluiceStateStoreExec {
 
   private val layout = new BufferLayout(DataTypeUtils.fromAttributes(keys), DataTypeUtils.fromAttributes(child.output))
   override def keyAttributes: Seq[Attribute] = keys
@@ -275,6 +278,7 @@ private[sluice] case class SuppressExec(
 }
 
 private[sluice] object SuppressExec {
+
   /**
    * The closing time of a micro-batch whose watermark is `wm`: windows ending at or before it are
    * closed (final result emitted in this batch, rows for them afterwards late). `earlyMs` is the

@@ -25,7 +25,8 @@ private[sluice] case class SuppressNode(
     time: Option[Expression],
     child: LogicalPlan,
     retracted: Option[Attribute] = None,
-    earlyMs: Long = 0L) extends SluiceStatefulNode {
+    earlyMs: Long = 0L)
+  extends SluiceStatefulNode {
   override protected def withNewChildInternal(newChild: LogicalPlan): SuppressNode = copy(child = newChild)
   override def operatorIdBase: Long = SluiceConf.SuppressIds.from
 }

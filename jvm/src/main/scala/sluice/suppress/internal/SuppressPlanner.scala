@@ -20,8 +20,8 @@ private[sluice] object SuppressPlanner {
         "aggregation result is already final.")
     }
     val agg = findAggregate(plan).getOrElse(fail(
-      "suppress needs the result of a streaming aggregation, e.g. df.groupBy(F.window(\"ts\", \"1 hour\"), " +
-        "\"user\").count(); apply suppress directly to that result."))
+        "suppress needs the result of a streaming aggregation, e.g. df.groupBy(F.window(\"ts\", \"1 hour\"), " +
+          "\"user\").count(); apply suppress directly to that result."))
     // In grouping order, so that the aggregation's hash partitioning already satisfies suppress (no
     // extra shuffle).
     val keys = GroupingColumns.inGroupingOrder(agg)
@@ -38,8 +38,8 @@ private[sluice] object SuppressPlanner {
     suppressed match {
       case u: UntilWindowCloses =>
         val w = window.getOrElse(fail("suppress(until_window_closes) needs a time window among the grouping " +
-          "columns: group by F.window(<event-time column>, <duration>) or F.session_window(<event-time column>, " +
-          "<gap>) (and other keys) before suppress."))
+            "columns: group by F.window(<event-time column>, <duration>) or F.session_window(<event-time column>, " +
+            "<gap>) (and other keys) before suppress."))
         if (!w.metadata.contains(EventTimeWatermark.delayKey)) {
           fail("suppress(until_window_closes) needs a watermark on the window's event-time column: call " +
             "df.withWatermark(\"<event-time column>\", \"<grace period>\") before the aggregation; the watermark " +
@@ -63,7 +63,8 @@ private[sluice] object SuppressPlanner {
           "(e.g. F.max(\"ts\").alias(\"ts\") in the aggregation, or \"window.end\").")
       case (_: UntilTimeLimit, Some(name)) =>
         val e = DatasetAccess.resolve(df, name).getOrElse(
-          fail(s"time_col '$name' is not a column of the DataFrame; columns: ${plan.output.map(_.name).mkString(", ")}"))
+          fail(
+            s"time_col '$name' is not a column of the DataFrame; columns: ${plan.output.map(_.name).mkString(", ")}"))
         if (e.dataType != TimestampType && e.dataType != TimestampNTZType) {
           fail(s"time_col '$name' must be a timestamp column, but it is ${e.dataType.simpleString}.")
         }
@@ -73,8 +74,9 @@ private[sluice] object SuppressPlanner {
           "the window end or the wall clock.")
       case _ => None
     }
-    DatasetAccess.ofRows(df.sparkSession, SuppressNode(suppressed, keys, window, graceMs, time, plan,
-      earlyMs = earlyMs))
+    DatasetAccess.ofRows(df.sparkSession,
+      SuppressNode(suppressed, keys, window, graceMs, time, plan,
+        earlyMs = earlyMs))
   }
 
   /**

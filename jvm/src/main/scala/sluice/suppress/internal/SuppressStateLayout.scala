@@ -21,6 +21,7 @@ import sluice.suppress.BufferFullStrategy
  * the value holds the buffer time (ms) and the latest row.
  */
 private[sluice] object SuppressStateLayout {
+
   /** The operator's name in Spark's state metadata. */
   val OperatorName = "suppress"
 
@@ -35,8 +36,10 @@ private[sluice] object SuppressStateLayout {
   val SpillWhenFull: String = SuppressStrategy.whenFull(BufferFullStrategy.SpillToDisk)
 
   private val rows = new BufferLayout(new StructType(), new StructType())
+
   /** The key's struct column, null in the metadata row. */
   val KeyColumn: String = rows.keySchema.fieldNames(0)
+
   /** The value's buffer time (ms) and latest-row columns. */
   val BufferTimeColumn: String = rows.valueSchema.fieldNames(0)
   val RowColumn: String = rows.valueSchema.fieldNames(1)

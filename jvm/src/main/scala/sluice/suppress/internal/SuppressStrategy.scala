@@ -41,8 +41,9 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
       case _: UntilWindowCloses =>
         val (child, ts) = RealTimeSuppress.withStreamTime(n)
         // The hidden column is dropped right above suppress: the query's output is as written.
-        ProjectExec(n.output, SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, Some(ctx),
-          planLater(child), streamTime = Some(ts), realTime = true, earlyMs = n.earlyMs))
+        ProjectExec(n.output,
+          SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, Some(ctx),
+            planLater(child), streamTime = Some(ts), realTime = true, earlyMs = n.earlyMs))
       case _ =>
         SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, Some(ctx), planLater(n.child), realTime = true,
           earlyMs = n.earlyMs)
@@ -51,6 +52,7 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
 }
 
 private[sluice] object SuppressStrategy {
+
   /** What sluice.inspect needs to tell when each buffered row is due (see [[Sidecars]]). */
   def sidecar(s: SuppressNode): JObject = {
     val (mode, limit) = s.suppressed match {

@@ -4,7 +4,9 @@ import java.util.Locale
 
 import org.apache.spark.sql.AnalysisException
 import org.apache.spark.sql.catalyst.FunctionIdentifier
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Expression, ExpressionInfo, FunctionTableSubqueryArgumentExpression, NamedExpression}
+import org.apache.spark.sql.catalyst.expressions.{
+  Alias, Attribute, Cast, Expression, ExpressionInfo, FunctionTableSubqueryArgumentExpression, NamedExpression
+}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project, SubqueryAlias, View}
 import org.apache.spark.sql.catalyst.util.IntervalUtils
 import org.apache.spark.sql.sluice.DatasetAccess
@@ -70,7 +72,7 @@ private[sluice] object SuppressTableFunction {
           case strict: StrictBufferConfig =>
             (grace.fold(Suppressed.untilWindowCloses(strict))(g => Suppressed.untilWindowCloses(strict, g)), None)
           case eager => fail(s"until_window_closes emits only final results, so its buffer may not emit early " +
-            s"($eager): add shut_down_when_full or spill_to_disk_when_full, or use 'unbounded'")
+              s"($eager): add shut_down_when_full or spill_to_disk_when_full, or use 'unbounded'")
         }
       case "until_time_limit" =>
         arity(rest, 3, 4)
@@ -135,7 +137,9 @@ private[sluice] object SuppressTableFunction {
       case StringType =>
         val s = string(e, what)
         try IntervalUtils.stringToInterval(UTF8String.fromString(s))
-        catch { case _: IllegalArgumentException | _: org.apache.spark.SparkException => fail(s"'$s' is not an interval") }
+        catch {
+          case _: IllegalArgumentException | _: org.apache.spark.SparkException => fail(s"'$s' is not an interval")
+        }
       case other => fail(s"the $what must be an interval such as INTERVAL 30 SECONDS, got ${other.sql}")
     }
     if (interval.months != 0) fail(s"the $what must not use months or years: $interval")
@@ -151,15 +155,18 @@ private[sluice] object SuppressTableFunction {
     var bytes = Long.MaxValue
     var whenFull: Option[String] = None
     def number(t: String, v: String, parse: String => Long): Long = {
-      val n = try parse(v) catch { case _: NumberFormatException => fail(s"'$t' needs a number") }
+      val n =
+        try parse(v)
+        catch { case _: NumberFormatException => fail(s"'$t' needs a number") }
       if (n < 0) fail(s"'$t' must not be negative")
       n
     }
     tokens.foreach {
       case "unbounded" =>
       case t if t.startsWith("max_records=") => records = number(t, t.stripPrefix("max_records="), _.toLong)
-      case t if t.startsWith("max_bytes=") => bytes = number(t, t.stripPrefix("max_bytes="),
-        v => SluiceConf.parseBytes(v).getOrElse(throw new NumberFormatException(v)))
+      case t if t.startsWith("max_bytes=") =>
+        bytes = number(t, t.stripPrefix("max_bytes="),
+          v => SluiceConf.parseBytes(v).getOrElse(throw new NumberFormatException(v)))
       case t @ ("emit_early_when_full" | "shut_down_when_full" | "spill_to_disk_when_full") =>
         if (whenFull.nonEmpty) fail(s"the buffer has two when-full choices: ${whenFull.get} and $t")
         whenFull = Some(t)

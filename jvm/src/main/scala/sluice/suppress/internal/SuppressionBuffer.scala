@@ -15,8 +15,8 @@ import sluice.suppress._
 private[sluice] final class BufferLayout(val keyStruct: StructType, val rowSchema: StructType) extends Serializable {
   val keySchema: StructType = StructType(Seq(StructField("key", keyStruct, nullable = true)))
   val valueSchema: StructType = StructType(Seq(
-    StructField("bufferTime", LongType, nullable = false),
-    StructField("row", rowSchema, nullable = true)))
+      StructField("bufferTime", LongType, nullable = false),
+      StructField("row", rowSchema, nullable = true)))
 
   @transient private lazy val keyProj = UnsafeProjection.create(keySchema)
   @transient private lazy val valueProj = UnsafeProjection.create(valueSchema)
@@ -42,13 +42,13 @@ private[sluice] final class BufferLayout(val keyStruct: StructType, val rowSchem
 
 /** Counters of one partition's buffer for one micro-batch (the operator's custom metrics). */
 private[sluice] final class BufferStats {
-  var buffered = 0L         // rows put into the buffer
-  var emitted = 0L          // rows emitted because they were due
-  var absorbed = 0L         // updates that replaced a buffered row (intermediate results suppressed)
-  var evicted = 0L          // rows emitted early because the buffer was full
-  var records = 0L          // rows in the in-memory part after the batch
-  var bytes = 0L            // bytes of the in-memory part after the batch
-  var bytesMax = 0L         // largest in-memory size seen during the batch (sampled at every put)
+  var buffered = 0L // rows put into the buffer
+  var emitted = 0L // rows emitted because they were due
+  var absorbed = 0L // updates that replaced a buffered row (intermediate results suppressed)
+  var evicted = 0L // rows emitted early because the buffer was full
+  var records = 0L // rows in the in-memory part after the batch
+  var bytes = 0L // bytes of the in-memory part after the batch
+  var bytesMax = 0L // largest in-memory size seen during the batch (sampled at every put)
   var diskRecords = 0L
   var diskBytes = 0L
   var minBufferTime: Long = Long.MaxValue // earliest buffer time left after the batch
@@ -61,6 +61,7 @@ private[sluice] final class BufferStats {
 private[sluice] final class IndexedStore(val store: KeyedRows, val index: BufferIndex)
 
 private[sluice] object IndexedStore {
+
   /** Indexes `store` from a full scan (the buffer's metadata entry is not an entry). */
   def scan(layout: BufferLayout, store: KeyedRows): BufferIndex = {
     val index = new BufferIndex
@@ -214,7 +215,8 @@ private[sluice] final class SuppressionBuffer(
           memory.index.bytes, config.maxBytes)
       case BufferFullStrategy.EmitEarly =>
         Iterator.continually {
-          if (full) { stats.evicted += 1; take(memory, memory.index.first) } else null
+          if (full) { stats.evicted += 1; take(memory, memory.index.first) }
+          else null
         }.takeWhile(_ != null)
       case BufferFullStrategy.SpillToDisk =>
         // The newest entries are the last to become due: they go to disk first.

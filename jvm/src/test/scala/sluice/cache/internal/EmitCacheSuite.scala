@@ -100,7 +100,7 @@ class EmitCacheSuite extends AnyFunSuite {
       assert(kept.rows == scanned.rows, s"batch $id")
       val fresh = EmitCacheIndex.scan(layout, kept)
       assert((kept.index.get.bytes, kept.index.get.size, kept.index.get.oldestInsertMs) ==
-        (fresh.bytes, fresh.size, fresh.oldestInsertMs), s"batch $id")
+          (fresh.bytes, fresh.size, fresh.oldestInsertMs), s"batch $id")
     }
     assert(kept.rows.nonEmpty || scanned.rows.isEmpty)
   }

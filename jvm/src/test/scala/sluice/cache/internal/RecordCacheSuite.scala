@@ -141,7 +141,8 @@ class RecordCacheSuite extends AnyFunSuite {
     val owners = (0 until 5).map(_ => new Object)
     val logs = owners.map(_ => new Log)
     owners.zip(logs).foreach { case (o, l) => c.attach(o, l) }
-    for (i <- 0L until 100L; (o, l) <- owners.zip(logs)) c.putDirty(CacheKey("default", row(i), o), row(i), 1000 * entry, l)
+    for (i <- 0L until 100L; (o, l) <- owners.zip(logs))
+      c.putDirty(CacheKey("default", row(i), o), row(i), 1000 * entry, l)
     c.flush(logs(2), owners(2))
     assert(logs(2).writes.map(_._1) == (0L until 100L))
     assert(logs.indices.filter(_ != 2).forall(i => logs(i).writes.isEmpty))

@@ -51,7 +51,8 @@ object WriteBehindLogBenchmark {
     def median(xs: Seq[Long]): Double = { val s = xs.sorted; s(s.size / 2) / 1000.0 }
     def mean(xs: Seq[Long]): Double = xs.sum / xs.size / 1000.0
     println(f"write-behind log, $files files of $rowsPerFile rows, best of ${rounds - 1} rounds (us per file)")
-    println(f"${"path"}%-16s ${"write med"}%10s ${"write mean"}%11s ${"read med"}%10s ${"read mean"}%10s ${"list+delete"}%12s")
+    println(
+      f"${"path"}%-16s ${"write med"}%10s ${"write mean"}%11s ${"read med"}%10s ${"read mean"}%10s ${"list+delete"}%12s")
     StoreFilesSuite.kinds.map(_._1).foreach { kind =>
       val mine = results.filter(_._2 == kind).map(_._3)
       val best = mine.minBy(r => median(r.write) + median(r.read))

@@ -15,14 +15,16 @@ import sluice.state.{FileFormats, SluiceFileFormatException, StoreFilesSuite}
 
 class WriteBehindLogSuite extends AnyFunSuite {
   private val keyProj = UnsafeProjection.create(StructType(Seq(StructField("k", StringType))))
-  private val valueProj = UnsafeProjection.create(StructType(Seq(StructField("n", LongType), StructField("s", LongType))))
+  private val valueProj =
+    UnsafeProjection.create(StructType(Seq(StructField("n", LongType), StructField("s", LongType))))
   private def key(k: String): UnsafeRow = keyProj(InternalRow(UTF8String.fromString(k))).copy()
   private def value(n: Long, s: Long): UnsafeRow = valueProj(InternalRow(n, s)).copy()
 
-  private val entry = WriteBehindEntry(12L, 7L, Seq(
-    LoggedRow("default", key("a"), value(3, 30)),
-    LoggedRow("default", key("b"), null), // removed since delegate version 7
-    LoggedRow("other", key("a"), value(1, 2))))
+  private val entry = WriteBehindEntry(12L, 7L,
+    Seq(
+      LoggedRow("default", key("a"), value(3, 30)),
+      LoggedRow("default", key("b"), null), // removed since delegate version 7
+      LoggedRow("other", key("a"), value(1, 2))))
 
   private def same(a: WriteBehindEntry, b: WriteBehindEntry): Unit = {
     assert(a.version == b.version && a.delegateVersion == b.delegateVersion && a.rows.size == b.rows.size)
@@ -50,7 +52,8 @@ class WriteBehindLogSuite extends AnyFunSuite {
     val b = bytes(entry)
     intercept[IOException](WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(b.dropRight(4))), "f"))
     intercept[Exception](WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(b.take(30))), "f"))
-    intercept[IOException](WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream("PK".getBytes ++ b)), "f"))
+    intercept[IOException](WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream("PK".getBytes ++ b)),
+        "f"))
   }
 
   test("a file of a newer format fails naming the file, the format found and the formats read") {
@@ -81,7 +84,8 @@ class WriteBehindLogSuite extends AnyFunSuite {
       // a file of the wrong version under a version's name is an error, not another version's state
       val logDir = new File(dir.toUri.getPath, WriteBehindLog.DirName)
       Files.write(new File(logDir, s"14${WriteBehindLog.Suffix}").toPath, bytes(entry))
-      Files.deleteIfExists(new File(logDir, s".14${WriteBehindLog.Suffix}.crc").toPath) // else Hadoop calls it corrupt first
+      Files.deleteIfExists(new File(logDir,
+          s".14${WriteBehindLog.Suffix}.crc").toPath) // else Hadoop calls it corrupt first
       val e = intercept[IOException](log.read(14))
       assert(e.getMessage.contains(s"14${WriteBehindLog.Suffix} holds version 12"), e.getMessage)
     }

@@ -110,7 +110,8 @@ class StreamTimeCloserSuite extends AnyFunSuite {
       var (i, j) = (0, 0)
       val bias = rnd.nextDouble() // one task often far ahead of the other
       while (i < a.size || j < b.size) {
-        if (j >= b.size || (i < a.size && rnd.nextDouble() < bias)) { out += a(i); i += 1 } else { out += b(j); j += 1 }
+        if (j >= b.size || (i < a.size && rnd.nextDouble() < bias)) { out += a(i); i += 1 }
+        else { out += b(j); j += 1 }
       }
       out.toSeq
     }

@@ -15,7 +15,7 @@ import sluice.suppress._
 class SuppressionBufferSuite extends AnyFunSuite {
   private val keyStruct = StructType(Seq(StructField("user", StringType)))
   private val rowSchema = StructType(Seq(
-    StructField("user", StringType), StructField("count", LongType), StructField("pad", StringType)))
+      StructField("user", StringType), StructField("count", LongType), StructField("pad", StringType)))
   private val layout = new BufferLayout(keyStruct, rowSchema)
   private val rowProj = UnsafeProjection.create(rowSchema)
 
@@ -36,7 +36,7 @@ class SuppressionBufferSuite extends AnyFunSuite {
   private def key(user: String) = layout.key(new GenericInternalRow(Array[Any](UTF8String.fromString(user))))
   private def row(user: String, count: Long, pad: String = ""): InternalRow =
     rowProj(new GenericInternalRow(Array[Any](
-      UTF8String.fromString(user), count, UTF8String.fromString(pad)))).copy()
+          UTF8String.fromString(user), count, UTF8String.fromString(pad)))).copy()
   private def decode(r: UnsafeRow): (String, Long) = (r.getUTF8String(0).toString, r.getLong(1))
 
   private def part(store: MapStore) = new IndexedStore(store, IndexedStore.scan(layout, store))
@@ -150,7 +150,8 @@ class SuppressionBufferSuite extends AnyFunSuite {
   }
 
   test("a batch touches only what it puts and releases: no store is scanned once the buffer is indexed") {
-    for (config <- Seq(BufferConfig.unbounded(), BufferConfig.maxRecords(50), BufferConfig.maxRecords(50).spillToDiskWhenFull())) {
+    for (config <-
+        Seq(BufferConfig.unbounded(), BufferConfig.maxRecords(50), BufferConfig.maxRecords(50).spillToDiskWhenFull())) {
       val mem = new MapStore
       val disk = new MapStore
       putAll(buffer(config, mem, Some(disk)), (0 until 200).map(i => f"k$i%03d" -> (i % 7).toLong))
@@ -290,8 +291,10 @@ class SuppressionBufferSuite extends AnyFunSuite {
         case 1 | 2 =>
           threshold += rnd.nextInt(4)
           val due = (t: Long) => t <= threshold
-          assert(b.afterPut(due).map(r => (r.getUTF8String(0).toString, r.getLong(1),
-            r.getUTF8String(2).toString)).toList == model.afterPut(due).toOption.get, s"seed $seed step $step")
+          assert(
+            b.afterPut(due).map(r =>
+              (r.getUTF8String(0).toString, r.getLong(1),
+                r.getUTF8String(2).toString)).toList == model.afterPut(due).toOption.get, s"seed $seed step $step")
         case _ =>
           val u = users(rnd.nextInt(users.size))
           val t = threshold - 1 + rnd.nextInt(8) // a new key may be due at once
@@ -305,8 +308,9 @@ class SuppressionBufferSuite extends AnyFunSuite {
               assert((e.records, e.bytes) == (records, bytes))
               failed = true
             case Right(expected) =>
-              val got = b.afterPut(due).map(r => (r.getUTF8String(0).toString, r.getLong(1),
-                r.getUTF8String(2).toString)).toList
+              val got = b.afterPut(due).map(r =>
+                (r.getUTF8String(0).toString, r.getLong(1),
+                  r.getUTF8String(2).toString)).toList
               assert(got == expected, s"seed $seed step $step")
           }
       }

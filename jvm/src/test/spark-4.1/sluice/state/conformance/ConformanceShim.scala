@@ -8,6 +8,7 @@ import org.apache.spark.sql.internal.SQLConf
  * reads files that the published test-jar keeps inside the jar. The reasons are stated once here.
  */
 object ConformanceShim {
+
   /** 4.1 has no row checksums: nothing to carry into an HDFS-style conf. */
   def carryRowChecksum(sqlConf: SQLConf): Unit = ()
 

@@ -23,6 +23,7 @@ abstract class CachingOverRocksDBConformanceSuite(commitIntervalMs: Long)
   extends CachingConformanceSuite("rocksdb", commitIntervalMs) with RocksDBStyleSetup[TaskScopedCachingProvider]
 
 object CachingConformanceSuite {
+
   /** The commit interval of the write-behind configurations: no batch of a test reaches it. */
   val WriteBehindIntervalMs: Long = 3600L * 1000
 
@@ -52,7 +53,8 @@ object CacheOverHdfsSuite {
   ) ++ ConformanceShim.CachingExclusions
 }
 
-class CacheOverHdfsWriteBehindSuite extends CachingOverHdfsConformanceSuite(CachingConformanceSuite.WriteBehindIntervalMs) {
+class CacheOverHdfsWriteBehindSuite
+  extends CachingOverHdfsConformanceSuite(CachingConformanceSuite.WriteBehindIntervalMs) {
   override protected def exclusions: Seq[(String, String)] = CacheOverHdfsWriteBehindSuite.Exclusions
 }
 

@@ -24,8 +24,8 @@ import org.apache.spark.sql.types.StructType
  * are registered as ignored. Everything else is set up as Spark's own HDFS-backed and RocksDB
  * suites set up theirs.
  */
-abstract class SluiceConformanceSuite[P <: StateStoreProvider] extends StateStoreSuiteBase[P]
-  with SharedSparkSession with BeforeAndAfter {
+abstract class SluiceConformanceSuite[P <: StateStoreProvider]
+  extends StateStoreSuiteBase[P] with SharedSparkSession with BeforeAndAfter {
   import StateStoreTestsHelper._
 
   /**
@@ -91,7 +91,8 @@ abstract class SluiceConformanceSuite[P <: StateStoreProvider] extends StateStor
 
   override def newStoreProvider(): P = newStoreProvider(randomId())
 
-  override def newStoreProvider(storeId: StateStoreId): P = newStoreProvider(storeId, NoPrefixKeyStateEncoderSpec(keySchema))
+  override def newStoreProvider(storeId: StateStoreId): P =
+    newStoreProvider(storeId, NoPrefixKeyStateEncoderSpec(keySchema))
 
   override def newStoreProvider(storeId: StateStoreId, useColumnFamilies: Boolean): P =
     newStoreProvider(storeId, NoPrefixKeyStateEncoderSpec(keySchema), useColumnFamilies = useColumnFamilies)
@@ -158,7 +159,8 @@ abstract class SluiceConformanceSuite[P <: StateStoreProvider] extends StateStor
 trait HdfsStyleSetup[P <: StateStoreProvider] extends SluiceConformanceSuite[P] {
   override protected def columnFamilies: Boolean = false
   override protected def sqlConfForNewProvider(): SQLConf = getDefaultSQLConf(
-    SQLConf.STATE_STORE_MIN_DELTAS_FOR_SNAPSHOT.defaultValue.get, SQLConf.MAX_BATCHES_TO_RETAIN_IN_MEMORY.defaultValue.get)
+    SQLConf.STATE_STORE_MIN_DELTAS_FOR_SNAPSHOT.defaultValue.get,
+    SQLConf.MAX_BATCHES_TO_RETAIN_IN_MEMORY.defaultValue.get)
   override def getDefaultSQLConf(minDeltasForSnapshot: Int, numOfVersToRetainInMemory: Int): SQLConf =
     SluiceConformanceSuite.hdfsStyleSQLConf(minDeltasForSnapshot, numOfVersToRetainInMemory)
 }
@@ -173,6 +175,7 @@ trait RocksDBStyleSetup[P <: StateStoreProvider] extends SluiceConformanceSuite[
 
 /** SQL confs as Spark's own provider suites build them. */
 object SluiceConformanceSuite {
+
   /** As Spark's HDFS-backed store suite (StateStoreSuite) does. */
   def hdfsStyleSQLConf(minDeltasForSnapshot: Int, numOfVersToRetainInMemory: Int): SQLConf = {
     val sqlConf = new SQLConf()

@@ -17,9 +17,10 @@ import sluice.spark.{OpenOptions, ProviderSpec}
  * outside the context, so Spark's suite can still change its session conf (withSQLConf) in between.
  */
 class TaskScopedCachingProvider(delegateName: String, commitIntervalMs: Long) extends CachingStateStoreProvider {
-  private val task: TaskContext = SparkTestAccess.newContext(0, Map(
-    SluiceConf.StateStoreCacheDelegate.key -> delegateName,
-    SluiceConf.CommitIntervalMs.key -> commitIntervalMs.toString))
+  private val task: TaskContext = SparkTestAccess.newContext(0,
+    Map(
+      SluiceConf.StateStoreCacheDelegate.key -> delegateName,
+      SluiceConf.CommitIntervalMs.key -> commitIntervalMs.toString))
   private var ended = false
 
   override protected def setUp(spec: ProviderSpec): Unit = SparkTestAccess.within(task)(super.setUp(spec))

@@ -18,6 +18,7 @@ import org.apache.spark.util.ManualClock
  * keeps each batch's rows (a v1 `Sink`).
  */
 object DrivenQueries {
+
   /**
    * Starts `df` (built on a [[DrivenSource]]) on `checkpoint` with `clock` as its trigger clock and
    * a trigger every millisecond of it: the query runs one trigger each time the clock is advanced
@@ -113,6 +114,7 @@ final class DrivenSink extends Sink {
 }
 
 object DrivenSink {
+
   /** The message of the failure [[DrivenSink.failNext]] injects. */
   val InjectedFailure = "sluice.testing: the batch failed as the test asked"
 

@@ -15,6 +15,7 @@ final class MinMetric extends org.apache.spark.util.AccumulatorV2[Long, Long] {
 }
 
 object MinMetric {
+
   /** A driver-registered minimum: operators use it to learn, after a batch, when something is next due. */
   def registered(sc: org.apache.spark.SparkContext, name: String): MinMetric = {
     val m = new MinMetric

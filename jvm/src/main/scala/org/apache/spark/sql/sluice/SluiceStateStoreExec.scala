@@ -7,8 +7,10 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.plans.physical.{AllTuples, ClusteredDistribution, Distribution}
 import org.apache.spark.sql.execution.UnaryExecNode
-import org.apache.spark.sql.execution.streaming.operators.stateful.{StatefulOperatorPartitioning, StatefulOperatorStateInfo,
-  StatefulOpStateStoreCheckpointInfo, StateStoreWriter}
+import org.apache.spark.sql.execution.streaming.operators.stateful.{
+  StatefulOperatorPartitioning, StatefulOperatorStateInfo,
+  StatefulOpStateStoreCheckpointInfo, StateStoreWriter
+}
 import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.types.StructType
 
@@ -20,6 +22,7 @@ import org.apache.spark.sql.types.StructType
  */
 trait SluiceStateStoreExec extends UnaryExecNode with StateStoreWriter {
   def context: Option[StreamContext]
+
   /** Partitioning keys (child attributes); empty = one partition (like a global aggregation). */
   def keyAttributes: Seq[Attribute]
   def stateKeySchema: StructType
@@ -96,9 +99,9 @@ trait SluiceStateStoreExec extends UnaryExecNode with StateStoreWriter {
   override def validateAndMaybeEvolveStateSchema(
       hadoopConf: Configuration, batchId: Long, stateSchemaVersion: Int): List[StateSchemaValidationResult] = {
     val schema = List(StateStoreColFamilySchema(StateStore.DEFAULT_COL_FAMILY_NAME, 0, stateKeySchema, 0,
-      stateValueSchema))
+        stateValueSchema))
     List(StateSchemaCompatibilityChecker.validateAndMaybeEvolveStateSchema(getStateInfo, hadoopConf, schema,
-      session.sessionState, stateSchemaVersion))
+        session.sessionState, stateSchemaVersion))
   }
 
   /**
@@ -166,7 +169,8 @@ trait SluiceStateStoreExec extends UnaryExecNode with StateStoreWriter {
       def id(version: Long, ckpt: Option[String]): Option[Array[String]] =
         Some(Array(ckpt.getOrElse(s"version-$version")))
       setStateStoreCheckpointInfo(StatefulOpStateStoreCheckpointInfo(i.partitionId, i.batchVersion,
-        id(i.batchVersion, i.stateStoreCkptId),
-        if (i.batchVersion > 1) id(i.batchVersion - 1, i.baseStateStoreCkptId) else i.baseStateStoreCkptId.map(Array(_))))
+          id(i.batchVersion, i.stateStoreCkptId),
+          if (i.batchVersion > 1) id(i.batchVersion - 1, i.baseStateStoreCkptId)
+          else i.baseStateStoreCkptId.map(Array(_))))
     }
 }

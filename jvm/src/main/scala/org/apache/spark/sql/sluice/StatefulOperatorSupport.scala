@@ -20,6 +20,7 @@ import org.apache.spark.util.{CompletionIterator, SerializableConfiguration}
  *  - [[SluiceStateStoreExec]] for physical nodes.
  */
 object StatefulOperatorSupport {
+
   /**
    * The Hadoop configuration tasks open sluice's own stores with, broadcast once per query run: a
    * store reads it only when its provider is created, while building and shipping a session's
@@ -42,7 +43,7 @@ object StatefulOperatorSupport {
     case a: Aggregate => a.child.isStreaming
     case j: Join => j.left.isStreaming && j.right.isStreaming
     case _: Deduplicate | _: DeduplicateWithinWatermark | _: FlatMapGroupsWithState |
-         _: FlatMapGroupsInPandasWithState | _: TransformWithState | _: TransformWithStateInPySpark => true
+        _: FlatMapGroupsInPandasWithState | _: TransformWithState | _: TransformWithStateInPySpark => true
     case l: GlobalLimit => l.isStreaming
     case _ => false
   }

@@ -36,6 +36,7 @@ final class CombinedMetric(kind: String) extends SQLMetric("sum", -1L) {
     case _ => throw new UnsupportedOperationException(s"cannot merge ${other.getClass}")
   }
   override def value: Long = if (count == 0) 0 else if (kind == "max") max else sum / count
+
   /** For an average: adds `total` over `n` observations. */
   def addMany(total: Long, n: Long): Unit = if (n > 0) {
     sum += total; count += n; max = math.max(max, total / n)
@@ -50,8 +51,7 @@ case class SizeOperatorMetric(name: String, desc: String) extends StatefulOperat
   override def createSQLMetric(sparkContext: SparkContext): SQLMetric = SQLMetrics.createSizeMetric(sparkContext, desc)
 }
 
-case class CombinedCustomMetric(name: String, desc: String, kind: String)
-    extends StatefulOperatorCustomMetric {
+case class CombinedCustomMetric(name: String, desc: String, kind: String) extends StatefulOperatorCustomMetric {
   override def createSQLMetric(sparkContext: SparkContext): SQLMetric = {
     val m = new CombinedMetric(kind)
     m.register(sparkContext, Some(desc), countFailedValues = false)

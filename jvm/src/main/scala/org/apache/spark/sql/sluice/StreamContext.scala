@@ -13,9 +13,11 @@ import org.apache.spark.sql.streaming.OutputMode
  */
 final class StreamContext(
     @transient val execution: IncrementalExecution,
-    val stateInfo: StatefulOperatorStateInfo) extends Serializable {
+    val stateInfo: StatefulOperatorStateInfo)
+  extends Serializable {
   def batchId: Long = stateInfo.storeVersion
   def outputMode: OutputMode = execution.outputMode
+
   /** Wall-clock time of this batch, recorded in the offset log (the same when a batch replays). */
   def batchTimestampMs: Long = execution.offsetSeqMetadata.batchTimestampMs
 

@@ -14,6 +14,7 @@ import org.apache.spark.sql.classic.SparkSession
  * store coordinator.
  */
 object SparkTestAccess {
+
   /** Starts the session's state store coordinator (lazy in Spark), as Spark's store suites do. */
   def startCoordinator(spark: SparkSession): Unit = spark.streams.stateStoreCoordinator
 
@@ -31,7 +32,8 @@ object SparkTestAccess {
   def within[T](tc: TaskContext)(f: => T): T = {
     val previous = TaskContext.get()
     TaskContext.setTaskContext(tc)
-    try f finally if (previous == null) TaskContext.unset() else TaskContext.setTaskContext(previous)
+    try f
+    finally if (previous == null) TaskContext.unset() else TaskContext.setTaskContext(previous)
   }
 
   /** Ends task `tc` successfully: its completion listeners run. */

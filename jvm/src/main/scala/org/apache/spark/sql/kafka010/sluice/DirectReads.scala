@@ -12,8 +12,10 @@ import org.apache.spark.sql.connector.metric.CustomTaskMetric
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
 import org.apache.spark.sql.connector.read.streaming.PartitionOffset
 import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead.RecordStatus
-import org.apache.spark.sql.kafka010.{KafkaBatchInputPartition, KafkaOffsetRangeLimit, KafkaRecordToRowConverter,
-  KafkaSourcePartitionOffset}
+import org.apache.spark.sql.kafka010.{
+  KafkaBatchInputPartition, KafkaOffsetRangeLimit, KafkaRecordToRowConverter,
+  KafkaSourcePartitionOffset
+}
 import org.apache.spark.sql.kafka010.consumer.{KafkaDataConsumer, KafkaDataConsumerIterator}
 import org.apache.spark.sql.vectorized.ColumnarBatch
 import org.apache.spark.unsafe.types.UTF8String
@@ -40,6 +42,7 @@ import org.apache.spark.util.LongAccumulator
  * In Spark's Kafka package because the input partition and the pooled consumer are private to it.
  */
 object DirectReads {
+
   /**
    * Readers of `KafkaBatchInputPartition`s without headers; other partitions (a source with
    * `includeHeaders`, whose headers column Spark's reader builds) go to `fallback`, the factory
@@ -121,11 +124,13 @@ private final class DirectReader(p: KafkaBatchInputPartition, records: LongAccum
    * switch as it is. The zone is read once per reader, not once per record.
    */
   private def micros(r: ConsumerRecord[_, _]): Long = {
-    val us = try Math.multiplyExact(r.timestamp, 1000L) catch {
-      case e: ArithmeticException => throw new IllegalStateException(
-        s"Kafka record ${r.topic}-${r.partition} at offset ${r.offset} has a timestamp of ${r.timestamp} ms, " +
-          "beyond what a Spark timestamp holds", e)
-    }
+    val us =
+      try Math.multiplyExact(r.timestamp, 1000L)
+      catch {
+        case e: ArithmeticException => throw new IllegalStateException(
+            s"Kafka record ${r.topic}-${r.partition} at offset ${r.offset} has a timestamp of ${r.timestamp} ms, " +
+              "beyond what a Spark timestamp holds", e)
+      }
     RebaseDateTime.rebaseJulianToGregorianMicros(zone, us)
   }
 

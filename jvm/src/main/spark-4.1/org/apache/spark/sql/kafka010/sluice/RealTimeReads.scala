@@ -8,6 +8,7 @@ import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead.Record
  * one abstract read; 4.2 replaced it by `nextWithTimeout(startTimeMs, timeoutMs)`.
  */
 private[sluice] trait RealTimeReads[T] extends SupportsRealTimeRead[T] {
+
   /** The next record within `timeoutMs`, if one comes. */
   def nextRecord(timeoutMs: Long): RecordStatus
 

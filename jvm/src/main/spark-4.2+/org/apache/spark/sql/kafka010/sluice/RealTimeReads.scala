@@ -9,6 +9,7 @@ import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead.Record
  * two-argument one being what Spark calls).
  */
 private[sluice] trait RealTimeReads[T] extends SupportsRealTimeRead[T] {
+
   /** The next record within `timeoutMs`, if one comes. */
   def nextRecord(timeoutMs: Long): RecordStatus
 
