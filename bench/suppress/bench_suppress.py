@@ -18,6 +18,12 @@ held: a per-user count under until_time_limit(10 years) (nothing ever due), with
 release: one batch releasing 1M due windows (own JVM, small young generation, GC log): the
     largest heap after a GC during the batch minus the heap before it, over the released rows'
     bytes (<= 2x). `--case all` runs it last, in a subprocess.
+grace: a 1-minute windowed count with a 10-minute watermark delay, its finals by
+    until_window_closes without a grace (the watermark closes windows) and with a grace of 0 and
+    of 1 minute, the same input (E events/s of event time, one 10-second file per micro-batch) for
+    each and a last file a day later that closes every window, sides alternating: how far past a
+    window's end stream time (the largest event time read through the emitting batch) is when its
+    final leaves, p50/p99, and throughput; every side's finals must be the same. Targets: grace 0 p99 <= 1/10 of the watermark's p50, throughput >= 0.95x.
 bounded: one batch of ~100 MB of updates into a 10 MB max_bytes buffer (one partition): the
     largest in-memory size ever reached (suppressionBufferBytesMax) over the bound (<= 1.1x), for
     emit-early and spill-to-disk.
@@ -28,6 +34,7 @@ bounded: one batch of ~100 MB of updates into a 10 MB max_bytes buffer (one part
         [--providers windowstore,rocksdb]                                (held)
         [--bound-mb 10] [--updates-mb 100]                               (bounded)
         [--release-rows 1000000]                                         (release)
+        [--grace-minutes 20] [--events-per-second 1000]                  (grace)
 """
 from __future__ import annotations
 
@@ -39,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -408,6 +416,81 @@ def sessions(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
     h.write()
 
 
+GRACE_SIDES = {"watermark": None, "grace 0": 0, "grace 1 min": 60}
+
+
+def grace(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
+    """How soon finals leave with a grace per window below the watermark delay (KIP-328)."""
+    file_s, rate = 10, args.events_per_second
+    files = args.grace_minutes * 60 // file_s
+    src = work / "grace-in"
+    make_input(spark, src, files * file_s * rate, files, args.users, rate)
+    # A last file a day later closes every window on every side, so each side emits the same finals
+    # (the same work); the finals it closes are left out of the lags.
+    closing_ts = 1_700_000_000 + files * file_s + 86_400
+    (spark.range(1).select(F.lit(closing_ts).cast("timestamp").alias("ts"), F.lit("closing").alias("user"))
+     .write.parquet(str(src / f"part-{files:04d}")))
+    h = Harness("suppress_grace", "final results by until_window_closes: watermark only vs a grace per window",
+                {"input": f"{args.grace_minutes} min of event time, {rate} events/s, {args.users} users, "
+                          f"one {file_s}-s file per micro-batch",
+                 "query": "1-minute tumbling windows, count per user, withWatermark 10 minutes, update mode + "
+                          "suppress(until_window_closes(unbounded(), grace)) (fused, the default plan)",
+                 "sides": {k: ("no grace (the watermark delay)" if v is None else f"grace {v} s")
+                           for k, v in GRACE_SIDES.items()},
+                 "lag": "stream time (largest event time read through the emitting batch) minus the window's end",
+                 "comparator": "the watermark side (sluice's behaviour without grace, Spark's append-mode timing)",
+                 "rounds": args.rounds})
+    finals: dict[str, dict[tuple[int, str], int]] = {}
+
+    def run(side: str, i: int) -> dict:
+        emitted: list[tuple[int, int, str, int]] = []  # batch, window end (s), user, count
+
+        def sink(batch: DataFrame, batch_id: int) -> None:
+            emitted.extend((batch_id, int(r[0].timestamp()), r[1], r[2]) for r in
+                           batch.select(F.col("window.end"), "user", "count").collect())
+
+        events = (spark.readStream.schema("ts timestamp, user string").option("maxFilesPerTrigger", 1)
+                  .option("recursiveFileLookup", "true").parquet(str(src)))
+        counts = events.withWatermark("ts", "10 minutes").groupBy(F.window("ts", "1 minute"), "user").count()
+        g = GRACE_SIDES[side]
+        out = suppress(counts, Suppressed.until_window_closes(BufferConfig.unbounded(),
+                                                              grace=None if g is None else timedelta(seconds=g)))
+        start = time.perf_counter()
+        q = (out.writeStream.foreachBatch(sink).outputMode("update")
+             .option("checkpointLocation", str(work / f"ckpt-grace-{side.replace(' ', '')}-{i}")).start())
+        q.processAllAvailable()
+        elapsed = time.perf_counter() - start
+        # stream time through each batch: the running maximum of the batches' largest event times
+        seen, through = 0.0, {}
+        for p in sorted(q.recentProgress, key=lambda p: p["batchId"]):
+            top = p.get("eventTime", {}).get("max")
+            if top:
+                seen = max(seen, datetime.fromisoformat(top.replace("Z", "+00:00")).timestamp())
+            through[p["batchId"]] = seen
+        q.stop()
+        lags = sorted(through[b] - end for b, end, _, _ in emitted if through[b] < closing_ts)
+        keys = [(end, user) for _, end, user, _ in emitted]
+        assert len(keys) == len(set(keys)), f"{side}: a final result emitted twice"
+        if i >= 0:
+            finals.setdefault(side, {}).update({(end, user): n for _, end, user, n in emitted})
+        return {"seconds": elapsed, "events_per_s": files * file_s * rate / elapsed, "finals": len(emitted),
+                "lag_p50_s": statistics.median(lags), "lag_p99_s": lags[min(len(lags) - 1, int(len(lags) * 0.99))]}
+
+    runs = h.alternating(list(GRACE_SIDES), args.rounds, run, warmup=lambda side: run(side, -1))
+    base = finals["watermark"]
+    for side, got in finals.items():
+        assert got == base, f"{side}: its finals differ from the watermark side's"
+    med = {side: {k: statistics.median(r[k] for r in rs) for k in ("lag_p50_s", "lag_p99_s", "events_per_s")}
+           for side, rs in runs.items()}
+    for side, m in med.items():
+        print(f"   {side}: lag p50 {m['lag_p50_s']:.0f} s, p99 {m['lag_p99_s']:.0f} s, {m['events_per_s']:.0f} events/s")
+    h.target("grace 0 lag p99 / watermark lag p50", med["grace 0"]["lag_p99_s"] / med["watermark"]["lag_p50_s"],
+             "<=", 0.1)
+    h.target("throughput grace 0 / watermark", med["grace 0"]["events_per_s"] / med["watermark"]["events_per_s"],
+             ">=", 0.95)
+    h.write(medians=med)
+
+
 def fused(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
     src = work / "in-fused"
     make_input(spark, src, args.rows, args.files, args.users, args.events_per_second)
@@ -416,7 +499,9 @@ def fused(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", default="all", choices=["all", "throughput", "fused", "sessions", "held", "bounded", "release"])
+    ap.add_argument("--case", default="all",
+                    choices=["all", "throughput", "fused", "sessions", "grace", "held", "bounded", "release"])
+    ap.add_argument("--grace-minutes", type=int, default=20, help="minutes of event time (grace)")
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--files", type=int, default=20)
     ap.add_argument("--users", type=int, default=2_000)
@@ -454,7 +539,8 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix="bench-suppress-"))
     try:
-        for case, fn in (("throughput", throughput), ("fused", fused), ("sessions", sessions), ("held", held),
+        for case, fn in (("throughput", throughput), ("fused", fused), ("sessions", sessions), ("grace", grace),
+                         ("held", held),
                          ("bounded", bounded),
                          ("release", release)):
             if args.case == case or (args.case == "all" and case != "release"):
