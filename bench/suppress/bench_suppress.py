@@ -434,7 +434,8 @@ def grace(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
                 {"input": f"{args.grace_minutes} min of event time, {rate} events/s, {args.users} users, "
                           f"one {file_s}-s file per micro-batch",
                  "query": "1-minute tumbling windows, count per user, withWatermark 10 minutes, update mode + "
-                          "suppress(until_window_closes(unbounded(), grace)) (fused, the default plan)",
+                          "suppress(until_window_closes(unbounded(), grace)); as planned by default: fused without a grace, "
+                          "the buffered plan (aggregation, then suppress's buffer) with one",
                  "sides": {k: ("no grace (the watermark delay)" if v is None else f"grace {v} s")
                            for k, v in GRACE_SIDES.items()},
                  "lag": "stream time (largest event time read through the emitting batch) minus the window's end",
