@@ -313,8 +313,9 @@ class Combo:
 # the default minor runs the other two quarters (SLUICE_MATRIX_CELLS="0:on,1h:off", interval:bound
 # pairs), so each combination runs once on every stop. Unset, the whole matrix runs.
 INTERVALS = os.environ.get("SLUICE_MATRIX_INTERVALS", "0,1h").split(",")
-BOUNDS = [{"off": False, "on": True}[b] for b in os.environ.get("SLUICE_MATRIX_BOUNDS", "off,on").split(",")]
-CELLS = {(i, {"off": False, "on": True}[b]) for i, b in
+BOUND = {"off": False, "on": True}
+BOUNDS = [BOUND[b] for b in os.environ.get("SLUICE_MATRIX_BOUNDS", "off,on").split(",")]
+CELLS = {(i, BOUND[b]) for i, b in
          (cell.split(":") for cell in os.environ.get("SLUICE_MATRIX_CELLS", "").split(",") if cell)}
 COMBOS = [Combo(p, c, q, i, b) for p in PROVIDERS for c in (False, True) for q in QUERIES
           for i in INTERVALS for b in BOUNDS if not CELLS or (i, b) in CELLS]

@@ -25,7 +25,8 @@ private[sluice] object SessionPlanRecord {
     val info = ctx.stateInfo
     if (!checkedRuns.add((info.queryRunId, info.operatorId))) return
     val root = new Path(info.checkpointLocation)
-    val files = StoreFiles(new Path(root, info.operatorId.toString), session.sessionState.newHadoopConf())
+    val dir = new Path(root, info.operatorId.toString)
+    val files = StoreFiles(dir, session.sessionState.newHadoopConf())
     val plan = if (finalOnly) Fused else Updates
     if (!files.exists(FileName)) {
       files.mkdirs() // written before the operator's first state files
@@ -33,9 +34,7 @@ private[sluice] object SessionPlanRecord {
     } else {
       val in = files.open(FileName)
       val recorded =
-        try
-          FileFormats.SessionPlan.readText(new Path(info.checkpointLocation, s"${info.operatorId}/$FileName").toString,
-            in.readAllBytes()).trim
+        try FileFormats.SessionPlan.readText(new Path(dir, FileName).toString, in.readAllBytes()).trim
         finally in.close()
       if (recorded != plan) {
         val key = SluiceConf.SuppressFused.key
