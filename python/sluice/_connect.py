@@ -68,6 +68,9 @@ def encode(
     name: str | None = None,
     time_col: str | None = None,
     grace_ms: int | None = None,
+    late_path: str | None = None,
+    late_format: str | None = None,
+    late_options: dict[str, str] | None = None,
 ) -> bytes:
     """The ``sluice.connect.Suppress`` message for ``suppress`` of ``input_relation`` (a bound left
     out is unbounded; a grace left out is the watermark delay)."""
@@ -84,6 +87,12 @@ def encode(
         out += _string_field(8, time_col)
     if grace_ms is not None:
         out += _int64_field(9, grace_ms)
+    if late_path is not None:
+        out += _string_field(10, late_path)
+    if late_format is not None:
+        out += _string_field(11, late_format)
+    for key, value in sorted((late_options or {}).items()):
+        out += _bytes_field(12, _string_field(1, key) + _string_field(2, value))  # a map<string, string> entry
     return out
 
 

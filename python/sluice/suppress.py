@@ -137,6 +137,9 @@ class Suppressed:
     limit_ms: int = 0
     name: str | None = None
     grace_ms: int | None = None
+    late_path: str | None = None
+    late_format: str = "parquet"
+    late_options: tuple[tuple[str, str], ...] = ()
 
     @staticmethod
     def until_window_closes(buffer_config: StrictBufferConfig, grace: Duration | None = None) -> Suppressed:
@@ -169,6 +172,33 @@ class Suppressed:
         buffered, in the first micro-batch at or after that time (KIP-539), also without input."""
         return Suppressed("until_wall_clock_time_limit", _check_config(buffer_config), _millis(time_to_wait))
 
+    def with_late_records(
+        self, path: str, format: str = "parquet", options: dict[str, str] | None = None
+    ) -> Suppressed:
+        """Keeps the records dropped as late instead of only counting them (``until_window_closes``).
+
+        Every input record of the aggregation whose window had already closed when it came (by the
+        grace period, or by Spark's watermark) is written to ``path`` in Spark file format ``format``
+        (``parquet``, ``json``, ``orc`` or ``csv``; ``options`` as ``df.write.options`` takes them):
+        each micro-batch's under ``path/batch_id=<id>/``, exactly once across restarts and replays.
+        A record carries the aggregation's input columns (window, keys, event time, values) and
+        ``late_by_ms``, how far stream time was past the window's close when it came. Read them
+        with ``spark.read.format(format).load(path)``. Micro-batch triggers only; time windows
+        (``F.window``) only."""
+        if self.kind != "until_window_closes":
+            raise ValueError(
+                "late records are kept by until_window_closes, whose windows close; "
+                f"{self.kind} drops no record as late"
+            )
+        if not isinstance(path, str) or not path:
+            raise ValueError("late records need a path (a non-empty string)")
+        if not isinstance(format, str) or not format:
+            raise ValueError("late records need a format (a non-empty string such as 'parquet')")
+        opts = {} if options is None else options
+        if not isinstance(opts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in opts.items()):
+            raise TypeError("options must be a dict of strings to strings")
+        return replace(self, late_path=path, late_format=format, late_options=tuple(sorted(opts.items())))
+
     def with_name(self, name: str) -> Suppressed:
         """Names the operator in errors (e.g. the buffer-full error)."""
         if not isinstance(name, str) or not name:
@@ -180,6 +210,8 @@ class Suppressed:
         buf = self.buffer._to_java(spark)
         if self.kind == "until_window_closes":
             j = s.untilWindowCloses(buf) if self.grace_ms is None else s.untilWindowCloses(buf, self.grace_ms)
+            if self.late_path is not None:
+                j = j.withLateRecords(self.late_path, self.late_format, dict(self.late_options))
         elif self.kind == "until_time_limit":
             j = s.untilTimeLimit(self.limit_ms, buf)
         else:
@@ -197,6 +229,9 @@ class Suppressed:
             "max_bytes": None if buf.bytes == _UNBOUNDED else buf.bytes,
             "name": self.name,
             "grace_ms": self.grace_ms,
+            "late_path": self.late_path,
+            "late_format": self.late_format if self.late_path is not None else None,
+            "late_options": dict(self.late_options) if self.late_path is not None else None,
         }
 
 

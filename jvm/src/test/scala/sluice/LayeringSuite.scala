@@ -133,7 +133,7 @@ object LayeringSuite {
     "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric",
     "SizeOperatorMetric",
     "DatasetAccess", "DirectReads", "DirectReaderFactory", "DirectReader", "RealTimeReads",
-    "DrivenQueries", "DrivenSource", "DrivenClock", "DrivenSink")
+    "DrivenQueries", "DrivenSource", "DrivenClock", "DrivenSink", "BatchFiles")
 
   /** Where Spark's internals may be named: the seam (shared and per-minor folders) and the bridge. */
   val SeamSourceDirs: Seq[String] = Seq("scala/sluice/spark/.*", "spark-[^/]+/sluice/spark/.*",
@@ -149,7 +149,7 @@ object LayeringSuite {
     "cache" -> Set("CachingStateStoreProvider"),
     "suppress" -> Set("Suppress", "Suppressed", "UntilWindowCloses", "UntilTimeLimit", "UntilWallClockTimeLimit",
       "BufferConfig", "StrictBufferConfig", "EagerBufferConfig", "BufferFullStrategy", "BufferFullException",
-      "SuppressUsageException"))
+      "SuppressUsageException", "LateRecords"))
 
   def layerOf(className: String): Option[String] = {
     val pkg = className.split('/').dropRight(1).toList

@@ -38,6 +38,9 @@ class SuppressRelationPlugin extends ConnectRelationPlugin(SuppressRelation.Type
  *   string name = 7;        // optional operator name (Suppressed.withName)
  *   string time_col = 8;    // optional, until_time_limit's event-time column
  *   int64 grace_ms = 9;     // optional, until_window_closes' grace period; absent = the watermark delay
+ *   string late_path = 10;  // optional, where until_window_closes keeps its late records (LateRecords)
+ *   string late_format = 11;              // their Spark file format; absent = parquet
+ *   map<string, string> late_options = 12; // their write options
  * }
  * }}}
  * It is a real protobuf message, so that the client can write it with any protobuf library and
@@ -63,6 +66,9 @@ object SuppressRelation {
     var name: Option[String] = None
     var timeCol: Option[String] = None
     var graceMs: Option[Long] = None
+    var latePath: Option[String] = None
+    var lateFormat: Option[String] = None
+    var lateOptions = Map.empty[String, String]
     var tag = in.readTag()
     while (tag != 0) {
       WireFormat.getTagFieldNumber(tag) match {
@@ -75,6 +81,9 @@ object SuppressRelation {
         case 7 => name = Some(in.readStringRequireUtf8())
         case 8 => timeCol = Some(in.readStringRequireUtf8())
         case 9 => graceMs = Some(in.readInt64())
+        case 10 => latePath = Some(in.readStringRequireUtf8())
+        case 11 => lateFormat = Some(in.readStringRequireUtf8())
+        case 12 => lateOptions += mapEntry(in.readByteArray())
         case _ => in.skipField(tag)
       }
       tag = in.readTag()
@@ -82,7 +91,30 @@ object SuppressRelation {
     if (input == null) invalid("no input relation")
     if (graceMs.nonEmpty && kind != "until_window_closes")
       invalid(s"grace_ms is only for until_window_closes, not $kind")
-    Message(input, suppressed(kind, limitMs, bufferConfig(maxRecords, maxBytes, whenFull), name, graceMs), timeCol)
+    if ((lateFormat.nonEmpty || lateOptions.nonEmpty) && latePath.isEmpty)
+      invalid("late_format or late_options without late_path")
+    if (latePath.nonEmpty && kind != "until_window_closes")
+      invalid(s"late_path is only for until_window_closes, not $kind")
+    val late = latePath.map(p => LateRecords(p, lateFormat.getOrElse("parquet"), lateOptions))
+    Message(input, suppressed(kind, limitMs, bufferConfig(maxRecords, maxBytes, whenFull), name, graceMs, late),
+      timeCol)
+  }
+
+  /** A `map<string, string>` entry: key = 1, value = 2. */
+  private def mapEntry(bytes: Array[Byte]): (String, String) = {
+    val in = CodedInputStream.newInstance(bytes)
+    var key = ""
+    var value = ""
+    var tag = in.readTag()
+    while (tag != 0) {
+      WireFormat.getTagFieldNumber(tag) match {
+        case 1 => key = in.readStringRequireUtf8()
+        case 2 => value = in.readStringRequireUtf8()
+        case _ => in.skipField(tag)
+      }
+      tag = in.readTag()
+    }
+    key -> value
   }
 
   private def bufferConfig(maxRecords: Long, maxBytes: Long, whenFull: String): BufferConfig = {
@@ -96,10 +128,10 @@ object SuppressRelation {
   }
 
   private def suppressed(kind: String, limitMs: Long, buffer: BufferConfig, name: Option[String],
-      graceMs: Option[Long]): Suppressed = {
+      graceMs: Option[Long], late: Option[LateRecords]): Suppressed = {
     val s: Suppressed = kind match {
       case "until_window_closes" => buffer match {
-          case strict: StrictBufferConfig => UntilWindowCloses(strict, graceMs = graceMs)
+          case strict: StrictBufferConfig => UntilWindowCloses(strict, graceMs = graceMs, lateRecords = late)
           case _ => throw new SuppressUsageException(
               s"until_window_closes needs a strict buffer config, got $buffer: emitting early would break the " +
                 "one-final-result guarantee")

@@ -12,6 +12,8 @@ object PlanTypes {
   val ProjectExec = org.apache.spark.sql.execution.ProjectExec
   type FilterExec = org.apache.spark.sql.execution.FilterExec
   type ColumnarRule = org.apache.spark.sql.execution.ColumnarRule
+  type SQLMetric = org.apache.spark.sql.execution.metric.SQLMetric
+  val SQLMetrics = org.apache.spark.sql.execution.metric.SQLMetrics
 
   /** spark-4.3: a fourth field with a default (`useSingleTask`); construct and copy by name. */
   type ExpandExec = org.apache.spark.sql.execution.ExpandExec

@@ -29,13 +29,23 @@ sealed trait Suppressed {
  * dropped and counted. None: the grace is the watermark delay (the window closes when Spark's
  * watermark passes its end). It may not exceed the watermark delay (Spark drops a window's state
  * at the watermark); a larger one fails when the DataFrame is built.
+ *
+ * `lateRecords`: where the records dropped as late are kept (see [[LateRecords]]); None: they are
+ * only counted.
  */
 final case class UntilWindowCloses(buffer: StrictBufferConfig, name: Option[String] = None,
-    graceMs: Option[Long] = None)
+    graceMs: Option[Long] = None, lateRecords: Option[LateRecords] = None)
   extends Suppressed {
   graceMs.foreach(g => Suppressed.checkDuration(g, "grace period"))
   def withName(n: String): UntilWindowCloses = copy(name = Some(n))
-  def describe: String = graceMs.fold(s"untilWindowCloses($buffer)")(g => s"untilWindowCloses($buffer, grace ${g}ms)")
+  def withLateRecords(late: LateRecords): UntilWindowCloses = copy(lateRecords = Some(late))
+  def withLateRecords(path: String, format: String): UntilWindowCloses = withLateRecords(LateRecords(path, format))
+  def withLateRecords(path: String, format: String, options: java.util.Map[String, String]): UntilWindowCloses =
+    withLateRecords(LateRecords.of(path, format, options))
+  def describe: String = {
+    val base = graceMs.fold(s"untilWindowCloses($buffer)")(g => s"untilWindowCloses($buffer, grace ${g}ms)")
+    lateRecords.fold(base)(l => s"$base with ${l.describe}")
+  }
 }
 
 final case class UntilTimeLimit(limitMs: Long, buffer: BufferConfig, name: Option[String] = None) extends Suppressed {

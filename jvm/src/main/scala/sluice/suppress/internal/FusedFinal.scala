@@ -101,6 +101,9 @@ private[sluice] object FusedFinal extends Logging {
       case _: UntilWindowCloses if node.earlyMs > 0 =>
         Left(s"its grace period (${node.graceMs}ms) is below the watermark delay (${node.graceMs + node.earlyMs}ms); " +
           "the fused plan closes windows only at the watermark")
+      // The fused plan has no operator of sluice's to count the kept records as its late drops.
+      case UntilWindowCloses(_, _, _, Some(late)) =>
+        Left(s"it keeps ${late.describe}; the buffered plan counts them as its late drops")
       case _: UntilWindowCloses => below match {
           case Some((_, agg)) if agg.child.isStreaming && node.window.isDefined =>
             val stateful = root.collect { case p if StatefulOperatorSupport.isSparkStateful(p) => p }

@@ -76,6 +76,12 @@ private[sluice] case class SuppressExec(
 
   override protected def doExecute(): RDD[InternalRow] = {
     val ctx = startBatch("suppress runs only inside a streaming query (writeStream...start())")
+    // Late records kept below: counted as this operator's late drops (before its child runs).
+    child.foreach {
+      case l: LateRecordsExec =>
+        l.countInto(Seq(longMetric("lateRecordDropTotal"), longMetric("numRowsDroppedByWatermark")))
+      case _ =>
+    }
     val nextTime = nextDue
     val evictWm = ctx.evictionWatermarkMs
     val lateWm = ctx.lateEventsWatermarkMs

@@ -3,7 +3,7 @@ package sluice.suppress.internal
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.plans.logical._
-import org.apache.spark.sql.sluice.DatasetAccess
+import org.apache.spark.sql.sluice.{BatchFiles, DatasetAccess}
 import org.apache.spark.sql.types.{TimestampNTZType, TimestampType}
 
 import sluice.spark.GroupingColumns
@@ -55,6 +55,7 @@ private[sluice] object SuppressPlanner {
             "\"<delay>\")).")
         }
         earlyMs = delayMs - graceMs
+        u.lateRecords.foreach(checkLateRecords(df.sparkSession, _, agg, w))
       case _ =>
     }
     val time = (suppressed, timeCol) match {
@@ -85,6 +86,26 @@ private[sluice] object SuppressPlanner {
    */
   def ofPlan(session: SparkSession, child: LogicalPlan, suppressed: Suppressed, timeCol: Option[String]): LogicalPlan =
     build(DatasetAccess.ofRows(session, child), suppressed, timeCol).queryExecution.analyzed
+
+  /** Fails unless `late` can be written for `agg`'s input records. */
+  private def checkLateRecords(session: SparkSession, late: LateRecords, agg: Aggregate, window: Attribute): Unit = {
+    if (!window.metadata.contains(TimeWindow.marker)) {
+      fail(s"suppress keeps late records for time windows (F.window); ${window.name} is a session window, whose " +
+        "late records are counted (lateRecordDropTotal) but not kept. Remove with_late_records, or group by F.window.")
+    }
+    val taken = agg.child.output.map(_.name).filter(n =>
+      n.equalsIgnoreCase(LateRecords.LateByColumn) || n.equalsIgnoreCase(LateRecords.BatchColumn))
+    if (taken.nonEmpty) {
+      fail(s"the aggregation's input has a column named ${taken.mkString(", ")}, which late records add " +
+        s"(${LateRecords.LateByColumn}, and ${LateRecords.BatchColumn} as the directory of each batch); rename it.")
+    }
+    val format = BatchFiles.fileFormat(session, late.format).fold(
+      why => fail(s"late records are written with a Spark file format (parquet, json, orc or csv): $why."), identity)
+    BatchFiles.unsupportedField(format, LateRecordsExec.schema(agg.child.output)).foreach { case (name, t) =>
+      fail(s"late records in format '${late.format}' cannot hold column $name (${t.simpleString}); use parquet, " +
+        "json or orc.")
+    }
+  }
 
   /** The aggregation whose result `plan` is, looking through aliases and column-keeping projections. */
   private def findAggregate(plan: LogicalPlan): Option[Aggregate] = plan match {

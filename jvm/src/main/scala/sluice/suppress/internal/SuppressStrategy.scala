@@ -22,11 +22,21 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
       // state: on the fused path there is none, and its directory would read as unfused state.
       else FusedFinal.plan(session, n, ctx).getOrElse {
         Sidecars.record(session, n, FileFormats.SuppressRows, SuppressStrategy.sidecar(n))
-        SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, ctx, planLater(n.child),
+        SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, ctx, planLater(withLateRecords(n, ctx)),
           retracted = n.retracted, earlyMs = n.earlyMs)
       } :: Nil
+    case l: LateRecordsNode => LateRecordsExec(l.late, l.window, l.earlyMs, l.context, planLater(l.child)) :: Nil
     case _ => Nil
   }
+
+  /** `n`'s input, with its late records taken out and kept where `n` keeps them. */
+  private def withLateRecords(n: SuppressNode, ctx: Option[StreamContext]): LogicalPlan =
+    (n.suppressed, ctx) match {
+      case (UntilWindowCloses(_, _, _, Some(late)), Some(c)) =>
+        LateRecordsExec.place(n.child, late, n.window.get, n.earlyMs, c).fold(
+          why => throw new SuppressUsageException(s"suppress cannot keep late records: $why."), identity)
+      case _ => n.child
+    }
 
   /**
    * Under the real-time trigger: never fused (Spark plans its streamline aggregation there, and an

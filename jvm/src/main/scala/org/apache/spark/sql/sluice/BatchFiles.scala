@@ -1,0 +1,117 @@
+package org.apache.spark.sql.sluice
+
+import org.apache.hadoop.fs.Path
+import org.apache.hadoop.mapreduce.{Job, JobID, TaskAttemptID, TaskID, TaskType}
+import org.apache.hadoop.mapreduce.lib.output.FileOutputFormat
+import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl
+
+import org.apache.spark.TaskContext
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.execution.datasources.{DataSource, FileFormat, OutputWriter, OutputWriterFactory}
+import org.apache.spark.sql.execution.datasources.v2.FileDataSourceV2
+import org.apache.spark.sql.types.{DataType, StructType}
+import org.apache.spark.util.SerializableConfiguration
+
+/**
+ * Files a task writes itself with one of Spark's file formats (the writers behind
+ * `df.write.format(...)`), outside Spark's write commit protocol: each task writes one file under a
+ * hidden name and renames it into place when its rows are all written, replacing a file of the same
+ * name. Callers name files so that a rerun of the same work writes the same names, which makes the
+ * write idempotent. Spark's `FileFormat` and writer factory are internal to Spark, hence here.
+ */
+object BatchFiles {
+
+  /** The file format `name` resolves to, or why it is not one tasks can write. */
+  def fileFormat(session: SparkSession, name: String): Either[String, FileFormat] = {
+    val cls: Either[String, Class[_]] =
+      try Right(DataSource.lookupDataSource(name, session.sessionState.conf))
+      catch { case e: Exception => Left(s"Spark finds no data source '$name' (${e.getMessage.linesIterator.next()})") }
+    cls.flatMap { c =>
+      val instance = c.getDeclaredConstructor().newInstance()
+      instance match {
+        case f: FileFormat => Right(f)
+        case v2: FileDataSourceV2 => Right(v2.fallbackFileFormat.getDeclaredConstructor().newInstance())
+        case _ => Left(s"'$name' (${c.getName}) is not a Spark file format")
+      }
+    }
+  }
+
+  /** The first field of `schema` (name and type) that `format` cannot write, if any. */
+  def unsupportedField(format: FileFormat, schema: StructType): Option[(String, DataType)] =
+    schema.fields.find(f => !format.supportDataType(f.dataType)).map(f => (f.name, f.dataType))
+
+  /**
+   * Prepared on the driver: files of `schema` in `format` with `options`, under `dir`, their
+   * names starting with `prefix`.
+   */
+  def prepare(session: SparkSession, format: FileFormat, options: Map[String, String], schema: StructType,
+      dir: Path, prefix: String): Writer = {
+    val job = Job.getInstance(session.sessionState.newHadoopConfWithOptions(options))
+    job.setOutputKeyClass(classOf[Void])
+    job.setOutputValueClass(classOf[InternalRow])
+    FileOutputFormat.setOutputPath(job, dir)
+    val factory = format.prepareWrite(session, job, options, schema)
+    new Writer(factory, new SerializableConfiguration(job.getConfiguration), schema, dir.toString, prefix)
+  }
+
+  /** What each task needs to write its file. */
+  final class Writer private[BatchFiles] (factory: OutputWriterFactory, conf: SerializableConfiguration,
+      schema: StructType, dir: String, prefix: String)
+    extends Serializable {
+
+    /** The files this writer's tasks wrote under `dir` (a rerun removes them before it writes). */
+    def removeWritten(): Unit = {
+      val path = new Path(dir)
+      val fs = path.getFileSystem(conf.value)
+      if (fs.exists(path)) {
+        fs.listStatus(path).filter(_.getPath.getName.startsWith(prefix)).foreach(s => fs.delete(s.getPath, false))
+      }
+    }
+
+    /** Opens partition `partition`'s file on a task; it is in place only once `commit` returns. */
+    def open(partition: Int): File = {
+      val tc = TaskContext.get()
+      val jobId = new JobID("sluice", tc.stageId())
+      val attempt = new TaskAttemptID(new TaskID(jobId, TaskType.MAP, partition), tc.attemptNumber())
+      val hadoopConf = conf.value
+      hadoopConf.set("mapreduce.job.id", jobId.toString)
+      hadoopConf.set("mapreduce.task.id", attempt.getTaskID.toString)
+      hadoopConf.set("mapreduce.task.attempt.id", attempt.toString)
+      hadoopConf.setBoolean("mapreduce.task.ismap", true)
+      hadoopConf.setInt("mapreduce.task.partition", 0)
+      val context = new TaskAttemptContextImpl(hadoopConf, attempt)
+      val name = f"$prefix$partition%05d${factory.getFileExtension(context)}"
+      // Hidden (leading dot) until complete: Spark's readers skip such files.
+      val hidden = new Path(dir, s".$name.${tc.taskAttemptId()}.tmp")
+      val file = new File(factory.newInstance(hidden.toString, schema, context), hidden, new Path(dir, name),
+        hadoopConf)
+      tc.addTaskFailureListener((_, _) => file.abort())
+      file
+    }
+  }
+
+  final class File private[BatchFiles] (writer: OutputWriter, hidden: Path, target: Path,
+      conf: org.apache.hadoop.conf.Configuration) {
+    private var open = true
+    def write(row: InternalRow): Unit = writer.write(row)
+
+    /** Closes the file and renames it into place, replacing an earlier attempt's. */
+    def commit(): Unit = {
+      open = false
+      writer.close()
+      val fs = target.getFileSystem(conf)
+      if (fs.exists(target)) fs.delete(target, false)
+      if (!fs.rename(hidden, target)) throw new java.io.IOException(s"could not rename $hidden to $target")
+    }
+
+    def abort(): Unit = if (open) {
+      open = false
+      try writer.close()
+      finally {
+        val fs = hidden.getFileSystem(conf)
+        fs.delete(hidden, false)
+      }
+    }
+  }
+}

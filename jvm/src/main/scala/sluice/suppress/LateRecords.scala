@@ -1,0 +1,34 @@
+package sluice.suppress
+
+import scala.jdk.CollectionConverters._
+
+/**
+ * Where `untilWindowCloses` keeps the records it drops as late (Flink's `sideOutputLateData`,
+ * SPARK-24634): every input record of the aggregation whose window had already closed when it
+ * arrived — closed by the window's grace period, or by Spark's watermark — is written, instead of
+ * only counted, to `path` in Spark file format `format` (`parquet`, `json`, `orc`, `csv`) with
+ * `options` as a batch write would take them.
+ *
+ * Each micro-batch's late records land under `path/batch_id=<id>/`, one file per input partition;
+ * a replayed batch rewrites the same files, so every late record is kept exactly once. A record
+ * carries the aggregation's input columns (its window, grouping keys, event time and aggregated
+ * values) and `late_by_ms`: how far stream time was past the window's close (its end plus the
+ * grace) when the record came. Their number is the batch's `lateRecordDropTotal`.
+ */
+final case class LateRecords(path: String, format: String = "parquet", options: Map[String, String] = Map.empty) {
+  if (path == null || path.trim.isEmpty) throw new IllegalArgumentException("late records need a path")
+  if (format == null || format.trim.isEmpty) throw new IllegalArgumentException("late records need a format")
+  def describe: String = s"late records to $path ($format)"
+}
+
+object LateRecords {
+
+  /** The column each kept record carries besides the aggregation's input columns. */
+  val LateByColumn = "late_by_ms"
+
+  /** The partition column of the directory each batch's records land in. */
+  val BatchColumn = "batch_id"
+
+  def of(path: String, format: String, options: java.util.Map[String, String]): LateRecords =
+    LateRecords(path, format, Option(options).map(_.asScala.toMap).getOrElse(Map.empty))
+}

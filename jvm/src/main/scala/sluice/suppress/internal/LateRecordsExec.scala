@@ -1,0 +1,147 @@
+package sluice.suppress.internal
+
+import org.apache.hadoop.fs.Path
+
+import org.apache.spark.TaskContext
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.{Attribute, JoinedRow}
+import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.sluice.{BatchFiles, StatefulOperatorSupport, StreamContext}
+import org.apache.spark.sql.types.{LongType, StructField, StructType}
+
+import sluice.spark.PlanTypes.{SQLMetric, SQLMetrics, SparkPlan, UnaryExecNode}
+import sluice.suppress.{LateRecords, SuppressUsageException}
+
+/**
+ * Keeps the late records of an `untilWindowCloses` whose [[LateRecords]] are set: placed on the input
+ * of the aggregation below suppress (after the window is assigned, before any partial
+ * aggregation), it takes out every (record, window) row whose window had closed before the batch —
+ * its end at or before the batch's closing time for late rows, [[SuppressExec.closeTime]] of the
+ * late-events watermark, the rule suppress applies to the aggregation's updates — and writes it to
+ * the batch's directory under the user's path. Spark's aggregation would drop these rows at the
+ * watermark, or with a grace below the delay suppress would drop the update they cause; taken out
+ * here, they are written record by record instead, and neither sees them. A hopping window assigns
+ * a record to several windows: it is late, and written, once per closed window (as Kafka Streams
+ * drops it per window).
+ *
+ * Exactly once: the set of late rows of a batch is fixed by its input and its late-events watermark
+ * (in the offset log), so a replayed batch writes the same rows; the driver first removes what an
+ * earlier attempt of the batch wrote, and each task writes its file under a hidden name and renames
+ * it into place.
+ */
+private[sluice] case class LateRecordsNode(
+    late: LateRecords, window: Attribute, earlyMs: Long, context: StreamContext, child: LogicalPlan)
+  extends UnaryNode {
+  override def output: Seq[Attribute] = child.output
+  override protected def withNewChildInternal(newChild: LogicalPlan): LateRecordsNode = copy(child = newChild)
+}
+
+private[sluice] case class LateRecordsExec(
+    late: LateRecords, window: Attribute, earlyMs: Long, context: StreamContext, child: SparkPlan)
+  extends UnaryExecNode {
+  override def output: Seq[Attribute] = child.output
+  override def outputPartitioning = child.outputPartitioning
+
+  override lazy val metrics: Map[String, SQLMetric] =
+    Map("numLateRecords" -> SQLMetrics.createMetric(sparkContext, "number of late records kept"))
+
+  /**
+   * Suppress's own late-drop metrics, handed over by [[SuppressExec]] on the driver before it runs
+   * its child: the records taken out here are the ones suppress would have counted, and the
+   * query's progress reports suppress's metrics, not this node's.
+   */
+  @transient @volatile private var suppressCounters: Seq[SQLMetric] = Nil
+  def countInto(counters: Seq[SQLMetric]): Unit = suppressCounters = counters
+
+  override protected def doExecute(): RDD[InternalRow] = {
+    val batchId = context.batchId
+    val closeWm = SuppressExec.closeTime(context.lateEventsWatermarkMs, earlyMs)
+    val format = BatchFiles.fileFormat(session, late.format).fold(e => throw new SuppressUsageException(e), identity)
+    val schema = LateRecordsExec.schema(child.output)
+    val dir = new Path(late.path, s"${LateRecords.BatchColumn}=$batchId")
+    val writer = BatchFiles.prepare(session, format, late.options, schema, dir,
+      s"part-op${context.stateInfo.operatorId}-")
+    writer.removeWritten() // an earlier attempt of this batch, if any
+    val counters = longMetric("numLateRecords") +: suppressCounters
+    val ord = child.output.indexWhere(_.exprId == window.exprId)
+    child.execute().mapPartitions(iter => {
+        val partition = TaskContext.getPartitionId()
+        var file: Option[BatchFiles.File] = None
+        var kept = 0L
+        val lateBy = new org.apache.spark.sql.catalyst.expressions.GenericInternalRow(1)
+        val joined = new JoinedRow()
+        val rest = iter.filter { row =>
+          val end = row.getStruct(ord, 2).getLong(1) / 1000
+          if (end > closeWm) true
+          else {
+            lateBy.setLong(0, closeWm - end)
+            file.getOrElse { val f = writer.open(partition); file = Some(f); f }.write(joined(row, lateBy))
+            kept += 1
+            false
+          }
+        }
+        StatefulOperatorSupport.onCompletion(rest) {
+          file.foreach(_.commit())
+          counters.foreach(_ += kept)
+        }
+      }, preservesPartitioning = true)
+  }
+
+  override protected def withNewChildInternal(newChild: SparkPlan): LateRecordsExec = copy(child = newChild)
+}
+
+private[sluice] object LateRecordsExec {
+
+  /** The columns of a kept record: the aggregation's input columns and how late it came. */
+  def schema(input: Seq[Attribute]): StructType =
+    StructType(DataTypeUtils.fromAttributes(input).fields :+ StructField(LateRecords.LateByColumn, LongType, false))
+
+  /**
+   * `child` (suppress's input: the aggregation, perhaps under a projection of its columns) with a
+   * [[LateRecordsNode]] on the aggregation's input, which also carries the event-time column when
+   * the plan lets it through; or why it cannot be placed.
+   */
+  def place(child: LogicalPlan, late: LateRecords, window: Attribute, earlyMs: Long, ctx: StreamContext)
+      : Either[String, LogicalPlan] = {
+    def withLate(agg: Aggregate): Either[String, Aggregate] = {
+      val input = agg.child.output.find(_.exprId == window.exprId)
+      input.toRight(s"the window column ${window.name} is computed inside the aggregation, not on its input " +
+        "(late records are kept for windows assigned by F.window)").map { w =>
+        val eventTime = agg.child.collectFirst { case e: EventTimeWatermark => e.eventTime.exprId }
+        val withTime = eventTime.flatMap(keep(agg.child, _)).getOrElse(agg.child)
+        agg.copy(child = LateRecordsNode(late, w, earlyMs, ctx, withTime))
+      }
+    }
+    child match {
+      case a: Aggregate => withLate(a)
+      case p @ Project(list, a: Aggregate) if list.forall(_.isInstanceOf[Attribute]) =>
+        withLate(a).map(a2 => p.copy(child = a2))
+      case _ => Left("its input is not directly a windowed streaming aggregation")
+    }
+  }
+
+  /**
+   * `plan` with the attribute `id` in its output, carried up through the projections, filters and
+   * expands between the watermark and the aggregation (the optimizer prunes the event-time column
+   * there when no aggregate reads it); None when another node is in the way.
+   */
+  private def keep(plan: LogicalPlan, id: org.apache.spark.sql.catalyst.expressions.ExprId): Option[LogicalPlan] =
+    if (plan.output.exists(_.exprId == id)) Some(plan)
+    else {
+      def in(p: LogicalPlan) = p.output.find(_.exprId == id)
+      plan match {
+        case p: Project => keep(p.child, id).flatMap(c =>
+            in(c).map(a =>
+              p.copy(projectList = p.projectList :+ a,
+                child = c)))
+        case f: Filter => keep(f.child, id).map(c => f.copy(child = c))
+        case e: Expand => keep(e.child, id).flatMap(c =>
+            in(c).map(a =>
+              e.copy(projections = e.projections.map(_ :+ a),
+                output = e.output :+ a, child = c)))
+        case _ => None
+      }
+    }
+}
