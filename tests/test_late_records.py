@@ -74,9 +74,10 @@ def kept(spark: SparkSession, path: Path, fmt: str = "parquet") -> list[tuple]:
     return sorted((r.batch_id, r.window.start, r.user, r.ts, r.late_by_ms) for r in rows)
 
 
-def late_metric_by_batch(driver: PipelineDriver) -> dict[int, int]:
-    return {b.batch_id: b.metric("lateRecordDropTotal") for b in driver.batches
-            if b.progress is not None and b.metric("lateRecordDropTotal")}
+def late_metric_by_batch(driver: PipelineDriver, name: str = "numRowsDroppedByWatermark") -> dict[int, int]:
+    """Per batch with late drops, the metric `name` summed over the state operators: suppress's on
+    the buffered plan, the aggregation's state save on the fused one."""
+    return {b.batch_id: b.metric(name) for b in driver.batches if b.progress is not None and b.metric(name)}
 
 
 def kept_by_batch(records: list[tuple]) -> dict[int, int]:
@@ -106,6 +107,7 @@ def test_grace_late_records_kept_exactly_once_across_a_restart(spark: SparkSessi
         feed(driver, (800, "e"))
         got = finals(driver)
         metric = late_metric_by_batch(driver)
+        assert late_metric_by_batch(driver, "lateRecordDropTotal") == metric
     assert got == Counter({(at(0), "a", 2): 1, (at(0), "b", 1): 1, (at(60), "a", 1): 1, (at(60), "b", 1): 1,
                            (at(120), "c", 1): 1})
     records = kept(spark, late)
@@ -139,19 +141,26 @@ def test_a_replayed_batch_keeps_its_late_records_once(spark: SparkSession, tmp_p
     assert metric == {replayed: 3}
 
 
-def test_without_grace_the_records_spark_would_drop_are_kept(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fused", ["true", "false"])
+def test_without_grace_the_records_spark_would_drop_are_kept(spark: SparkSession, tmp_path: Path, fused: str) -> None:
     """Without a grace the window closes at the watermark: the records Spark's aggregation would drop
-    as late are kept, and the finals equal the same query's without late records."""
-    results = []
+    as late are kept, counted as its late drops, and the finals equal the same query's without late
+    records and the late drops its count; on the fused plan (the default) and on suppress's buffer."""
+    results, drops = [], []
     late = tmp_path / "late"
-    for name, path in [("plain", None), ("kept", late)]:
-        with PipelineDriver(spark, final_results(path, grace=None), SCHEMA, checkpoint=tmp_path / name) as driver:
-            feed(driver, (10, "a"), (20, "b"))
-            feed(driver, (700, "a"))  # watermark 100 s: [0, 60) closes
-            feed(driver, (30, "a"), (110, "b"), (61, "c"))  # 30: late; 110 and 61: on time
-            feed(driver, (1000, "x"))
-            results.append(finals(driver))
-            metric = late_metric_by_batch(driver)
+    with session_conf(spark, {"spark.sluice.suppress.fused": fused}):
+        for name, path in [("plain", None), ("kept", late)]:
+            with PipelineDriver(spark, final_results(path, grace=None), SCHEMA, checkpoint=tmp_path / name) as driver:
+                feed(driver, (10, "a"), (20, "b"))
+                feed(driver, (700, "a"))  # watermark 100 s: [0, 60) closes
+                feed(driver, (30, "a"), (110, "b"), (61, "c"))  # 30: late; 110 and 61: on time
+                feed(driver, (1000, "x"))
+                results.append(finals(driver))
+                drops.append(late_metric_by_batch(driver))
+                names = {op["operatorName"] for b in driver.batches for op in b.operators}
+                assert ("suppress" in names) == (fused == "false")
+    metric = drops[1]
+    assert drops[0] == drops[1]
     assert results[0] == results[1]
     assert results[1][(at(60), "b", 1)] == 1 and results[1][(at(60), "c", 1)] == 1
     records = kept(spark, late)

@@ -24,6 +24,10 @@ grace: a 1-minute windowed count with a 10-minute watermark delay, its finals by
     each and a last file a day later that closes every window, sides alternating: how far past a
     window's end stream time (the largest event time read through the emitting batch) is when its
     final leaves, p50/p99, and throughput; every side's finals must be the same. Targets: grace 0 p99 <= 1/10 of the watermark's p50, throughput >= 0.95x.
+late: the grace case's query with a grace of 1 minute, 1 % of its records 5 minutes behind (late:
+    their windows closed), late records counted (the default) vs kept as parquet
+    (with_late_records), sides alternating: throughput (kept >= 0.95x counted); both sides' finals
+    must be the same and the kept records as many as the counted side's lateRecordDropTotal.
 bounded: one batch of ~100 MB of updates into a 10 MB max_bytes buffer (one partition): the
     largest in-memory size ever reached (suppressionBufferBytesMax) over the bound (<= 1.1x), for
     emit-early and spill-to-disk.
@@ -34,7 +38,7 @@ bounded: one batch of ~100 MB of updates into a 10 MB max_bytes buffer (one part
         [--providers windowstore,rocksdb]                                (held)
         [--bound-mb 10] [--updates-mb 100]                               (bounded)
         [--release-rows 1000000]                                         (release)
-        [--grace-minutes 20] [--events-per-second 1000]                  (grace)
+        [--grace-minutes 20] [--events-per-second 1000]                  (grace, late)
 """
 from __future__ import annotations
 
@@ -492,6 +496,69 @@ def grace(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
     h.write(medians=med)
 
 
+LATE_EVERY = 100  # one record in LATE_EVERY is late
+LATE_BY_S = 300
+
+
+def late(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
+    """The cost of keeping late records (written per batch) over counting them."""
+    file_s, rate = 10, args.events_per_second
+    files = args.grace_minutes * 60 // file_s
+    per_file = file_s * rate
+    src = work / "late-in"
+    for i in range(files):
+        (spark.range(i * per_file, (i + 1) * per_file, numPartitions=1)
+         .select((F.lit(1_700_000_000) + F.col("id") / rate
+                  - F.when(F.col("id") % LATE_EVERY == 0, LATE_BY_S).otherwise(0)).cast("timestamp").alias("ts"),
+                 (F.col("id") * 7919 % args.users).cast("string").alias("user"))
+         .write.parquet(str(src / f"part-{i:04d}")))
+    h = Harness("suppress_late", "until_window_closes with a grace: late records counted vs kept",
+                {"input": f"{args.grace_minutes} min of event time, {rate} events/s, {args.users} users, "
+                          f"one {file_s}-s file per micro-batch; one record in {LATE_EVERY} {LATE_BY_S} s behind",
+                 "query": "1-minute tumbling windows, count per user, withWatermark 10 minutes, update mode + "
+                          "suppress(until_window_closes(unbounded(), grace=1 minute)) (the buffered plan)",
+                 "sides": {"counted": "late records dropped and counted (the default)",
+                           "kept": "late records kept: .with_late_records(<dir>, 'parquet')"},
+                 "comparator": "the counted side", "rounds": args.rounds})
+    seen: dict[str, tuple[dict, int]] = {}
+
+    def run(side: str, i: int) -> dict:
+        finals: dict[tuple[int, str], int] = {}
+
+        def sink(batch: DataFrame, _: int) -> None:
+            finals.update({(int(r[0].timestamp()), r[1]): r[2] for r in
+                           batch.select(F.col("window.end"), "user", "count").collect()})
+
+        events = (spark.readStream.schema("ts timestamp, user string").option("maxFilesPerTrigger", 1)
+                  .option("recursiveFileLookup", "true").parquet(str(src)))
+        counts = events.withWatermark("ts", "10 minutes").groupBy(F.window("ts", "1 minute"), "user").count()
+        suppressed = Suppressed.until_window_closes(BufferConfig.unbounded(), grace=timedelta(minutes=1))
+        kept = work / f"late-out-{i}"
+        if side == "kept":
+            suppressed = suppressed.with_late_records(str(kept), "parquet")
+        start = time.perf_counter()
+        q = (suppress(counts, suppressed).writeStream.foreachBatch(sink).outputMode("update")
+             .option("checkpointLocation", str(work / f"ckpt-late-{side}-{i}")).start())
+        q.processAllAvailable()
+        elapsed = time.perf_counter() - start
+        dropped = sum(op["customMetrics"]["lateRecordDropTotal"] for p in q.recentProgress
+                      for op in p["stateOperators"] if op["operatorName"] == "suppress")
+        q.stop()
+        if side == "kept":
+            n = spark.read.parquet(str(kept)).count()
+            assert n == dropped, f"kept {n} late records, lateRecordDropTotal {dropped}"
+        seen[side] = (finals, dropped)
+        return {"seconds": elapsed, "events_per_s": files * per_file / elapsed, "late": dropped}
+
+    runs = h.alternating(["counted", "kept"], args.rounds, run, warmup=lambda side: run(side, -1))
+    assert seen["counted"][0] == seen["kept"][0], "the kept side's finals differ from the counted side's"
+    assert seen["counted"][1] == seen["kept"][1] > 0, "late records: counted and kept differ, or none"
+    med = {side: statistics.median(r["events_per_s"] for r in rs) for side, rs in runs.items()}
+    print(f"   late records per run: {seen['kept'][1]}; events/s counted {med['counted']:.0f}, kept {med['kept']:.0f}")
+    h.target("throughput kept / counted", med["kept"] / med["counted"], ">=", 0.95)
+    h.write(medians=med)
+
+
 def fused(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
     src = work / "in-fused"
     make_input(spark, src, args.rows, args.files, args.users, args.events_per_second)
@@ -501,7 +568,7 @@ def fused(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", default="all",
-                    choices=["all", "throughput", "fused", "sessions", "grace", "held", "bounded", "release"])
+                    choices=["all", "throughput", "fused", "sessions", "grace", "late", "held", "bounded", "release"])
     ap.add_argument("--grace-minutes", type=int, default=20, help="minutes of event time (grace)")
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--files", type=int, default=20)
@@ -541,7 +608,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-suppress-"))
     try:
         for case, fn in (("throughput", throughput), ("fused", fused), ("sessions", sessions), ("grace", grace),
-                         ("held", held),
+                         ("late", late), ("held", held),
                          ("bounded", bounded),
                          ("release", release)):
             if args.case == case or (args.case == "all" and case != "release"):

@@ -13,7 +13,9 @@ import scala.jdk.CollectionConverters._
  * a replayed batch rewrites the same files, so every late record is kept exactly once. A record
  * carries the aggregation's input columns (its window, grouping keys, event time and aggregated
  * values) and `late_by_ms`: how far stream time was past the window's close (its end plus the
- * grace) when the record came. Their number is the batch's `lateRecordDropTotal`.
+ * grace) when the record came. Their number is the batch's late-drop count: the suppress
+ * operator's `lateRecordDropTotal`, or on the fused plan the aggregation's
+ * `numRowsDroppedByWatermark`.
  */
 final case class LateRecords(path: String, format: String = "parquet", options: Map[String, String] = Map.empty) {
   if (path == null || path.trim.isEmpty) throw new IllegalArgumentException("late records need a path")

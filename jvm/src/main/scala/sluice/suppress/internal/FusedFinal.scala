@@ -76,7 +76,9 @@ private[sluice] object FusedFinal extends Logging {
       }
       if (!fuse) None
       else shape.toOption.flatMap { case (project, agg) =>
-        val fused = planFused(agg, c)
+        val fused = planFused(withLateRecords(node, agg, c), c).map { p =>
+          if (LateRecordsExec.keeps(node.suppressed)) LateRecordsCounted(p) else p
+        }
         if (fused.isEmpty) {
           throw new IllegalStateException(s"sluice: Spark's streaming aggregation strategy did not plan " +
             s"${agg.simpleString(200)} with one state save; cannot fuse suppress into it")
@@ -101,9 +103,6 @@ private[sluice] object FusedFinal extends Logging {
       case _: UntilWindowCloses if node.earlyMs > 0 =>
         Left(s"its grace period (${node.graceMs}ms) is below the watermark delay (${node.graceMs + node.earlyMs}ms); " +
           "the fused plan closes windows only at the watermark")
-      // The fused plan has no operator of sluice's to count the kept records as its late drops.
-      case UntilWindowCloses(_, _, _, Some(late)) =>
-        Left(s"it keeps ${late.describe}; the buffered plan counts them as its late drops")
       case _: UntilWindowCloses => below match {
           case Some((_, agg)) if agg.child.isStreaming && node.window.isDefined =>
             val stateful = root.collect { case p if StatefulOperatorSupport.isSparkStateful(p) => p }
@@ -191,6 +190,24 @@ private[sluice] object FusedFinal extends Logging {
       try FileFormats.FusedFinalMarker.readText(marker.toString, in.readAllBytes()).linesIterator.nextOption()
           .flatMap(_.trim.toLongOption)
       finally in.close()
+    }
+
+  /**
+   * `agg` with its late records taken out and kept, when `node` keeps them (see [[LateRecordsExec]]):
+   * closed by the aggregation's own late-events watermark, as Spark's append-mode save would drop them.
+   */
+  private def withLateRecords(node: SuppressNode, agg: Aggregate, ctx: StreamContext): Aggregate =
+    node.suppressed match {
+      case UntilWindowCloses(_, _, _, Some(late)) =>
+        val aggregation = new StreamContext(ctx.execution,
+          StatefulOperatorSupport.stateInfo(ctx.execution,
+            AggregationId))
+        LateRecordsExec.place(agg, late, node.window.get, 0L, aggregation) match {
+          case Right(a: Aggregate) => a
+          case Right(other) => throw new IllegalStateException(s"sluice: late records placed as ${other.nodeName}")
+          case Left(why) => throw new SuppressUsageException(s"suppress cannot keep late records: $why.")
+        }
+      case _ => agg
     }
 
   /**

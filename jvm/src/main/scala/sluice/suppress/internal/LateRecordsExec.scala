@@ -11,7 +11,7 @@ import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.sluice.{BatchFiles, StatefulOperatorSupport, StreamContext}
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
 
-import sluice.spark.PlanTypes.{SQLMetric, SQLMetrics, SparkPlan, UnaryExecNode}
+import sluice.spark.PlanTypes.{SQLMetric, SQLMetrics, SparkPlan, StateStoreSaveExec, UnaryExecNode}
 import sluice.suppress.{LateRecords, SuppressUsageException}
 
 /**
@@ -92,7 +92,36 @@ private[sluice] case class LateRecordsExec(
   override protected def withNewChildInternal(newChild: SparkPlan): LateRecordsExec = copy(child = newChild)
 }
 
+/**
+ * The top of a fused final-results plan that keeps its late records: before its child runs (on the
+ * driver) it hands the aggregation's state save's `numRowsDroppedByWatermark`, which the query's
+ * progress reports, to the [[LateRecordsExec]] below, so that the records it keeps count as the late
+ * drops they replace. Rows pass through.
+ */
+private[sluice] case class LateRecordsCounted(child: SparkPlan) extends UnaryExecNode {
+  override def output: Seq[Attribute] = child.output
+  override def outputPartitioning = child.outputPartitioning
+  override def outputOrdering = child.outputOrdering
+
+  override protected def doExecute(): RDD[InternalRow] = {
+    val dropped = child.collectFirst { case s: StateStoreSaveExec => s.longMetric("numRowsDroppedByWatermark") }
+    child.foreach {
+      case l: LateRecordsExec => l.countInto(dropped.toSeq)
+      case _ =>
+    }
+    child.execute()
+  }
+
+  override protected def withNewChildInternal(newChild: SparkPlan): LateRecordsCounted = copy(child = newChild)
+}
+
 private[sluice] object LateRecordsExec {
+
+  /** Whether `s` keeps its late records. */
+  def keeps(s: sluice.suppress.Suppressed): Boolean = s match {
+    case u: sluice.suppress.UntilWindowCloses => u.lateRecords.isDefined
+    case _ => false
+  }
 
   /** The columns of a kept record: the aggregation's input columns and how late it came. */
   def schema(input: Seq[Attribute]): StructType =

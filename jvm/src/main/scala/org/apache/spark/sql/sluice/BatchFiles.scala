@@ -60,12 +60,17 @@ object BatchFiles {
       schema: StructType, dir: String, prefix: String)
     extends Serializable {
 
-    /** The files this writer's tasks wrote under `dir` (a rerun removes them before it writes). */
+    /**
+     * Removes what this writer's tasks wrote under `dir`, complete or not (a killed task leaves its
+     * hidden file behind): a rerun of the same work calls it before it writes.
+     */
     def removeWritten(): Unit = {
       val path = new Path(dir)
       val fs = path.getFileSystem(conf.value)
       if (fs.exists(path)) {
-        fs.listStatus(path).filter(_.getPath.getName.startsWith(prefix)).foreach(s => fs.delete(s.getPath, false))
+        fs.listStatus(path).map(_.getPath).filter { p =>
+          p.getName.startsWith(prefix) || p.getName.startsWith(s".$prefix")
+        }.foreach(fs.delete(_, false))
       }
     }
 
