@@ -63,14 +63,26 @@ class LayeringSuite extends AnyFunSuite {
     assert(bridgeClasses == BridgeAdapters, s"the bridge's classes differ from its declared adapters")
   }
 
-  test("a feature package split into API and internals holds only its user API") {
+  test("every layer is either a feature, with its user API declared, or one of the shared layers") {
+    assert((UserApi.keySet & SharedLayers.keySet).isEmpty)
+    assert(UserApi.keySet ++ SharedLayers.keySet == Layers.toSet,
+      "a layer missing from UserApi (a feature) or SharedLayers (the shared layers below or around the features)")
+  }
+
+  test("a feature package holds only its user API at its top level, the rest in its internal package") {
     for ((feature, api) <- UserApi) {
-      val pkg = s"sluice/$feature/"
-      val found = classes.keys.collect {
-        case n if n.startsWith(pkg) && !n.stripPrefix(pkg).contains('/') => n.stripPrefix(pkg).takeWhile(_ != '$')
-      }.toSet
-      assert(found == api, s"sluice.$feature: classes besides its user API belong in sluice.$feature.internal")
+      val problems = outsideUserApi(classes.keys, feature, api)
+      assert(problems.isEmpty, problems.mkString("\n"))
     }
+  }
+
+  test("the user API check finds a class at a feature's top level, a missing one, another subpackage") {
+    val names = Seq("sluice/cache/CachingStateStoreProvider", "sluice/cache/CachingStateStoreProvider$",
+      "sluice/cache/internal/RecordCache", "sluice/cache/internal/RecordCache$Entry")
+    assert(outsideUserApi(names, "cache", Set("CachingStateStoreProvider")).isEmpty)
+    assert(outsideUserApi(names :+ "sluice/cache/Helper", "cache", Set("CachingStateStoreProvider")).nonEmpty)
+    assert(outsideUserApi(names, "cache", Set("CachingStateStoreProvider", "Gone")).nonEmpty)
+    assert(outsideUserApi(names :+ "sluice/cache/util/Helper", "cache", Set("CachingStateStoreProvider")).nonEmpty)
   }
 
   test("feature code names Spark's internals only through the seam") {
@@ -144,12 +156,44 @@ object LayeringSuite {
   val SparkInternalName =
     """org\.apache\.spark\.sql\.(?:execution|classic|connect)\b(?!or)[\w.{}]*|\bSQLConf\b""".r
 
-  /** The classes users name (or checkpoints record) in the feature packages that have an `internal`. */
+  /**
+   * Every feature package's top level: the classes users name (in code, in a Spark setting, from
+   * Python through py4j, in the documentation) or that confs and checkpoints record by class name.
+   * Everything else of a feature is in `sluice.<feature>.internal`, so a class added at a feature's
+   * top level fails the check until it is declared here as user API.
+   */
   val UserApi: Map[String, Set[String]] = Map(
-    "cache" -> Set("CachingStateStoreProvider"),
+    // spark.sql.streaming.stateStore.providerClass, recorded in offset logs; Stores (Kafka Streams'
+    // factory) and the supplier it returns; WindowStoreSettings, read from Python's sluice.inspect
+    "windowstore" -> Set("InMemoryWindowStoreProvider", "Stores", "InMemoryWindowStoreSupplier", "WindowStoreSettings"),
     "suppress" -> Set("Suppress", "Suppressed", "UntilWindowCloses", "UntilTimeLimit", "UntilWallClockTimeLimit",
       "BufferConfig", "StrictBufferConfig", "EagerBufferConfig", "BufferFullStrategy", "BufferFullException",
-      "SuppressUsageException", "LateRecords"))
+      "SuppressUsageException", "LateRecords"),
+    "sessions" -> Set(),
+    // spark.sql.streaming.stateStore.providerClass, recorded in offset logs
+    "cache" -> Set("CachingStateStoreProvider"),
+    // users name only its source option and settings, which are strings
+    "input" -> Set(),
+    "json" -> Set(),
+    "slicing" -> Set(),
+    "aggregate" -> Set(),
+    // read from Python's sluice.inspect
+    "inspect" -> Set("StateInspector"),
+    // spark.connect.extensions.relation.classes; the message's schema, documented for clients
+    "connect" -> Set("SuppressRelationPlugin", "SuppressRelation"),
+    // Scala users' and Python's sluice.testing
+    "testing" -> Set("PipelineDriver"))
+
+  /** The layers that are no feature, so have no `internal` package, and why. */
+  val SharedLayers: Map[String, String] = Map(
+    "conf" -> "every setting, read by every layer",
+    "spark" -> "the seam: Spark's internals in sluice's terms, for every layer",
+    Bridge -> "Spark's private[sql] and private[spark] APIs, for every layer",
+    "state" -> ("what the stores and operators of several features share (keyed rows, side stores, store " +
+      "files, file formats, sidecars, index caches): a layer below the features, none of which owns it; " +
+      "LocalCheckpointFileManager is set by class name in spark.sql.streaming.checkpointFileManagerClass"),
+    "plugin" -> ("what a SparkSession installs, above every feature: SluicePlugin and SluiceExtensions, named " +
+      "in spark.plugins and spark.sql.extensions, and the checks they install"))
 
   def layerOf(className: String): Option[String] = {
     val pkg = className.split('/').dropRight(1).toList
@@ -161,6 +205,20 @@ object LayeringSuite {
         Some(feature)
       case _ => None
     }
+  }
+
+  /**
+   * What breaks a feature's split among these class files: a class at its top level that is not
+   * declared user API, declared user API not found, a class in a subpackage other than `internal`.
+   */
+  def outsideUserApi(classNames: Iterable[String], feature: String, api: Set[String]): Seq[String] = {
+    val pkg = s"sluice/$feature/"
+    val inFeature = classNames.filter(_.startsWith(pkg)).map(_.stripPrefix(pkg))
+    val top = inFeature.filterNot(_.contains('/')).map(_.takeWhile(_ != '$')).toSet
+    (top -- api).toSeq.sorted.map(c => s"sluice.$feature.$c is not user API: it belongs in sluice.$feature.internal") ++
+      (api -- top).toSeq.sorted.map(c => s"sluice.$feature.$c, declared user API, is not found") ++
+      inFeature.filter(n => n.contains('/') && !n.matches("internal/[^/]+")).toSeq.sorted
+        .map(n => s"sluice/$feature/$n is in a package besides sluice.$feature.internal")
   }
 
   def violations(edges: Seq[(String, String, String)]): Seq[String] = edges.collect {

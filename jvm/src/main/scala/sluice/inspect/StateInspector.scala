@@ -25,7 +25,8 @@ import sluice.spark.StateStoreTypes._
 import sluice.spark.{SessionConf, SparkShim}
 import sluice.state.Sidecars
 import sluice.suppress.internal.SuppressStateLayout
-import sluice.windowstore.{InMemoryWindowStoreProvider, WindowStoreSettings, WindowStoreView}
+import sluice.windowstore.{InMemoryWindowStoreProvider, WindowStoreSettings}
+import sluice.windowstore.internal.WindowStoreView
 
 /**
  * Reads a stopped (or running) query's sluice state from its checkpoint, on the driver, for

@@ -27,13 +27,13 @@ class SluiceExtensions extends (SparkSessionExtensions => Unit) {
     // real-time mode (Spark 4.3): Spark's operator allowlist with sluice's operators taken out
     ext.injectColumnar(RealTimeAllowlist.rule(_))
     // input bound (KIP-770)
-    ext.injectResolutionRule(session => new sluice.input.InputBoundRule(session))
+    ext.injectResolutionRule(session => new sluice.input.internal.InputBoundRule(session))
     // a checkpoint written with sliced state (spark.sluice.window.slicing.state, removed) fails at start
-    ext.injectColumnar(sluice.slicing.SlicedStateMarker.rule(_))
+    ext.injectColumnar(sluice.slicing.internal.SlicedStateMarker.rule(_))
     // window slicing: the map side of sliding-window aggregations (spark.sluice.window.slicing)
-    ext.injectColumnar(sluice.slicing.SlicingRule.rule(_))
+    ext.injectColumnar(sluice.slicing.internal.SlicingRule.rule(_))
     // partial aggregations by hash where Spark would sort (spark.sluice.aggregate.partial.hash)
-    ext.injectColumnar(sluice.aggregate.PartialHashRule.rule(_))
+    ext.injectColumnar(sluice.aggregate.internal.PartialHashRule.rule(_))
     // from_json decoded from the record's bytes (spark.sluice.json.decoder=sluice)
     ext.injectOptimizerRule(sluice.json.internal.JsonDecodeRule(_))
   }

@@ -19,7 +19,7 @@ import sluice.spark.StateStoreTypes.{StateStore, StateStoreProviderId}
  * A version number stands for one content: an attempt that commits a version again (a replayed
  * batch) writes what the first wrote, as Spark's own providers assume when they cache versions.
  */
-class CommittedIndexCache[T <: AnyRef] {
+private[sluice] class CommittedIndexCache[T <: AnyRef] {
   import CommittedIndexCache.Cached
 
   // Guarded by this. Keys identify a store (operators use Spark's provider ids).

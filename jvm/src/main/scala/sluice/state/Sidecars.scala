@@ -34,7 +34,7 @@ import sluice.spark.Sessions.ClassicSession
  * of the state directory look only at numbered partition directories and `_`-prefixed folders
  * they know, so the file is invisible to them.
  */
-object Sidecars extends Logging {
+private[sluice] object Sidecars extends Logging {
   val FileName = "_sluice_operator.json"
 
   /** The window store's name among sluice's provider names (`SluiceConf.ProviderClasses`). */

@@ -17,6 +17,7 @@ import sluice.conf.{ConfResolver, SluiceConf}
 import sluice.spark.StateStoreTypes._
 import sluice.spark.{Maintenance, OpenOptions, ProviderBase, ProviderSpec, SessionConf, SingleFamilyReadStore}
 import sluice.state.{FileFormats, SluiceFileFormatException, StoreFiles}
+import sluice.windowstore.internal.{RowTable, SegmentedStateMap, WindowField}
 
 /**
  * KIP-428's in-memory window store as a Spark state store provider

@@ -19,10 +19,10 @@ import org.apache.spark.sql.types.{LongType, StructField, StructType}
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
-import sluice.aggregate.PartialHashRule
-import sluice.input.InputBoundRule
+import sluice.aggregate.internal.PartialHashRule
+import sluice.input.internal.InputBoundRule
 import sluice.json.internal.JsonDecodeRule
-import sluice.slicing.SlicingRule
+import sluice.slicing.internal.SlicingRule
 import sluice.spark.NotApplied
 import sluice.state.LocalCheckpointFileManager
 

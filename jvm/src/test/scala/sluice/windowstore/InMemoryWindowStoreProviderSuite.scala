@@ -14,6 +14,8 @@ import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types._
 import org.apache.spark.unsafe.types.UTF8String
 
+import sluice.windowstore.internal.SegmentedStateMap
+
 class InMemoryWindowStoreProviderSuite extends AnyFunSuite with PrivateMethodTester {
 
   /** The change logs a map holds (the open version's, and any a segment still refers to). */

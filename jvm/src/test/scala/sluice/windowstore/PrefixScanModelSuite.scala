@@ -16,6 +16,8 @@ import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types._
 import org.apache.spark.unsafe.types.UTF8String
 
+import sluice.windowstore.internal.{PrefixIndex, SegmentedStateMap}
+
 /**
  * Seeded random operations on prefix-scanned state (puts, overwrites, removes, prefix scans with
  * removes while iterating, commits, aborts, expiry inside a version, compaction, snapshots,

@@ -1,4 +1,4 @@
-package sluice.slicing
+package sluice.slicing.internal
 
 import org.apache.spark.sql.catalyst.expressions.{
   Add, Attribute, CreateNamedStruct, Expression, GetStructField,
@@ -18,7 +18,7 @@ import org.apache.spark.sql.types.{DataType, LongType}
  * constant in 64-bit arithmetic). So rows with the same first window have the same windows, all of
  * them, and each window can be written as a function of the first window alone ([[fromFirst]]).
  */
-private[slicing] final case class SlidingWindows(
+private[sluice] final case class SlidingWindows(
     /** The window column's position among the Expand's columns. */
     column: Int,
     /** L: the expression of the row every window is computed from. */
@@ -50,7 +50,7 @@ private[slicing] final case class SlidingWindows(
   }
 }
 
-private[slicing] object SlidingWindows {
+private[sluice] object SlidingWindows {
   val Start = "start"
   val End = "end"
 

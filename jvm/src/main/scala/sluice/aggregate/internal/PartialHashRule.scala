@@ -1,4 +1,4 @@
-package sluice.aggregate
+package sluice.aggregate.internal
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.SortOrder

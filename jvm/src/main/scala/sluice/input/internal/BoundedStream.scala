@@ -1,4 +1,4 @@
-package sluice.input
+package sluice.input.internal
 
 import java.{util => ju}
 import java.util.Optional
@@ -18,7 +18,7 @@ import sluice.spark.SourceTypes.LongOffset
  * How admission control sees one kind of v2 source: its offsets as positions per lane, the cost
  * of a unit per lane, and what tasks measure.
  */
-private[input] sealed trait Lanes {
+private[sluice] sealed trait Lanes {
   def positions(offset: Offset): Map[String, Long]
   def withPositions(offset: Offset, positions: Map[String, Long]): Offset
 
@@ -49,13 +49,13 @@ private[input] sealed trait Lanes {
 }
 
 /** Kafka: a lane is a topic-partition, a unit a record; sizes are measured while reading. */
-private[input] object KafkaLanes {
+private[sluice] object KafkaLanes {
 
   /** Records a partition needs measured before its own statistics replace its topic's. */
   val OwnSamples = 30
 }
 
-private[input] final class KafkaLanes(
+private[sluice] final class KafkaLanes(
     stream: MicroBatchStream,
     defaultRecordBytes: Long,
     sampler: Option[KafkaSampler] = None,
@@ -160,7 +160,7 @@ private[input] final class KafkaLanes(
  * The rate source: one lane whose unit is a second of rows (its offsets count seconds), each row
  * an UnsafeRow of a timestamp and a long (8 bytes of null bits + 2 x 8 bytes).
  */
-private[input] final class RateLanes(rowsPerSecond: Long) extends Lanes {
+private[sluice] final class RateLanes(rowsPerSecond: Long) extends Lanes {
   private val bytesPerSecond = rowsPerSecond * RateLanes.RowBytes
   override def positions(offset: Offset): Map[String, Long] =
     Map(RateLanes.Lane -> LongOffset(offset.json().toLong).offset)
@@ -172,7 +172,7 @@ private[input] final class RateLanes(rowsPerSecond: Long) extends Lanes {
     Some((positions(end)(RateLanes.Lane) - positions(start)(RateLanes.Lane)) * bytesPerSecond)
 }
 
-private[input] object RateLanes {
+private[sluice] object RateLanes {
   val Lane = "rate"
   val RowBytes = 24L
 }
@@ -183,7 +183,7 @@ private[input] object RateLanes {
  * exceed their share of the bound back, never below one unit past the start. Offsets, their log
  * and recovery stay the source's own: the trimmed end is an ordinary offset of that source.
  */
-final class BoundedMicroBatchStream private[input] (
+private[sluice] final class BoundedMicroBatchStream private[input] (
     val inner: MicroBatchStream,
     lanes: Lanes,
     budget: Budget)
@@ -285,7 +285,7 @@ final class BoundedMicroBatchStream private[input] (
     inner.asInstanceOf[SupportsRealTimeMode].mergeOffsets(offsets)
 }
 
-object BoundedMicroBatchStream {
+private[sluice] object BoundedMicroBatchStream {
   val BytesMetric: String = SluiceConf.SourceBytesMetric
   val ThrottledMetric: String = SluiceConf.SourceThrottledMetric
   val DirectRecordsMetric: String = SluiceConf.SourceDirectRecordsMetric

@@ -1,4 +1,4 @@
-package sluice.input
+package sluice.input.internal
 
 import scala.jdk.CollectionConverters._
 
@@ -9,7 +9,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode
  * Kafka source offsets in their JSON form, {"topic":{"partition":offset}}. Working on the JSON the
  * source itself reads back (`deserializeOffset`) keeps sluice off the connector's private classes.
  */
-object KafkaOffsets {
+private[sluice] object KafkaOffsets {
   private val mapper = new ObjectMapper()
 
   def laneKey(topic: String, partition: Int): String = s"$topic/$partition"

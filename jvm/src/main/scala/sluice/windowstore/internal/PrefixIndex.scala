@@ -1,4 +1,4 @@
-package sluice.windowstore
+package sluice.windowstore.internal
 
 /**
  * The window store's keys by the hash of their prefix (the first `numColsPrefixKey` columns), for
@@ -16,7 +16,7 @@ package sluice.windowstore
  *
  * Single writer, like the map; a walk must not interleave with [[add]] or [[unlink]].
  */
-private[windowstore] final class PrefixIndex {
+private[sluice] final class PrefixIndex {
   import PrefixIndex._
 
   private var anchors = new Array[Array[Long]](0)
@@ -109,7 +109,7 @@ private[windowstore] final class PrefixIndex {
   }
 }
 
-private[windowstore] object PrefixIndex {
+private[sluice] object PrefixIndex {
 
   /** No entry: the end of a chain. */
   val End: Int = -1

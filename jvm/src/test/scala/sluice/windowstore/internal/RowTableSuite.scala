@@ -1,4 +1,4 @@
-package sluice.windowstore
+package sluice.windowstore.internal
 
 import scala.util.Random
 

@@ -1,4 +1,4 @@
-package sluice.slicing
+package sluice.slicing.internal
 
 import java.util.UUID
 

@@ -1,4 +1,4 @@
-package sluice.input
+package sluice.input.internal
 
 import java.{util => ju}
 
@@ -18,7 +18,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  *
  * Invariant: an option the user set on the source is never replaced.
  */
-object KafkaFetch {
+private[sluice] object KafkaFetch {
   val PartitionFetchBytesOption = "kafka.max.partition.fetch.bytes"
   val MaxPollRecordsOption = "kafka.max.poll.records"
   val FetchMaxWaitOption = "kafka.fetch.max.wait.ms"

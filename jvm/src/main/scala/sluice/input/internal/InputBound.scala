@@ -1,4 +1,4 @@
-package sluice.input
+package sluice.input.internal
 
 import java.{util => ju}
 
@@ -19,7 +19,7 @@ import sluice.spark.SourceTypes.FileStreamSource
 import sluice.spark.{DataSourceCopy, RealTimePlans}
 
 /** Where a source's bound comes from, resolved when the query creates the source. */
-private[input] sealed trait BudgetSpec {
+private[sluice] sealed trait BudgetSpec {
 
   /** The bound set for the source, or the query-wide one its sources share. */
   def bytes: Long
@@ -29,15 +29,15 @@ private[input] sealed trait BudgetSpec {
   }
 }
 
-private[input] object BudgetSpec {
+private[sluice] object BudgetSpec {
   final case class FromOption(bytes: Long) extends BudgetSpec
   final case class FromConf(bytes: Long) extends BudgetSpec
 }
 
 /** The kinds of v2 source sluice bounds. */
-private[input] sealed trait StreamKind
+private[sluice] sealed trait StreamKind
 
-private[input] object StreamKind {
+private[sluice] object StreamKind {
 
   /**
    * `fetchBytes`: what one poll of a partition may fetch where the source leaves it (0: Kafka's default);
@@ -48,7 +48,7 @@ private[input] object StreamKind {
 }
 
 /** The v1 file source's DataSource, creating its source behind the bound. */
-final class BoundedDataSource(ds: DataSource, spec: BudgetSpec) extends DataSourceCopy(ds) {
+private[sluice] final class BoundedDataSource(ds: DataSource, spec: BudgetSpec) extends DataSourceCopy(ds) {
   // DataSource is a case class: without these, the bounded copy equals the original and tree
   // transforms keep the original.
   override def canEqual(that: Any): Boolean = that.isInstanceOf[BoundedDataSource]
@@ -62,7 +62,7 @@ final class BoundedDataSource(ds: DataSource, spec: BudgetSpec) extends DataSour
 }
 
 /** A v2 table whose micro-batch streams are bounded; everything else is the table's own. */
-final class BoundedTable(val inner: Table with SupportsRead, kind: StreamKind, spec: BudgetSpec)
+private[sluice] final class BoundedTable(val inner: Table with SupportsRead, kind: StreamKind, spec: BudgetSpec)
   extends Table with SupportsRead {
   override def name(): String = inner.name()
   @deprecated("delegates to a deprecated method", "")
@@ -95,7 +95,7 @@ private object BoundedTable {
     StatefulOperatorSupport.currentStream(SparkSession.active).forall(RealTimePlans.runsMicroBatches)
 }
 
-final class BoundedScan(inner: Scan, kind: StreamKind, spec: BudgetSpec,
+private[sluice] final class BoundedScan(inner: Scan, kind: StreamKind, spec: BudgetSpec,
     kafkaParams: Map[String, String] = Map.empty)
   extends Scan {
   override def readSchema(): StructType = inner.readSchema()

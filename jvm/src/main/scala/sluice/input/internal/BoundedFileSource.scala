@@ -1,4 +1,4 @@
-package sluice.input
+package sluice.input.internal
 
 import java.{util => ju}
 import java.util.Optional
@@ -23,7 +23,7 @@ import sluice.spark.SourceTypes.{Offset, Source}
  * sluice instead lowers the file count to what fits the bound at the largest file size seen so far
  * (one file in the first batch, when nothing has been seen).
  */
-final class BoundedFileSource(val inner: FileStreamSource, budget: Budget)
+private[sluice] final class BoundedFileSource(val inner: FileStreamSource, budget: Budget)
   extends Source with SupportsTriggerAvailableNow with ReportsSourceMetrics {
 
   @volatile private var largestFile = 0L

@@ -1,4 +1,4 @@
-package sluice.slicing
+package sluice.slicing.internal
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Expression, NamedExpression}
@@ -37,7 +37,7 @@ import sluice.spark.SwitchedRewrite
  * why ([[SlicingRule.Why]]), in one INFO line per plan.
  */
 /** The map side of a sliding-window aggregation: the windows' Expand and a projection between them, if any. */
-private[slicing] final case class MapSide(expand: ExpandExec, between: Option[ProjectExec], windows: SlidingWindows,
+private[sluice] final case class MapSide(expand: ExpandExec, between: Option[ProjectExec], windows: SlidingWindows,
     window: Attribute)
 
 private[sluice] object SlicingRule {

@@ -1,4 +1,4 @@
-package sluice.input
+package sluice.input.internal
 
 import java.{util => ju}
 import java.nio.charset.StandardCharsets
@@ -20,7 +20,7 @@ import sluice.spark.CheckpointTypes.CheckpointFileManager
 import sluice.state.FileFormats
 
 /** Record sizes read from a partition before its first batch: their statistics and the largest. */
-final case class Sample(stats: SizeStats, largest: Long)
+private[sluice] final case class Sample(stats: SizeStats, largest: Long)
 
 /**
  * Reads a few records of partitions that have no measured sizes yet, on the driver, so that their
@@ -34,7 +34,7 @@ final case class Sample(stats: SizeStats, largest: Long)
  * The consumer is built from the source's `kafka.*` options (security, isolation level, ...)
  * without its group id: it is assigned partitions and never commits.
  */
-private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeoutMs: Long = 3000L) {
+private[sluice] final class KafkaSampler(kafkaParams: Map[String, String], timeoutMs: Long = 3000L) {
   import KafkaSampler._
 
   def sample(ranges: Map[String, (Long, Long)]): Map[String, Sample] = {
@@ -121,7 +121,7 @@ private[input] final class KafkaSampler(kafkaParams: Map[String, String], timeou
   }
 }
 
-private[input] object KafkaSampler {
+private[sluice] object KafkaSampler {
   private val log = LoggerFactory.getLogger(classOf[KafkaSampler])
 
   /** Positions sampled per partition, and records taken at each. */
@@ -164,7 +164,7 @@ private[input] object KafkaSampler {
  * The record sizes a sampling read, by partition, and how many of its points were read whole. Only
  * partitions with every point read are a sample; the others give nothing.
  */
-private[input] final class SampleTally {
+private[sluice] final class SampleTally {
   private val found = mutable.HashMap.empty[String, Sample]
   private val points = mutable.HashMap.empty[String, Int]
 
@@ -189,7 +189,7 @@ private[input] final class SampleTally {
  * create and rename through Spark's checkpoint file manager has a per-file cost (measured in
  * bench/windowstore/README.md) that must not be added to every batch.
  */
-private[input] final class SizeFile(dir: String, hadoopConf: Configuration) {
+private[sluice] final class SizeFile(dir: String, hadoopConf: Configuration) {
   private val path = new Path(dir, SizeFile.Name)
   private lazy val fm = CheckpointFileManager.create(path.getParent, hadoopConf)
 
@@ -249,7 +249,7 @@ private[input] final class SizeFile(dir: String, hadoopConf: Configuration) {
     }
 }
 
-private[input] object SizeFile {
+private[sluice] object SizeFile {
 
   /** Not a number, so the source's own offset log in the same directory ignores it. */
   val Name = "sluice-record-sizes.json"

@@ -1,4 +1,4 @@
-package sluice.input
+package sluice.input.internal
 
 import scala.collection.mutable
 
@@ -14,7 +14,7 @@ import org.apache.spark.util.AccumulatorV2
  * batches from them and reports the bytes of the last one. Tasks add one entry per partition
  * reader (at close), so the per-record cost is three additions.
  */
-final class LaneSizeAccumulator extends AccumulatorV2[(String, SizeStats), Map[String, SizeStats]] {
+private[sluice] final class LaneSizeAccumulator extends AccumulatorV2[(String, SizeStats), Map[String, SizeStats]] {
   private val stats = mutable.HashMap.empty[String, SizeStats]
 
   override def isZero: Boolean = stats.isEmpty
@@ -34,7 +34,7 @@ final class LaneSizeAccumulator extends AccumulatorV2[(String, SizeStats), Map[S
 }
 
 /** Wraps Kafka's reader factory to measure key + value bytes of every record read. */
-final class KafkaMeasuringReaderFactory(inner: PartitionReaderFactory, acc: LaneSizeAccumulator)
+private[sluice] final class KafkaMeasuringReaderFactory(inner: PartitionReaderFactory, acc: LaneSizeAccumulator)
   extends PartitionReaderFactory {
   override def createReader(partition: InputPartition): PartitionReader[InternalRow] =
     new KafkaMeasuringReader(inner.createReader(partition), acc)
@@ -48,7 +48,7 @@ final class KafkaMeasuringReaderFactory(inner: PartitionReaderFactory, acc: Lane
  * Kafka rows are (key, value, topic, partition, ...); one reader reads one topic-partition.
  * Binary sizes are read from UnsafeRow's offset-and-size word, without copying the bytes.
  */
-final class KafkaMeasuringReader(inner: PartitionReader[InternalRow], acc: LaneSizeAccumulator)
+private[sluice] final class KafkaMeasuringReader(inner: PartitionReader[InternalRow], acc: LaneSizeAccumulator)
   extends PartitionReader[InternalRow] {
   private var lane: String = _
   private var count = 0L

@@ -1,4 +1,4 @@
-package sluice.windowstore
+package sluice.windowstore.internal
 
 import java.util.concurrent.ConcurrentSkipListMap
 
@@ -11,7 +11,7 @@ import org.apache.spark.unsafe.Platform
 import sluice.spark.StateStoreTypes.UnsafeRowPair
 
 /** One window start's entries (or all window-less entries). */
-private[windowstore] final class Segment(val start: Long, keyFields: Int, valueFields: Int) {
+private[sluice] final class Segment(val start: Long, keyFields: Int, valueFields: Int) {
 
   /** Replaced only between versions, by compaction. */
   var table = new RowTable(keyFields, valueFields)
@@ -36,7 +36,7 @@ private[windowstore] final class Segment(val start: Long, keyFields: Int, valueF
  * chunks of a fixed size, so a version of millions of changes (a window's eviction) grows without
  * copying what it holds.
  */
-private[windowstore] final class ChangeLog {
+private[sluice] final class ChangeLog {
   import ChangeLog._
   private var segments = new Array[Array[Segment]](4)
   private var writtenLocs = new Array[Array[Long]](4)
@@ -107,7 +107,7 @@ private[windowstore] final class ChangeLog {
   }
 }
 
-private[windowstore] object ChangeLog {
+private[sluice] object ChangeLog {
 
   /** Changes per chunk: 2^14, so a chunk of longs is 128 KiB, below half of G1's smallest region. */
   private val ChunkBits = 14
@@ -121,9 +121,9 @@ private[windowstore] object ChangeLog {
  * `start` and `end` timestamps (`window`, `session_window`, or a renamed window column), and the
  * position of `start` inside it. Keys of other schemas have no window.
  */
-private[windowstore] final case class WindowField(ordinal: Int, structFields: Int, startIndex: Int)
+private[sluice] final case class WindowField(ordinal: Int, structFields: Int, startIndex: Int)
 
-private[windowstore] object WindowField {
+private[sluice] object WindowField {
   def find(keySchema: StructType): Option[WindowField] = {
     keySchema.fields.zipWithIndex.collectFirst {
       case (f, i) if (f.dataType match {
@@ -160,7 +160,7 @@ private[windowstore] object WindowField {
  * Single writer: the provider hands out at most one open version at a time. Spark's operators
  * remove keys while iterating; iterators are weakly consistent and see those removes.
  */
-private[windowstore] final class SegmentedStateMap(
+private[sluice] final class SegmentedStateMap(
     keySchema: StructType,
     valueFields: Int,
     numColsPrefixKey: Int,
@@ -645,7 +645,7 @@ private[windowstore] final class SegmentedStateMap(
   }
 }
 
-private[windowstore] object SegmentedStateMap {
+private[sluice] object SegmentedStateMap {
 
   /** Segment id of keys without a window. */
   val NoWindow: Long = Long.MinValue

@@ -1,4 +1,4 @@
-package sluice.input
+package sluice.input.internal
 
 import scala.collection.mutable
 
@@ -7,13 +7,13 @@ import scala.collection.mutable
  * seconds) wait between the batch start and what the source itself would admit, each costing
  * about `meanBytes` with standard deviation `sdBytes`.
  */
-final case class Lane(key: String, available: Long, meanBytes: Double, sdBytes: Double,
+private[sluice] final case class Lane(key: String, available: Long, meanBytes: Double, sdBytes: Double,
     samples: Double = Double.PositiveInfinity, cap: Long = Long.MaxValue) {
   def demand: Long = math.min(available, math.max(1L, cap))
 }
 
 /** Units admitted per lane, the bytes that is expected to be, and how many lanes were cut. */
-final case class Plan(units: Map[String, Long], expectedBytes: Double, throttled: Int)
+private[sluice] final case class Plan(units: Map[String, Long], expectedBytes: Double, throttled: Int)
 
 /**
  * Spreads a byte budget over the lanes that have data waiting (KIP-770 pauses only partitions
@@ -29,7 +29,7 @@ final case class Plan(units: Map[String, Long], expectedBytes: Double, throttled
  * share an estimate, so the errors of the means are added as if fully correlated.
  * A lane's `cap` (a slow start while few sizes are known) bounds its units below `available`.
  */
-object Admission {
+private[sluice] object Admission {
   val DefaultZ = 2.0
 
   def plan(lanes: Seq[Lane], budget: Long, z: Double = DefaultZ): Plan = {
@@ -70,7 +70,7 @@ object Admission {
  * Running size statistics of one lane's records, decayed per batch so that the estimate follows
  * a change in record sizes within a few batches.
  */
-final case class SizeStats(count: Double, sum: Double, sumSq: Double) {
+private[sluice] final case class SizeStats(count: Double, sum: Double, sumSq: Double) {
   def mean: Double = if (count > 0) sum / count else 0.0
   def sd: Double = if (count > 1) math.sqrt(math.max(0.0, sumSq / count - mean * mean)) else 0.0
   def decayedPlus(batch: SizeStats, keep: Double): SizeStats =
@@ -79,6 +79,6 @@ final case class SizeStats(count: Double, sum: Double, sumSq: Double) {
   def minus(o: SizeStats): SizeStats = SizeStats(count - o.count, sum - o.sum, sumSq - o.sumSq)
 }
 
-object SizeStats {
+private[sluice] object SizeStats {
   val Zero: SizeStats = SizeStats(0, 0, 0)
 }

@@ -1,4 +1,4 @@
-package sluice.input
+package sluice.input.internal
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -17,7 +17,7 @@ import sluice.spark.{NotApplied, SourceTypes}
  * admits. The sources stay what they are (same offsets, checkpoint layout and recovery); the
  * wrappers only lower the end offset each batch asks for.
  */
-final class InputBoundRule(session: SparkSession) extends Rule[LogicalPlan] {
+private[sluice] final class InputBoundRule(session: SparkSession) extends Rule[LogicalPlan] {
   import InputBoundRule._
 
   // resolveOperatorsDown, as Spark asks of analyzer rules: it skips subtrees analyzed already (a
@@ -66,7 +66,7 @@ final class InputBoundRule(session: SparkSession) extends Rule[LogicalPlan] {
     }
 }
 
-object InputBoundRule {
+private[sluice] object InputBoundRule {
 
   /** The name of `spark.sluice.input.kafka.direct` in the lines saying why it left a source to Spark's reader. */
   val DirectName = "Kafka records read directly"

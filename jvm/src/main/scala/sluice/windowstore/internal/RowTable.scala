@@ -1,4 +1,4 @@
-package sluice.windowstore
+package sluice.windowstore.internal
 
 import java.io.{EOFException, InputStream, IOException, OutputStream}
 
@@ -34,7 +34,7 @@ import org.apache.spark.unsafe.array.ByteArrayMethods
  * results are read by such a scan, millions of entries at once). Changes made while it runs (Spark's
  * operators remove the entry just handed out) are told to it, see [[entries]].
  */
-private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
+private[sluice] final class RowTable(keyFields: Int, valueFields: Int) {
   import RowTable._
 
   /** Slot i, `slots(i >>> ChunkBits)(i & ChunkMask)`, is `hash << 32 | location`, or [[Empty]] /
@@ -581,7 +581,7 @@ private[windowstore] final class RowTable(keyFields: Int, valueFields: Int) {
   }
 }
 
-private[windowstore] object RowTable {
+private[sluice] object RowTable {
 
   /** A table's entries as of [[RowTable.freeze]]. */
   final class Frozen private[RowTable] (slots: Array[Array[Long]], pages: Array[Array[Byte]],

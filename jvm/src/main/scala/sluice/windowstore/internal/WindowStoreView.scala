@@ -1,4 +1,4 @@
-package sluice.windowstore
+package sluice.windowstore.internal
 
 import scala.collection.mutable
 
@@ -7,6 +7,7 @@ import org.apache.hadoop.conf.Configuration
 import org.apache.spark.sql.types.StructType
 
 import sluice.spark.StateStoreTypes.{NoPrefixKeyStateEncoderSpec, StateStoreConf, StateStoreId}
+import sluice.windowstore.{InMemoryWindowStoreProvider, WindowStoreSettings}
 
 /**
  * A read-only view of one window store's committed version, for `sluice.inspect`: a provider of

@@ -1,4 +1,4 @@
-package sluice.input
+package sluice.input.internal
 
 import java.nio.file.Files
 

@@ -1,4 +1,4 @@
-package sluice.input
+package sluice.input.internal
 
 import java.util.concurrent.ConcurrentHashMap
 
@@ -9,12 +9,12 @@ import sluice.conf.SluiceConf
  * `Shared` is the query-wide `spark.sluice.input.buffer.max.bytes`, split evenly over the sources
  * of the query that use it, so that the query as a whole stays within it.
  */
-sealed trait Budget {
+private[sluice] sealed trait Budget {
   def bytes: Long
   def release(): Unit = ()
 }
 
-object Budget {
+private[sluice] object Budget {
   val SourceOption: String = SluiceConf.SourceMaxBytesOption
 
   final case class Fixed(bytes: Long) extends Budget
