@@ -3,7 +3,8 @@ state store provider {HDFS-backed, RocksDB, in-memory window store} x record cac
 query {update-mode windowed count, suppress until_window_closes, suppress until_time_limit,
 update-mode session windows, suppress until_window_closes over session windows} x
 commit interval {0, 1 h} x input bound {off, small}, each result compared with what Python
-computes from the input.
+computes from the input. Where the input bound is on, until_window_closes keeps its late records,
+which must be exactly the input's late events.
 
 The input is a few steps of two JSON files each, with out-of-order and late events, moved into
 the source folder one step at a time (one directory rename, so the source sees a step at once).
@@ -141,9 +142,21 @@ def expected(steps: list[list[list[tuple[int, str]]]]) -> tuple[dict[tuple[int, 
     return counts, late, max_ts - DELAY_S
 
 
+def late_events(steps: list[list[list[tuple[int, str]]]]) -> list[tuple[int, str]]:
+    """The (ts, user) events expected() counts as late, sorted."""
+    late: list[tuple[int, str]] = []
+    max_ts: int | None = None
+    for step in steps:
+        wm = max_ts - DELAY_S if max_ts is not None else None
+        late += [(t, u) for f in step for t, u in f if wm is not None and window_of(t) + WINDOW_S <= wm]
+        max_ts = max([t for f in step for t, _ in f] + ([max_ts] if max_ts is not None else []))
+    return sorted(late)
+
+
 STEPS = make_steps()
 ALL_STEPS = STEPS + [closing_step(STEPS)]
 COUNTS, LATE, FINAL_WM = expected(ALL_STEPS)
+LATE_EVENTS = late_events(ALL_STEPS)
 DATA_KEYS = set(expected(STEPS)[0])
 
 
@@ -238,7 +251,12 @@ class Run:
                     if self.combo.sessions else ["CAST(window.start AS STRING)"])
             self.emitted.extend(tuple(r) for r in batch.selectExpr(*cols, "user", "count").collect())
 
-        self.q = (QUERIES[self.combo.query](events).writeStream.outputMode("update").foreachBatch(sink)
+        if self.combo.keeps_late:
+            query = suppress(windowed_counts(events), Suppressed.until_window_closes(BufferConfig.unbounded())
+                             .with_late_records(str(self.root / "late"), "json"))
+        else:
+            query = QUERIES[self.combo.query](events)
+        self.q = (query.writeStream.outputMode("update").foreachBatch(sink)
                   .option("checkpointLocation", str(self.root / "ckpt")).start())
 
     def feed(self, step: list[list[tuple[int, str]]]) -> None:
@@ -275,6 +293,10 @@ class Run:
         self.start("1ms" if interval != "0" else "0")  # held rows are due now
         self.feed(self.combo.steps[-1])
         self.stop()
+        if self.combo.keeps_late:
+            t0 = int(T0.timestamp())
+            self.late = sorted((int(r.t) - t0, r.user) for r in self.spark.read.schema("ts timestamp, user string")
+                               .json(str(self.root / "late")).selectExpr("CAST(ts AS LONG) AS t", "user").collect())
         return self
 
 
@@ -296,6 +318,11 @@ class Combo:
     @property
     def sessions(self) -> bool:
         return self.query.startswith("session_")
+
+    @property
+    def keeps_late(self) -> bool:
+        """until_window_closes keeps its late records where the input bound is on (half the cells)."""
+        return self.query == "window_closes" and self.bound
 
     @property
     def steps(self) -> list[list[list[tuple[int, str]]]]:
@@ -372,6 +399,10 @@ def check(run: Any, combo: Combo) -> None:
     if combo.query == "window_closes":
         closed = {(start_string(w), u) for (w, u) in COUNTS if w + WINDOW_S <= FINAL_WM}
         assert sorted(got) == sorted((s, u, n) for (s, u), n in truth.items() if (s, u) in closed)
+        if combo.keeps_late:  # each late event kept once, as many as the operators counted
+            assert run.late == LATE_EVENTS
+            assert sum(op.get("numRowsDroppedByWatermark", 0) for p in run.progress
+                       for op in p.get("stateOperators", [])) == LATE
         return
     last: dict[tuple[str, str], int] = {}
     for s, u, n in got:

@@ -255,3 +255,17 @@ def test_killed_driver_keeps_each_late_record_once(spark: SparkSession, tmp_path
     records = spark.read.parquet(str(late)).collect()
     assert sorted((r.window.start, r.user, r.ts) for r in records) == [
         (at((h - 3) * 3600), "z", at((h - 3) * 3600 + 100)) for h in range(3, hours)]
+
+
+def test_spark_connect_message_carries_late_records(spark: SparkSession) -> None:
+    """The Connect client's message decodes, on the server side, to the same late records."""
+    from sluice import _handles
+    from sluice._connect import encode
+
+    wire = (Suppressed.until_window_closes(BufferConfig.unbounded())
+            .with_late_records("/late", "json", {"compression": "gzip", "dateFormat": "yyyy"})._wire())
+    message = _handles.jvm(spark).sluice.connect.SuppressRelation.decode(bytearray(encode(b"", **wire)))
+    late = message.suppressed().lateRecords().get()
+    assert (late.path(), late.format()) == ("/late", "json")
+    assert late.options().size() == 2 and late.options().apply("compression") == "gzip"
+    assert message.suppressed().lateRecords().get().describe() == "late records to /late (json)"

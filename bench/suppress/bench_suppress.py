@@ -552,9 +552,12 @@ def late(spark: SparkSession, work: Path, args: argparse.Namespace) -> None:
 
     runs = h.alternating(["counted", "kept"], args.rounds, run, warmup=lambda side: run(side, -1))
     assert seen["counted"][0] == seen["kept"][0], "the kept side's finals differ from the counted side's"
-    assert seen["counted"][1] == seen["kept"][1] > 0, "late records: counted and kept differ, or none"
+    # The counted side counts what reaches suppress (the aggregation's updates, one per window and key
+    # of a batch), the kept side each record: as many or more.
+    assert seen["kept"][1] >= seen["counted"][1] > 0, "late records: none, or fewer kept than counted"
     med = {side: statistics.median(r["events_per_s"] for r in rs) for side, rs in runs.items()}
-    print(f"   late records per run: {seen['kept'][1]}; events/s counted {med['counted']:.0f}, kept {med['kept']:.0f}")
+    print(f"   late: {seen['kept'][1]} records kept, {seen['counted'][1]} updates counted; events/s counted "
+          f"{med['counted']:.0f}, kept {med['kept']:.0f}")
     h.target("throughput kept / counted", med["kept"] / med["counted"], ">=", 0.95)
     h.write(medians=med)
 

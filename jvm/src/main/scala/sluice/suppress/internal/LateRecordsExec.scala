@@ -48,23 +48,25 @@ private[sluice] case class LateRecordsExec(
     Map("numLateRecords" -> SQLMetrics.createMetric(sparkContext, "number of late records kept"))
 
   /**
-   * Suppress's own late-drop metrics, handed over by [[SuppressExec]] on the driver before it runs
-   * its child: the records taken out here are the ones suppress would have counted, and the
-   * query's progress reports suppress's metrics, not this node's.
+   * The late-drop metrics of the state operator the query's progress reports for these records,
+   * handed over on the driver before the batch runs (by [[SuppressExec]] on the buffered plan, by
+   * [[LateRecordsCounted]] on the fused one): the records taken out here are the ones that
+   * operator would have dropped, and the progress reports its metrics, not this node's. Plan
+   * nodes are copied as the plan is prepared, so the metric objects are handed over on the final
+   * plan rather than shared when it is built.
    */
-  @transient @volatile private var suppressCounters: Seq[SQLMetric] = Nil
-  def countInto(counters: Seq[SQLMetric]): Unit = suppressCounters = counters
+  @transient @volatile private var dropCounters: Seq[SQLMetric] = Nil
+  def countInto(counters: Seq[SQLMetric]): Unit = dropCounters = counters
 
   override protected def doExecute(): RDD[InternalRow] = {
     val batchId = context.batchId
     val closeWm = SuppressExec.closeTime(context.lateEventsWatermarkMs, earlyMs)
-    val format = BatchFiles.fileFormat(session, late.format).fold(e => throw new SuppressUsageException(e), identity)
-    val schema = LateRecordsExec.schema(child.output)
+    val writer = LateRecordsExec.writer(session, late, child.output, context)
     val dir = new Path(late.path, s"${LateRecords.BatchColumn}=$batchId")
-    val writer = BatchFiles.prepare(session, format, late.options, schema, dir,
-      s"part-op${context.stateInfo.operatorId}-")
-    writer.removeWritten() // an earlier attempt of this batch, if any
-    val counters = longMetric("numLateRecords") +: suppressCounters
+    val prefix = s"part-op${context.stateInfo.operatorId}-"
+    writer.removeWritten(dir, prefix) // an earlier attempt of this batch, if any
+    val dirName = dir.toString
+    val counters = longMetric("numLateRecords") +: dropCounters
     val ord = child.output.indexWhere(_.exprId == window.exprId)
     child.execute().mapPartitions(iter => {
         val partition = TaskContext.getPartitionId()
@@ -77,7 +79,7 @@ private[sluice] case class LateRecordsExec(
           if (end > closeWm) true
           else {
             lateBy.setLong(0, closeWm - end)
-            file.getOrElse { val f = writer.open(partition); file = Some(f); f }.write(joined(row, lateBy))
+            file.getOrElse { val f = writer.open(dirName, prefix, partition); file = Some(f); f }.write(joined(row, lateBy))
             kept += 1
             false
           }
@@ -116,6 +118,18 @@ private[sluice] case class LateRecordsCounted(child: SparkPlan) extends UnaryExe
 }
 
 private[sluice] object LateRecordsExec {
+
+  /** Per query run, per operator: the writer prepared by the run's first batch. */
+  private val writers = new java.util.WeakHashMap[java.util.UUID, java.util.Map[Long, BatchFiles.Writer]]()
+
+  private def writer(session: org.apache.spark.sql.SparkSession, late: LateRecords, input: Seq[Attribute],
+      ctx: StreamContext): BatchFiles.Writer = writers.synchronized {
+    val ofRun = writers.computeIfAbsent(ctx.stateInfo.queryRunId, _ => new java.util.HashMap[Long, BatchFiles.Writer]())
+    ofRun.computeIfAbsent(ctx.stateInfo.operatorId, _ => {
+      val format = BatchFiles.fileFormat(session, late.format).fold(e => throw new SuppressUsageException(e), identity)
+      BatchFiles.prepare(session, format, late.options, schema(input), new Path(late.path))
+    })
+  }
 
   /** Whether `s` keeps its late records. */
   def keeps(s: sluice.suppress.Suppressed): Boolean = s match {

@@ -1,11 +1,13 @@
 package org.apache.spark.sql.sluice
 
+import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
 import org.apache.hadoop.mapreduce.{Job, JobID, TaskAttemptID, TaskID, TaskType}
 import org.apache.hadoop.mapreduce.lib.output.FileOutputFormat
 import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl
 
 import org.apache.spark.TaskContext
+import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.execution.datasources.{DataSource, FileFormat, OutputWriter, OutputWriterFactory}
@@ -42,44 +44,49 @@ object BatchFiles {
     schema.fields.find(f => !format.supportDataType(f.dataType)).map(f => (f.name, f.dataType))
 
   /**
-   * Prepared on the driver: files of `schema` in `format` with `options`, under `dir`, their
-   * names starting with `prefix`.
+   * Prepared on the driver, once per query run: files of `schema` in `format` with `options`. The
+   * Hadoop configuration the format prepared is broadcast, so that each task fetches it once per
+   * executor rather than with every task.
    */
   def prepare(session: SparkSession, format: FileFormat, options: Map[String, String], schema: StructType,
-      dir: Path, prefix: String): Writer = {
+      base: Path): Writer = {
     val job = Job.getInstance(session.sessionState.newHadoopConfWithOptions(options))
     job.setOutputKeyClass(classOf[Void])
     job.setOutputValueClass(classOf[InternalRow])
-    FileOutputFormat.setOutputPath(job, dir)
+    FileOutputFormat.setOutputPath(job, base)
     val factory = format.prepareWrite(session, job, options, schema)
-    new Writer(factory, new SerializableConfiguration(job.getConfiguration), schema, dir.toString, prefix)
+    new Writer(factory, session.sparkContext.broadcast(new SerializableConfiguration(job.getConfiguration)), schema)
   }
 
   /** What each task needs to write its file. */
-  final class Writer private[BatchFiles] (factory: OutputWriterFactory, conf: SerializableConfiguration,
-      schema: StructType, dir: String, prefix: String)
+  final class Writer private[BatchFiles] (factory: OutputWriterFactory,
+      conf: Broadcast[SerializableConfiguration], schema: StructType)
     extends Serializable {
 
     /**
-     * Removes what this writer's tasks wrote under `dir`, complete or not (a killed task leaves its
-     * hidden file behind): a rerun of the same work calls it before it writes.
+     * Removes the files under `dir` whose names start with `prefix`, complete or not (a killed task
+     * leaves its hidden file behind): a rerun of the same work calls it, on the driver, before it
+     * writes.
      */
-    def removeWritten(): Unit = {
-      val path = new Path(dir)
-      val fs = path.getFileSystem(conf.value)
-      if (fs.exists(path)) {
-        fs.listStatus(path).map(_.getPath).filter { p =>
+    def removeWritten(dir: Path, prefix: String): Unit = {
+      val fs = dir.getFileSystem(conf.value.value)
+      if (fs.exists(dir)) {
+        fs.listStatus(dir).map(_.getPath).filter { p =>
           p.getName.startsWith(prefix) || p.getName.startsWith(s".$prefix")
         }.foreach(fs.delete(_, false))
       }
     }
 
-    /** Opens partition `partition`'s file on a task; it is in place only once `commit` returns. */
-    def open(partition: Int): File = {
+    /**
+     * Opens, on a task, partition `partition`'s file under `dir`, named from `prefix`; it is in
+     * place only once `commit` returns.
+     */
+    def open(dir: String, prefix: String, partition: Int): File = {
       val tc = TaskContext.get()
       val jobId = new JobID("sluice", tc.stageId())
       val attempt = new TaskAttemptID(new TaskID(jobId, TaskType.MAP, partition), tc.attemptNumber())
-      val hadoopConf = conf.value
+      // A copy: the broadcast one is shared by the executor's tasks.
+      val hadoopConf = new Configuration(conf.value.value)
       hadoopConf.set("mapreduce.job.id", jobId.toString)
       hadoopConf.set("mapreduce.task.id", attempt.getTaskID.toString)
       hadoopConf.set("mapreduce.task.attempt.id", attempt.toString)
@@ -97,7 +104,7 @@ object BatchFiles {
   }
 
   final class File private[BatchFiles] (writer: OutputWriter, hidden: Path, target: Path,
-      conf: org.apache.hadoop.conf.Configuration) {
+      conf: Configuration) {
     private var open = true
     def write(row: InternalRow): Unit = writer.write(row)
 
