@@ -1,6 +1,7 @@
 package sluice
 
 import java.io.{ByteArrayInputStream, DataInputStream, File}
+import java.nio.charset.StandardCharsets
 import java.nio.file.Files
 import java.util.zip.ZipFile
 
@@ -9,10 +10,10 @@ import scala.jdk.CollectionConverters._
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
- * The package layering of ARCHITECTURE.md, checked on the compiled classes: every class name a
- * class file refers to (its constant pool's class entries and type descriptors) is mapped to its
- * layer, and a class may refer only to its own layer and the ones below it. A feature's
- * `…internal` package belongs to the feature's layer.
+ * The package map of ARCHITECTURE.md, checked on the compiled classes: every class name a class
+ * file refers to (its constant pool's class entries and type descriptors) is mapped to its layer,
+ * and a class may refer only to its own layer and the layers its layer may use ([[LayeringSuite.MayUse]]).
+ * A feature's `…internal` package belongs to the feature's layer.
  */
 class LayeringSuite extends AnyFunSuite {
   import LayeringSuite._
@@ -42,17 +43,37 @@ class LayeringSuite extends AnyFunSuite {
 
   test("the class files of every layer were found") {
     val found = classes.keys.flatMap(layerOf).toSet
-    assert(found == Layers.toSet, s"layers with classes: $found")
+    assert(found == MayUse.keySet, s"layers with classes: $found")
   }
 
-  test("the scan sees references between layers") {
-    val pairs = edges.map(e => (e._1, e._2)).toSet
-    assert(Set(("cache", "suppress"), ("suppress", Bridge), ("plugin", "cache"), ("inspect", "windowstore"),
-        ("inspect", "suppress"), ("inspect", "cache"), ("suppress", "state"), ("state", Bridge)).subsetOf(pairs), pairs)
+  test("every reference between layers is an edge MayUse allows") {
+    assert(violations(edges, MayUse).isEmpty, violations(edges, MayUse).mkString("\n"))
   }
 
-  test("no layer refers to a layer above it (so the packages have no cycle)") {
-    assert(violations(edges).isEmpty, violations(edges).mkString("\n"))
+  test("every edge MayUse allows is used by some class (the map says only what the code does)") {
+    assert(unused(edges, MayUse).isEmpty, unused(edges, MayUse).mkString("\n"))
+  }
+
+  test("the allowed edges have no cycle, and only known layers") {
+    assert(cycle(MayUse).isEmpty, s"a cycle: ${cycle(MayUse).getOrElse(Nil).mkString(" -> ")}")
+    assert(MayUse.values.flatten.toSet.subsetOf(MayUse.keySet))
+  }
+
+  test("a shared layer uses no feature") {
+    val up = SharedLayers.keys.flatMap(l => (MayUse(l) -- SharedLayers.keySet).map(f => s"$l uses the feature $f"))
+    assert(up.isEmpty, up.mkString("\n"))
+  }
+
+  test("ARCHITECTURE.md's package map, its table and its drawing, is MayUse") {
+    val doc = new String(Files.readAllBytes(architectureDoc.toPath), StandardCharsets.UTF_8)
+    val (table, drawing) = documentedMap(doc)
+    def show(uses: Option[Set[String]]) =
+      uses.fold("no row")(u => if (u.isEmpty) "none" else u.toSeq.sorted.mkString(", "))
+    def diff(what: String, m: Map[String, Set[String]]): Seq[String] =
+      (MayUse.keySet ++ m.keySet).toSeq.sorted.filter(l => MayUse.get(l) != m.get(l))
+        .map(l => s"$l: MayUse ${show(MayUse.get(l))}; ARCHITECTURE.md's $what ${show(m.get(l))}")
+    val differences = diff("table", table) ++ diff("drawing", drawing)
+    if (differences.nonEmpty) fail(s"\"$MapHeading\" differs from MayUse:\n" + differences.mkString("\n"))
   }
 
   test("the bridge refers to no sluice package and holds only its declared adapters") {
@@ -65,7 +86,7 @@ class LayeringSuite extends AnyFunSuite {
 
   test("every layer is either a feature, with its user API declared, or one of the shared layers") {
     assert((UserApi.keySet & SharedLayers.keySet).isEmpty)
-    assert(UserApi.keySet ++ SharedLayers.keySet == Layers.toSet,
+    assert(UserApi.keySet ++ SharedLayers.keySet == MayUse.keySet,
       "a layer missing from UserApi (a feature) or SharedLayers (the shared layers below or around the features)")
   }
 
@@ -114,14 +135,55 @@ class LayeringSuite extends AnyFunSuite {
     }
   }
 
-  test("the checker finds a reference upwards and a cycle") {
-    assert(violations(Seq(("cache", "plugin", "up"))).nonEmpty)
-    assert(violations(Seq(("suppress", "cache", "a"), ("cache", "suppress", "b"))).nonEmpty)
-    assert(violations(Seq(("cache", "suppress", "down"), ("cache", "conf", "down"))).isEmpty)
+  test("the checker finds an edge not allowed, an allowed edge not used, a cycle") {
+    val map = Map("a" -> Set("b", "c"), "b" -> Set("c"), "c" -> Set.empty[String])
+    assert(violations(Seq(("a", "b", "x"), ("b", "c", "x"), ("c", "c", "x")), map).isEmpty)
+    assert(violations(Seq(("c", "a", "sluice/c/C -> sluice/a/A")), map) ==
+      Seq("c uses a, which MayUse does not allow: sluice/c/C -> sluice/a/A"))
+    assert(unused(Seq(("a", "b", "x"), ("b", "c", "x")), map) == Seq("MayUse allows a -> c, which no class uses"))
+    assert(cycle(map).isEmpty)
+    assert(cycle(map + ("c" -> Set("a"))).map(_.toSet).contains(Set("a", "b", "c")))
+    assert(cycle(map + ("c" -> Set("c"))).contains(Seq("c", "c")))
     val desc =
       "(Lsluice/cache/internal/RecordCache;[Lorg/apache/spark/sql/sluice/MinMetric;)Lscala/Option<Lsluice/suppress/internal/SuppressNode;>;"
     assert(classNamesIn(desc).toSet == Set("sluice/cache/internal/RecordCache", "org/apache/spark/sql/sluice/MinMetric",
       "sluice/suppress/internal/SuppressNode"))
+  }
+
+  test("the documented map is read from its table and its drawing, the rest of the file ignored") {
+    val doc = s"""## Before
+                 || package | may use |
+                 ||---|---|
+                 || `x` | `y` |
+                 |
+                 |$MapHeading
+                 |
+                 || package | may use | why |
+                 ||---|---|---|
+                 || `a` (the first) | `b`, `c` | a reason naming `Other` |
+                 || `b` | `c` | |
+                 || `c` | none | |
+                 |
+                 |```mermaid
+                 |graph TD
+                 |  a --> b & c
+                 |  b --> c
+                 |```
+                 |
+                 |### After
+                 |```mermaid
+                 |graph TD
+                 |  x --> y
+                 |```
+                 |""".stripMargin
+    val expected = Map("a" -> Set("b", "c"), "b" -> Set("c"), "c" -> Set.empty[String])
+    assert(documentedMap(doc) == (expected, expected))
+    assert(documentedMap(doc.replace("  b --> c\n", "  b --> c\n  c\n")) == (expected, expected))
+    assert(documentedMap(doc.replace("  b --> c\n", ""))._2 == Map("a" -> Set("b", "c"), "b" -> Set(), "c" -> Set()))
+    assert(intercept[IllegalArgumentException](documentedMap(doc.replace("b --> c", "b -.-> c"))).getMessage
+        .contains("b -.-> c"))
+    assert(intercept[IllegalArgumentException](documentedMap(doc.replace(MapHeading, "### Gone"))).getMessage
+        .contains(MapHeading))
   }
 }
 
@@ -132,10 +194,75 @@ object LayeringSuite {
   /** The bridge's part in Spark's Kafka connector, whose reader parts are private to its package. */
   val KafkaBridgePackage = "org/apache/spark/sql/kafka010/sluice"
 
-  /** Lowest first: each layer may use only those before it. */
-  val Layers: Seq[String] =
-    Seq("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions", "cache", "input", "json", "slicing",
-      "aggregate", "inspect", "connect", "plugin", "testing")
+  /**
+   * Each layer -> the layers its classes may refer to besides its own: every edge a class uses and no
+   * other, with no cycle. A shared layer uses no feature; an edge from a feature to another feature
+   * says why in its comment. ARCHITECTURE.md's package map (a table and its drawing) is this map.
+   */
+  val MayUse: Map[String, Set[String]] = Map(
+    "conf" -> Set(),
+    "spark" -> Set("conf"),
+    Bridge -> Set(),
+    "state" -> Set("conf", "spark", Bridge),
+    "windowstore" -> Set("conf", "spark", "state"),
+    "suppress" -> Set("conf", "spark", Bridge, "state"),
+    // suppress: rewrites the suppress right above a session aggregation (retractions, fused final results)
+    "sessions" -> Set("conf", "spark", Bridge, "state", "suppress"),
+    // windowstore: the record cache over a window store, the emission cache's rows kept in one;
+    // suppress, sessions: the emission cache's rule tells the operator below the sink by its node
+    "cache" -> Set("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions"),
+    "input" -> Set("conf", "spark", Bridge, "state"),
+    "json" -> Set("conf", "spark"),
+    "slicing" -> Set("conf", "spark", Bridge, "state"),
+    "aggregate" -> Set("conf", "spark"),
+    // windowstore, suppress, cache: reads each feature's state layout in a checkpoint
+    "inspect" -> Set("spark", "state", "windowstore", "suppress", "cache"),
+    // suppress: Spark Connect's form of suppress, built with suppress's user API and planner
+    "connect" -> Set("conf", "spark", "suppress"),
+    // every feature but inspect, connect and testing: installs their rules, strategies and checks, and
+    // refuses at start what their state store providers would
+    "plugin" -> Set("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions", "cache", "input", "json",
+      "slicing", "aggregate"),
+    "testing" -> Set(Bridge))
+
+  /** The heading of ARCHITECTURE.md's section holding the package map. */
+  val MapHeading = "### Which package may use which"
+
+  /** ARCHITECTURE.md, in the repository's root: the nearest folder holding it from the working directory up. */
+  def architectureDoc: File = {
+    val start = new File(sys.props("user.dir")).getAbsoluteFile
+    Iterator.iterate(start)(_.getParentFile).takeWhile(_ != null).map(new File(_, "ARCHITECTURE.md"))
+      .find(_.isFile).getOrElse(throw new IllegalStateException(s"no ARCHITECTURE.md in $start or above"))
+  }
+
+  private val DocName = """`(\w+)`""".r
+  private val DrawnLine = """(\w+)(?:\s*-->\s*(\w+(?:\s*&\s*\w+)*))?""".r
+
+  /**
+   * The package map of a document's section headed [[MapHeading]]: from its table's rows ("| `layer` |
+   * `used`, `used` | ..."), and from its Mermaid drawing's lines ("layer --> used & used", or a
+   * layer alone). A drawing line of another form fails, so the drawing holds no edge read past.
+   */
+  def documentedMap(doc: String): (Map[String, Set[String]], Map[String, Set[String]]) = {
+    val lines = doc.linesIterator.toSeq
+    val start = lines.indexOf(MapHeading)
+    require(start >= 0, s"no section \"$MapHeading\"")
+    val section = lines.drop(start + 1).takeWhile(!_.startsWith("#"))
+    val table = section.filter(_.startsWith("|")).map(_.split('|').map(_.trim).toSeq).collect {
+      case _ +: layer +: used +: _ if DocName.findFirstMatchIn(layer).nonEmpty =>
+        DocName.findFirstMatchIn(layer).get.group(1) -> DocName.findAllMatchIn(used).map(_.group(1)).toSet
+    }
+    require(table.map(_._1).distinct.size == table.size, "a layer in two rows of the table")
+    val drawn = section.dropWhile(_.trim != "```mermaid").drop(1).takeWhile(_.trim != "```")
+      .map(_.trim).filter(l => l.nonEmpty && !l.startsWith("graph ") && !l.startsWith("%%"))
+      .map {
+        case DrawnLine(from, null) => from -> Set.empty[String]
+        case DrawnLine(from, to) => from -> to.split('&').map(_.trim).toSet
+        case other => throw new IllegalArgumentException(s"a drawing line not of the form \"a --> b & c\": $other")
+      }
+    val drawing = drawn.groupMapReduce(_._1)(_._2)(_ ++ _)
+    (table.toMap, drawing ++ drawn.flatMap(_._2).filterNot(drawing.contains).map(_ -> Set.empty[String]))
+  }
 
   /**
    * The bridge's classes: each adapts a Spark API that is `private[sql]` or `private[spark]`, or (in
@@ -181,6 +308,8 @@ object LayeringSuite {
     "inspect" -> Set("StateInspector"),
     // spark.connect.extensions.relation.classes; the message's schema, documented for clients
     "connect" -> Set("SuppressRelationPlugin", "SuppressRelation"),
+    // spark.plugins and spark.sql.extensions
+    "plugin" -> Set("SluicePlugin", "SluiceExtensions"),
     // Scala users' and Python's sluice.testing
     "testing" -> Set("PipelineDriver"))
 
@@ -191,9 +320,7 @@ object LayeringSuite {
     Bridge -> "Spark's private[sql] and private[spark] APIs, for every layer",
     "state" -> ("what the stores and operators of several features share (keyed rows, side stores, store " +
       "files, file formats, sidecars, index caches): a layer below the features, none of which owns it; " +
-      "LocalCheckpointFileManager is set by class name in spark.sql.streaming.checkpointFileManagerClass"),
-    "plugin" -> ("what a SparkSession installs, above every feature: SluicePlugin and SluiceExtensions, named " +
-      "in spark.plugins and spark.sql.extensions, and the checks they install"))
+      "LocalCheckpointFileManager is set by class name in spark.sql.streaming.checkpointFileManagerClass"))
 
   def layerOf(className: String): Option[String] = {
     val pkg = className.split('/').dropRight(1).toList
@@ -201,7 +328,7 @@ object LayeringSuite {
       case List("org", "apache", "spark", "sql", "sluice") | List("org", "apache", "spark", "sql", "kafka010",
             "sluice") =>
         Some(Bridge)
-      case "sluice" :: feature :: rest if Layers.contains(feature) && (rest == Nil || rest == List("internal")) =>
+      case "sluice" :: feature :: rest if MayUse.contains(feature) && (rest == Nil || rest == List("internal")) =>
         Some(feature)
       case _ => None
     }
@@ -221,8 +348,33 @@ object LayeringSuite {
         .map(n => s"sluice/$feature/$n is in a package besides sluice.$feature.internal")
   }
 
-  def violations(edges: Seq[(String, String, String)]): Seq[String] = edges.collect {
-    case (from, to, why) if Layers.indexOf(to) > Layers.indexOf(from) => s"$from uses $to above it: $why"
+  /** The references between layers that `mayUse` does not allow, each with the class reference. */
+  def violations(edges: Seq[(String, String, String)], mayUse: Map[String, Set[String]]): Seq[String] =
+    edges.collect {
+      case (from, to, why) if from != to && !mayUse.getOrElse(from, Set.empty).contains(to) =>
+        s"$from uses $to, which MayUse does not allow: $why"
+    }.sorted
+
+  /** The edges `mayUse` allows that no reference uses. */
+  def unused(edges: Seq[(String, String, String)], mayUse: Map[String, Set[String]]): Seq[String] = {
+    val used = edges.map(e => (e._1, e._2)).toSet
+    (for ((from, tos) <- mayUse.toSeq; to <- tos if !used((from, to)))
+      yield s"MayUse allows $from -> $to, which no class uses").sorted
+  }
+
+  /** A cycle of `mayUse`'s edges, from a layer back to it, if any. */
+  def cycle(mayUse: Map[String, Set[String]]): Option[Seq[String]] = {
+    val acyclic = scala.collection.mutable.Set.empty[String]
+    def from(path: List[String]): Option[Seq[String]] =
+      if (acyclic(path.head)) None
+      else {
+        val found = mayUse.getOrElse(path.head, Set.empty).toSeq.sorted.iterator.map { next =>
+          if (path.contains(next)) Some(next +: path.takeWhile(_ != next).reverse :+ next) else from(next :: path)
+        }.collectFirst { case Some(c) => c }
+        if (found.isEmpty) acyclic += path.head
+        found
+      }
+    mayUse.keys.toSeq.sorted.iterator.map(l => from(List(l))).collectFirst { case Some(c) => c }
   }
 
   private val ClassInDescriptor = """(?:^|[\[(;)<>]L?|^L)((?:org/apache/spark/sql/(?:kafka010/)?)?sluice/[\w/$]+)""".r

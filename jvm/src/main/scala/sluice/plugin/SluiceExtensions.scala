@@ -2,6 +2,8 @@ package sluice.plugin
 
 import org.apache.spark.sql.SparkSessionExtensions
 
+import sluice.plugin.internal.{CheckpointProviderCheck, RealTimeAllowlist}
+
 /**
  * `spark.sql.extensions=sluice.plugin.SluiceExtensions`: installs sluice's planner strategies
  * (suppress, emission cache), source rules (input bound), window slicing, partial aggregation by hash,

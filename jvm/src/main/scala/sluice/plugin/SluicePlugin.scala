@@ -1,19 +1,11 @@
 package sluice.plugin
 
-import java.util.{Map => JMap}
-
-import scala.jdk.CollectionConverters._
-
-import com.codahale.metrics.Gauge
-import org.apache.spark.SparkContext
-import org.apache.spark.api.plugin.{DriverPlugin, ExecutorPlugin, PluginContext, SparkPlugin}
-import org.slf4j.LoggerFactory
+import org.apache.spark.api.plugin.{DriverPlugin, ExecutorPlugin, SparkPlugin}
 
 import sluice.cache.CachingStateStoreProvider
-import sluice.cache.internal.SlotCaches
-import sluice.conf.{MemoryBudget, SlotBudget, SluiceConf, SluiceConfException}
-import sluice.spark.{SessionConf, SparkVersions}
-import sluice.state.LocalCheckpointFileManager
+import sluice.conf.SluiceConf
+import sluice.plugin.internal.{SluiceDriverPlugin, SluiceExecutorPlugin}
+import sluice.spark.SessionConf
 import sluice.windowstore.InMemoryWindowStoreProvider
 
 /**
@@ -67,57 +59,4 @@ object SluicePlugin {
       case _ => confCores
     }
   }
-}
-
-class SluiceDriverPlugin extends DriverPlugin {
-  private val log = LoggerFactory.getLogger(classOf[SluicePlugin])
-
-  override def init(sc: SparkContext, ctx: PluginContext): JMap[String, String] = {
-    // First: every other check below already runs code compiled against one Spark minor.
-    SparkVersions.refusal(sc.version).foreach(m => throw new SluiceConfException(m))
-    val settings = sc.getConf.getAll
-    val conf = SluiceConf.validated(settings)
-    SluicePlugin.stateStoreRefusal(settings.toMap, conf).foreach(m => throw new SluiceConfException(m))
-    if (conf.get(SluiceConf.CheckpointLocalDirect)) {
-      LocalCheckpointFileManager.refusal(settings.toMap).foreach(m => throw new SluiceConfException(m))
-      // Spark reads the manager class from the Hadoop conf every session derives from this one.
-      sc.hadoopConfiguration.set(SessionConf.CheckpointFileManagerKey, classOf[LocalCheckpointFileManager].getName)
-    }
-    SluiceConf.deprecationWarnings(conf.settings).foreach(w => log.warn(w))
-    SluiceConf.experimentalWarning(conf.settings).foreach(w => log.warn(w))
-    val cores = SluicePlugin.executorCores(sc.master, sc.getConf.getOption("spark.executor.cores").map(_.toInt))
-    cores.map(c => Map(SluicePlugin.ExecutorCoresKey -> c.toString)).getOrElse(Map.empty[String, String]).asJava
-  }
-}
-
-class SluiceExecutorPlugin extends ExecutorPlugin {
-  // What the gauges show: the budget of the task started last on this executor, which carries its
-  // query's session settings (before the first task, the executor's SparkConf's).
-  @volatile private var lastTask: SlotBudget = _
-
-  override def init(ctx: PluginContext, extraConf: JMap[String, String]): Unit = {
-    val cores = ctx.conf.getOption("spark.executor.cores").map(_.toInt)
-      .orElse(Option(extraConf.get(SluicePlugin.ExecutorCoresKey)).map(_.toInt))
-      .getOrElse(Runtime.getRuntime.availableProcessors())
-    MemoryBudget.install(ctx.executorID, SlotBudget.slots(cores, ctx.conf.getInt("spark.task.cpus", 1)))
-    lastTask = MemoryBudget.current
-
-    val registry = ctx.metricRegistry()
-    def gauge(name: String, value: => Long): Unit =
-      registry.register(name, new Gauge[Long] { override def getValue: Long = value })
-    gauge("taskSlots", lastTask.taskSlots.toLong)
-    gauge("cacheMaxBytes", lastTask.cacheMaxBytes)
-    gauge("cacheBytesPerSlot", lastTask.cacheBytesPerSlot)
-    gauge("inputBufferMaxBytes", lastTask.inputBufferMaxBytes)
-    gauge("cacheBytes", SlotCaches.executorBytes)
-    gauge("cachePeakBytes", SlotCaches.peakBytes)
-  }
-
-  // A value of the wrong form keeps the gauges as they were: it fails where a feature reads it,
-  // with the key and the value, not in every task this executor starts.
-  override def onTaskStart(): Unit =
-    try lastTask = MemoryBudget.current
-    catch { case _: SluiceConfException => }
-
-  override def shutdown(): Unit = MemoryBudget.uninstall()
 }

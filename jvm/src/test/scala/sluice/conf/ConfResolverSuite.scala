@@ -114,7 +114,7 @@ class ConfResolverSuite extends AnyFunSuite with BeforeAndAfterAll {
       override def send(message: AnyRef): Unit = ()
       override def ask(message: AnyRef): AnyRef = null
     }
-    val plugin = new sluice.plugin.SluiceExecutorPlugin
+    val plugin = new sluice.plugin.internal.SluiceExecutorPlugin
     plugin.init(ctx, Map("executorCores" -> "2").asJava)
     Probe.plugin = plugin
     def gauge(name: String): Long = registry.getGauges.get(name).getValue.asInstanceOf[Long]
@@ -137,5 +137,5 @@ object ConfResolverSuite {
   private val Alias = SluiceConf.CacheMaxBytesBuffering.key
 
   /** The plugin under test, for the task closure (the plugin is not serializable). */
-  object Probe { @volatile var plugin: sluice.plugin.SluiceExecutorPlugin = _ }
+  object Probe { @volatile var plugin: sluice.plugin.internal.SluiceExecutorPlugin = _ }
 }

@@ -1,4 +1,4 @@
-package sluice.plugin
+package sluice.plugin.internal
 
 import scala.util.Try
 import scala.util.control.NonFatal

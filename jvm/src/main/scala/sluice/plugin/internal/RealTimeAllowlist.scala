@@ -1,4 +1,4 @@
-package sluice.plugin
+package sluice.plugin.internal
 
 import java.util.Collections
 
