@@ -79,7 +79,8 @@ private[sluice] case class LateRecordsExec(
           if (end > closeWm) true
           else {
             lateBy.setLong(0, closeWm - end)
-            file.getOrElse { val f = writer.open(dirName, prefix, partition); file = Some(f); f }.write(joined(row, lateBy))
+            file.getOrElse { val f = writer.open(dirName, prefix, partition); file = Some(f); f }.write(joined(row,
+                lateBy))
             kept += 1
             false
           }
@@ -125,10 +126,12 @@ private[sluice] object LateRecordsExec {
   private def writer(session: org.apache.spark.sql.SparkSession, late: LateRecords, input: Seq[Attribute],
       ctx: StreamContext): BatchFiles.Writer = writers.synchronized {
     val ofRun = writers.computeIfAbsent(ctx.stateInfo.queryRunId, _ => new java.util.HashMap[Long, BatchFiles.Writer]())
-    ofRun.computeIfAbsent(ctx.stateInfo.operatorId, _ => {
-      val format = BatchFiles.fileFormat(session, late.format).fold(e => throw new SuppressUsageException(e), identity)
-      BatchFiles.prepare(session, format, late.options, schema(input), new Path(late.path))
-    })
+    ofRun.computeIfAbsent(ctx.stateInfo.operatorId,
+      _ => {
+        val format =
+          BatchFiles.fileFormat(session, late.format).fold(e => throw new SuppressUsageException(e), identity)
+        BatchFiles.prepare(session, format, late.options, schema(input), new Path(late.path))
+      })
   }
 
   /** Whether `s` keeps its late records. */
