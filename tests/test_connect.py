@@ -137,8 +137,16 @@ def test_the_extension_message_is_the_documented_protobuf_message() -> None:
     for number, name, kind in [(1, "input", F.TYPE_BYTES), (2, "kind", F.TYPE_STRING), (3, "limit_ms", F.TYPE_INT64),
                                (4, "max_records", F.TYPE_INT64), (5, "max_bytes", F.TYPE_INT64),
                                (6, "when_full", F.TYPE_STRING), (7, "name", F.TYPE_STRING),
-                               (8, "time_col", F.TYPE_STRING)]:
+                               (8, "time_col", F.TYPE_STRING), (9, "grace_ms", F.TYPE_INT64),
+                               (10, "late_path", F.TYPE_STRING), (11, "late_format", F.TYPE_STRING)]:
         message.field.add(name=name, number=number, type=kind, label=F.LABEL_OPTIONAL)
+    # map<string, string> late_options = 12: a repeated nested entry type marked as a map entry
+    entry = message.nested_type.add(name="LateOptionsEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    entry.field.add(name="value", number=2, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    message.field.add(name="late_options", number=12, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED,
+                      type_name=".sluice.connect.Suppress.LateOptionsEntry")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("sluice.connect.Suppress"))
@@ -153,6 +161,10 @@ def test_the_extension_message_is_the_documented_protobuf_message() -> None:
     assert (final.kind, final.when_full, final.ListFields()[-1][0].name) == ("until_window_closes", "shut_down",
                                                                            "when_full")
     assert not any(f.name in ("max_records", "max_bytes", "name", "time_col") for f, _ in final.ListFields())
+    late = cls.FromString(encode(b"", **Suppressed.until_window_closes(BufferConfig.unbounded(), grace=30)
+                                 .with_late_records("/late", "json", {"compression": "gzip", "x": "y"})._wire()))
+    assert (late.grace_ms, late.late_path, late.late_format, dict(late.late_options)) == (
+        30_000, "/late", "json", {"compression": "gzip", "x": "y"})
 
 
 # --- over Spark Connect --------------------------------------------------------------------------

@@ -3,7 +3,7 @@ package sluice.connect
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 // Spark Connect's jar carries its own (shaded) protobuf; the extension message is read with it.
-import org.sparkproject.connect.protobuf.{CodedInputStream, WireFormat}
+import org.sparkproject.connect.protobuf.{CodedInputStream, InvalidProtocolBufferException, WireFormat}
 
 import sluice.conf.SluiceConf
 import sluice.spark.ConnectRelationPlugin
@@ -55,7 +55,14 @@ object SuppressRelation {
   private def invalid(msg: String): Nothing =
     throw new IllegalArgumentException(s"Invalid sluice suppress relation from the Spark Connect client: $msg")
 
-  def decode(bytes: Array[Byte]): Message = {
+  def decode(bytes: Array[Byte]): Message =
+    try decodeFields(bytes)
+    catch {
+      // A truncated or garbled message: the request fails with what protobuf found, the server goes on.
+      case e: InvalidProtocolBufferException => invalid(s"not a readable protobuf message (${e.getMessage})")
+    }
+
+  private def decodeFields(bytes: Array[Byte]): Message = {
     val in = CodedInputStream.newInstance(bytes)
     var input: Array[Byte] = null
     var kind = ""

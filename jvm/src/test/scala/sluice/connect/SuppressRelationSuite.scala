@@ -71,4 +71,50 @@ class SuppressRelationSuite extends AnyFunSuite {
     }))
     assert(kind.getMessage.contains("unknown suppress kind 'until_later'"))
   }
+
+  test("late records: path, format and options (a map), only for until_window_closes") {
+    def entry(k: String, v: String): Array[Byte] = message { out => out.writeString(1, k); out.writeString(2, v) }
+    val m = SuppressRelation.decode(message { out =>
+      out.writeByteArray(1, Array[Byte](1))
+      out.writeString(2, "until_window_closes")
+      out.writeString(6, "shut_down")
+      out.writeString(10, "/late")
+      out.writeString(11, "json")
+      out.writeByteArray(12, entry("compression", "gzip"))
+      out.writeByteArray(12, entry("dateFormat", "yyyy"))
+    })
+    assert(m.suppressed == UntilWindowCloses(BufferConfig.unbounded(),
+      lateRecords = Some(LateRecords("/late", "json", Map("compression" -> "gzip", "dateFormat" -> "yyyy")))))
+    val parquet = SuppressRelation.decode(message { out =>
+      out.writeByteArray(1, Array[Byte](1))
+      out.writeString(2, "until_window_closes")
+      out.writeString(10, "/late")
+    })
+    assert(parquet.suppressed.asInstanceOf[UntilWindowCloses].lateRecords.contains(LateRecords("/late")))
+    val limit = intercept[IllegalArgumentException](SuppressRelation.decode(message { out =>
+      out.writeByteArray(1, Array[Byte](1))
+      out.writeString(2, "until_time_limit")
+      out.writeString(10, "/late")
+    }))
+    assert(limit.getMessage.contains("late_path is only for until_window_closes, not until_time_limit"))
+  }
+
+  test("a truncated or garbled message fails that request in one line") {
+    val whole = message { out =>
+      out.writeByteArray(1, Array[Byte](1, 2, 3))
+      out.writeString(2, "until_window_closes")
+      out.writeString(10, "/late")
+    }
+    // Cut at every offset: each prefix either decodes (it ends between fields) or fails clearly.
+    for (n <- 1 until whole.length) {
+      try SuppressRelation.decode(whole.take(n))
+      catch {
+        case e: IllegalArgumentException =>
+          assert(e.getMessage.startsWith("Invalid sluice suppress relation from the Spark Connect client: "), e)
+          assert(!e.getMessage.contains("\n"))
+      }
+    }
+    val garbled = intercept[IllegalArgumentException](SuppressRelation.decode(Array[Byte](0x0a, 0x7f, 1)))
+    assert(garbled.getMessage.contains("not a readable protobuf message"))
+  }
 }
