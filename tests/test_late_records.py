@@ -39,8 +39,9 @@ def at(seconds: float) -> datetime:
 
 
 def final_results(late: Path | None, grace: timedelta | None = GRACE, fmt: str = "parquet",
-                  options: dict[str, str] | None = None, slide: str | None = None) -> Any:
-    suppressed = Suppressed.until_window_closes(BufferConfig.unbounded(), grace=grace)
+                  options: dict[str, str] | None = None, slide: str | None = None,
+                  buffer: Any = None) -> Any:
+    suppressed = Suppressed.until_window_closes(buffer or BufferConfig.unbounded(), grace=grace)
     if late is not None:
         suppressed = suppressed.with_late_records(str(late), fmt, options)
 
@@ -165,6 +166,24 @@ def test_without_grace_the_records_spark_would_drop_are_kept(spark: SparkSession
     assert results[1][(at(60), "b", 1)] == 1 and results[1][(at(60), "c", 1)] == 1
     records = kept(spark, late)
     assert [r[1:] for r in records] == [(at(0), "a", at(30), 40_000)]
+    assert kept_by_batch(records) == metric
+
+
+def test_a_spilling_buffer_keeps_the_same_late_records(spark: SparkSession, tmp_path: Path) -> None:
+    """A bounded buffer that spills to disk (one row in memory): the same finals and late records as
+    the unbounded buffer."""
+    late = tmp_path / "late"
+    pipeline = final_results(late, buffer=BufferConfig.max_records(1).spill_to_disk_when_full())
+    with PipelineDriver(spark, pipeline, SCHEMA, checkpoint=tmp_path / "ckpt") as driver:
+        feed(driver, (10, "a"), (20, "b"), (40, "a"))
+        feed(driver, (95, "a"))
+        feed(driver, (50, "a"), (55, "c"))
+        feed(driver, (300, "z"))
+        got = finals(driver)
+        metric = late_metric_by_batch(driver)
+    assert got == Counter({(at(0), "a", 2): 1, (at(0), "b", 1): 1, (at(60), "a", 1): 1})
+    records = kept(spark, late)
+    assert [r[1:] for r in records] == [(at(0), "a", at(50), 5000), (at(0), "c", at(55), 5000)]
     assert kept_by_batch(records) == metric
 
 
