@@ -256,8 +256,17 @@ class Query:
 
 # The sets of golden checkpoints, each named by the formats it holds: "0.1.0", the files as sluice
 # 0.1.0 wrote them (no version in them: format 1 each, the window store's 2); "format-1", the same
-# formats with their versions written.
-SETS = ["0.1.0", "format-1"]
+# formats with their versions written; "format-2", the scenarios whose files format 2 changed (the
+# write-behind log's checksum). A later set holds only the scenarios a format change touched.
+SETS = ["0.1.0", "format-1", "format-2"]
+
+# (set, scenario name) of every golden checkpoint there is.
+PAIRS = [(g, s.name) for g in SETS for s in SCENARIOS if (GOLDEN / g / s.name).is_dir()]
+
+
+def latest_set(name: str) -> str:
+    """The newest set holding scenario `name`."""
+    return [g for g, n in PAIRS if n == name][-1]
 
 
 def copy_checkpoint(set_name: str, name: str, to: Path) -> Path:

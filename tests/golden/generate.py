@@ -30,10 +30,10 @@ def formats(spark: SparkSession) -> dict[str, int]:
     sluice without one (0.1.0, whose files carry no version: format 1 each, the window store's 2)."""
     jvm = spark._jvm  # type: ignore[union-attr]
     try:
-        jvm.java.lang.Class.forName("sluice.state.FileFormats")
-    except Exception:
+        # Through py4j, which loads classes as Spark does (the jar is not on the system class path).
+        all_formats = jvm.sluice.state.FileFormats.all()
+    except Exception:  # a sluice without the registry: py4j finds only a package of that name
         return {}
-    all_formats = jvm.sluice.state.FileFormats.all()
     return {all_formats.apply(i).kind(): all_formats.apply(i).current() for i in range(all_formats.size())}
 
 

@@ -62,7 +62,7 @@ private[sluice] object FileFormats {
   val TextHeader = "sluice-format "
 
   /** `<store>/_sluice_writebehind/<version>.wb`: its format follows the magic "SLWB". */
-  val WriteBehindLog: FileFormat = FileFormat("write-behind log", current = 1, reads = Seq(1))
+  val WriteBehindLog: FileFormat = FileFormat("write-behind log", current = 2, reads = Seq(1, 2))
 
   /**
    * The window store's `<version>.wdelta` and `.wsnapshot`: the magic's last byte is the format

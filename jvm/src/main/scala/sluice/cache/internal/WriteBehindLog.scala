@@ -1,6 +1,7 @@
 package sluice.cache.internal
 
-import java.io.{DataInputStream, DataOutputStream, FileNotFoundException, IOException}
+import java.io.{ByteArrayInputStream, DataInputStream, DataOutputStream, FileNotFoundException, IOException}
+import java.util.zip.{CRC32, CheckedInputStream, CheckedOutputStream}
 
 import scala.util.control.NonFatal
 
@@ -47,7 +48,10 @@ private[sluice] final class WriteBehindLog(storeDir: Path, hadoopConf: Configura
       try files.open(file(version))
       catch { case _: FileNotFoundException => return None }
     try {
-      val e = decode(new DataInputStream(in), new Path(dir, file(version)).toString)
+      // Read whole (the cache share bounds a file): a length read from a damaged file is then checked
+      // against the bytes that remain before anything is allocated for it.
+      val bytes = in.readAllBytes()
+      val e = decode(new DataInputStream(new ByteArrayInputStream(bytes)), new Path(dir, file(version)).toString)
       if (e.version != version) throw new IOException(s"${file(version)} holds version ${e.version}")
       Some(e)
     } catch {
@@ -96,34 +100,55 @@ private[sluice] object WriteBehindLog {
   private def Format = FileFormats.WriteBehindLog
   private val End = 0x454e4421
 
+  /**
+   * Format 2: magic, format, versions, rows, the end mark, then the CRC-32 of everything before it.
+   * Format 1 (no checksum) is read still; a damaged row of it can only be caught where a length or
+   * the end mark no longer fits.
+   */
   def encode(e: WriteBehindEntry, out: DataOutputStream): Unit = {
-    out.writeInt(Magic)
-    out.writeInt(Format.current)
-    out.writeLong(e.version)
-    out.writeLong(e.delegateVersion)
-    out.writeInt(e.rows.size)
+    val crc = new CRC32()
+    val data = new DataOutputStream(new CheckedOutputStream(out, crc))
+    data.writeInt(Magic)
+    data.writeInt(Format.current)
+    data.writeLong(e.version)
+    data.writeLong(e.delegateVersion)
+    data.writeInt(e.rows.size)
     e.rows.foreach { r =>
-      out.writeUTF(r.colFamily)
-      writeRow(r.key, out)
-      if (r.value == null) out.writeInt(-1) else writeRow(r.value, out)
+      data.writeUTF(r.colFamily)
+      writeRow(r.key, data)
+      if (r.value == null) data.writeInt(-1) else writeRow(r.value, data)
     }
-    out.writeInt(End)
+    data.writeInt(End)
+    data.flush()
+    out.writeInt(crc.getValue.toInt)
   }
 
-  /** The entry in `in`, read from `file` (named in errors). */
+  /**
+   * The entry in `in`, read from `file` (named in errors). A damaged file fails here, before any of
+   * its rows is used: its checksum (format 2) or a length beyond the bytes left does not match.
+   */
   def decode(in: DataInputStream, file: String): WriteBehindEntry = {
-    if (in.readInt() != Magic) throw new IOException("not a sluice write-behind log")
-    Format.check(file, in.readInt())
-    val version = in.readLong()
-    val delegateVersion = in.readLong()
-    val n = in.readInt()
+    val crc = new CRC32()
+    val data = new DataInputStream(new CheckedInputStream(in, crc))
+    if (data.readInt() != Magic) throw new IOException("not a sluice write-behind log")
+    val format = data.readInt()
+    Format.check(file, format)
+    val version = data.readLong()
+    val delegateVersion = data.readLong()
+    val n = data.readInt()
+    if (n < 0) throw new IOException(s"a count of $n rows")
     val rows = (0 until n).map { _ =>
-      val cf = in.readUTF()
-      val key = readRow(in, in.readInt())
-      val fields = in.readInt()
-      LoggedRow(cf, key, if (fields < 0) null else readRow(in, fields))
+      val cf = data.readUTF()
+      val key = readRow(data, data.readInt())
+      val fields = data.readInt()
+      LoggedRow(cf, key, if (fields < 0) null else readRow(data, fields))
     }
-    if (in.readInt() != End) throw new IOException("write-behind log truncated")
+    if (data.readInt() != End) throw new IOException("write-behind log truncated")
+    if (format >= 2) {
+      val sum = crc.getValue.toInt
+      if (in.readInt() != sum) throw new IOException("write-behind log damaged (checksum mismatch)")
+    }
+    if (in.read() != -1) throw new IOException("bytes after the end of the write-behind log")
     WriteBehindEntry(version, delegateVersion, rows)
   }
 
@@ -134,7 +159,12 @@ private[sluice] object WriteBehindLog {
   }
 
   private def readRow(in: DataInputStream, numFields: Int): UnsafeRow = {
-    val bytes = new Array[Byte](in.readInt())
+    val size = in.readInt()
+    // `available` is exact on the in-memory file decode reads (see read).
+    if (numFields < 0 || size < 0 || size > in.available()) {
+      throw new IOException(s"a row of $numFields fields and $size bytes, where ${in.available()} bytes remain")
+    }
+    val bytes = new Array[Byte](size)
     in.readFully(bytes)
     val row = new UnsafeRow(numFields)
     row.pointTo(bytes, bytes.length)

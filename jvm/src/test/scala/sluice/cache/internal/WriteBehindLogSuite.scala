@@ -56,12 +56,34 @@ class WriteBehindLogSuite extends AnyFunSuite {
         "f"))
   }
 
+  private def decodeBytes(b: Array[Byte]): WriteBehindEntry =
+    WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(b)), "f")
+
+  test("a flipped byte anywhere, or a cut at any offset, is refused: never read as other rows") {
+    val b = bytes(entry)
+    for (i <- b.indices; flip <- Seq(0x01, 0x80, 0xff)) {
+      val damaged = b.clone()
+      damaged(i) = (damaged(i) ^ flip).toByte
+      val e = intercept[Exception](decodeBytes(damaged))
+      assert(e.isInstanceOf[IOException] || e.isInstanceOf[SluiceFileFormatException], s"byte $i ^ $flip: $e")
+    }
+    for (n <- 0 until b.length) intercept[IOException](decodeBytes(b.take(n)))
+    intercept[IOException](decodeBytes(b :+ 0.toByte)) // nothing may follow the checksum
+  }
+
+  test("a file of format 1 (no checksum, as sluice 0.1.0 wrote it) reads as written") {
+    val b = bytes(entry)
+    b(7) = 1 // the format version: the int after the magic
+    same(decodeBytes(b.dropRight(4)), entry) // without the checksum
+    intercept[IOException](decodeBytes(b)) // format 1 has no checksum to follow it
+  }
+
   test("a file of a newer format fails naming the file, the format found and the formats read") {
     val b = bytes(entry)
     b(7) = 9 // the format version: the int after the magic
     val e = intercept[SluiceFileFormatException](
       WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(b)), "/ckpt/12.wb"))
-    assert(e.getMessage == "/ckpt/12.wb is a sluice write-behind log of format 9, but this sluice reads format " +
+    assert(e.getMessage == "/ckpt/12.wb is a sluice write-behind log of format 9, but this sluice reads formats " +
       s"${FileFormats.WriteBehindLog.reads.mkString(", ")}: it was written by a newer sluice; run that release " +
       "(or a later one) on this checkpoint")
   }
