@@ -50,8 +50,7 @@ private[sluice] final class WriteBehindLog(storeDir: Path, hadoopConf: Configura
     try {
       // Read whole (the cache share bounds a file): a length read from a damaged file is then checked
       // against the bytes that remain before anything is allocated for it.
-      val bytes = in.readAllBytes()
-      val e = decode(new DataInputStream(new ByteArrayInputStream(bytes)), new Path(dir, file(version)).toString)
+      val e = decode(in.readAllBytes(), new Path(dir, file(version)).toString)
       if (e.version != version) throw new IOException(s"${file(version)} holds version ${e.version}")
       Some(e)
     } catch {
@@ -124,10 +123,11 @@ private[sluice] object WriteBehindLog {
   }
 
   /**
-   * The entry in `in`, read from `file` (named in errors). A damaged file fails here, before any of
+   * The entry in `bytes`, read from `file` (named in errors). A damaged file fails here, before any of
    * its rows is used: its checksum (format 2) or a length beyond the bytes left does not match.
    */
-  def decode(in: DataInputStream, file: String): WriteBehindEntry = {
+  def decode(bytes: Array[Byte], file: String): WriteBehindEntry = {
+    val in = new DataInputStream(new ByteArrayInputStream(bytes))
     val crc = new CRC32()
     val data = new DataInputStream(new CheckedInputStream(in, crc))
     if (data.readInt() != Magic) throw new IOException("not a sluice write-behind log")
@@ -160,7 +160,7 @@ private[sluice] object WriteBehindLog {
 
   private def readRow(in: DataInputStream, numFields: Int): UnsafeRow = {
     val size = in.readInt()
-    // `available` is exact on the in-memory file decode reads (see read).
+    // `available` is exact: decode reads the file from memory.
     if (numFields < 0 || size < 0 || size > in.available()) {
       throw new IOException(s"a row of $numFields fields and $size bytes, where ${in.available()} bytes remain")
     }

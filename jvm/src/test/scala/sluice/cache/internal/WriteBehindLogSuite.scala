@@ -1,6 +1,6 @@
 package sluice.cache.internal
 
-import java.io.{ByteArrayInputStream, ByteArrayOutputStream, DataInputStream, DataOutputStream, File, IOException}
+import java.io.{ByteArrayOutputStream, DataOutputStream, File, IOException}
 import java.nio.file.Files
 
 import org.apache.hadoop.conf.Configuration
@@ -43,21 +43,19 @@ class WriteBehindLogSuite extends AnyFunSuite {
   }
 
   test("an entry reads back as written: versions, column families, rows and removals") {
-    val back = WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(bytes(entry))), "12.wb")
+    val back = WriteBehindLog.decode(bytes(entry), "12.wb")
     same(back, entry)
     assert(back.rows(0).value.getLong(1) == 30L && back.rows(0).key.getUTF8String(0).toString == "a")
   }
 
   test("a truncated or foreign file is refused, not read as fewer rows") {
     val b = bytes(entry)
-    intercept[IOException](WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(b.dropRight(4))), "f"))
-    intercept[Exception](WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(b.take(30))), "f"))
-    intercept[IOException](WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream("PK".getBytes ++ b)),
-        "f"))
+    intercept[IOException](WriteBehindLog.decode(b.dropRight(4), "f"))
+    intercept[IOException](WriteBehindLog.decode(b.take(30), "f"))
+    intercept[IOException](WriteBehindLog.decode("PK".getBytes ++ b, "f"))
   }
 
-  private def decodeBytes(b: Array[Byte]): WriteBehindEntry =
-    WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(b)), "f")
+  private def decodeBytes(b: Array[Byte]): WriteBehindEntry = WriteBehindLog.decode(b, "f")
 
   test("a flipped byte anywhere, or a cut at any offset, is refused: never read as other rows") {
     val b = bytes(entry)
@@ -82,7 +80,7 @@ class WriteBehindLogSuite extends AnyFunSuite {
     val b = bytes(entry)
     b(7) = 9 // the format version: the int after the magic
     val e = intercept[SluiceFileFormatException](
-      WriteBehindLog.decode(new DataInputStream(new ByteArrayInputStream(b)), "/ckpt/12.wb"))
+      WriteBehindLog.decode(b, "/ckpt/12.wb"))
     assert(e.getMessage == "/ckpt/12.wb is a sluice write-behind log of format 9, but this sluice reads formats " +
       s"${FileFormats.WriteBehindLog.reads.mkString(", ")}: it was written by a newer sluice; run that release " +
       "(or a later one) on this checkpoint")
