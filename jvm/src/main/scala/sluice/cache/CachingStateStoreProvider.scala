@@ -52,12 +52,19 @@ class CachingStateStoreProvider extends ProviderBase {
   private var cachedVersion = -1L
   private var cachedCkptId: Option[String] = None
   private[cache] val writeBehind = new WriteBehindState(this)
+  // The session's default delegate, when the store's own (recorded) one was taken instead.
+  private var adoptedOver: Option[String] = None
   private[cache] val families = new ColumnFamilies
 
   override protected def setUp(spec: ProviderSpec): Unit = {
-    val name = currentDelegate()
     val dir = spec.stateStoreId.storeCheckpointLocation()
     marker = new DelegateMarker(dir, spec.hadoopConf)
+    // A session that names no delegate reads a store with the delegate that wrote it (Spark's state
+    // data source with sluice's defaults); it may not write it (see refuseAdoptedWrite).
+    val named = ConfResolver.getSet(SluiceConf.StateStoreCacheDelegate)
+    val written = if (named.isEmpty) marker.written() else None
+    val name = named.orElse(written).getOrElse(currentDelegate())
+    adoptedOver = if (written.exists(_ != currentDelegate())) Some(currentDelegate()) else None
     marker.check(name) // before the delegate reads anything another kind of store wrote
     delegateName = name
     _storeConf = spec.storeConf
@@ -79,7 +86,15 @@ class CachingStateStoreProvider extends ProviderBase {
     if (delegate != null) delegate.close() // null: never initialized, or init failed before creating it
   }
 
+  /**
+   * A store opened for writing keeps the session's delegate: the driver sizes the operator's metrics
+   * by the session's delegate (see supportedCustomMetrics), so a query writing with another one would
+   * report metrics the driver does not know. It is refused as before the adoption.
+   */
+  private def refuseAdoptedWrite(): Unit = adoptedOver.foreach(d => throw marker.refusal(d, delegateName))
+
   override protected def openStore(version: Long, ckptId: Option[String], options: OpenOptions): StateStore = {
+    refuseAdoptedWrite()
     if (options.loadEmpty) return openEmpty(version, ckptId, options)
     val (slot, wb, d) = prepare(version, ckptId)
     if (wb && !options.forceSnapshotOnCommit) {
@@ -97,6 +112,7 @@ class CachingStateStoreProvider extends ProviderBase {
 
   override protected def upgradeStore(readStore: ReadStateStore, version: Long, uniqueId: Option[String],
       options: OpenOptions): StateStore = {
+    refuseAdoptedWrite()
     readStore match {
       case r: CachingReadStore if r.version == version && !options.loadEmpty =>
         val (slot, wb, d) = prepare(version, uniqueId)

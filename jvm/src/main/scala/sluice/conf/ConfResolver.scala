@@ -31,6 +31,9 @@ object ConfResolver {
 
   def get[T](entry: ConfEntry[T]): T = resolve(entry, sources())
 
+  /** The key's value where a source holds it; None where it takes its default. */
+  def getSet[T](entry: ConfEntry[T]): Option[T] = found(entry, sources())
+
   /** This thread's sources, in order. */
   private[conf] def sources(): Seq[Source] = {
     val first: Source = Option(TaskContext.get()) match {
@@ -43,10 +46,12 @@ object ConfResolver {
     Seq(first, key => sparkConf.flatMap(_.getOption(key)))
   }
 
-  private[conf] def resolve[T](entry: ConfEntry[T], sources: Seq[Source]): T = {
+  private[conf] def resolve[T](entry: ConfEntry[T], sources: Seq[Source]): T = found(entry, sources)
+    .getOrElse(entry.default)
+
+  private def found[T](entry: ConfEntry[T], sources: Seq[Source]): Option[T] = {
     val keys = SluiceConf.keysOf(entry)
     sources.iterator.map(source => keys.flatMap(k => source(k).map(k -> _))).find(_.nonEmpty)
       .map(found => SluiceConf(found).get(entry))
-      .getOrElse(entry.default)
   }
 }

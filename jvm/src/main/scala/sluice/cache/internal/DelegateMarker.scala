@@ -25,14 +25,20 @@ private[sluice] final class DelegateMarker(dir: Path, hadoopConf: Configuration)
   /** Fails with a conf error when the store was written with another delegate than `configured`. */
   def check(configured: String): Unit = {
     read().foreach { was =>
-      if (was != configured) {
-        val key = SluiceConf.StateStoreCacheDelegate.key
-        throw new SluiceConfException(s"$key is '$configured' but the state in $dir was written with " +
-          s"$key='$was'; a state store can only read the files its own kind of store wrote: set $key " +
-          s"back to '$was' for this checkpoint (or start the query on a new checkpoint)")
-      }
+      if (was != configured) throw refusal(configured, was)
       recorded = true
     }
+  }
+
+  /** The delegate the store was written with, if its first commit recorded one. */
+  def written(): Option[String] = read()
+
+  /** The refusal of delegate `configured` on a store written with `was`. */
+  def refusal(configured: String, was: String): SluiceConfException = {
+    val key = SluiceConf.StateStoreCacheDelegate.key
+    new SluiceConfException(s"$key is '$configured' but the state in $dir was written with " +
+      s"$key='$was'; a state store can only read the files its own kind of store wrote: set $key " +
+      s"back to '$was' for this checkpoint (or start the query on a new checkpoint)")
   }
 
   /** Records `name` after the store's first successful commit (once per provider instance). */
