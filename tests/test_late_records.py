@@ -288,3 +288,29 @@ def test_spark_connect_message_carries_late_records(spark: SparkSession) -> None
     assert (late.path(), late.format()) == ("/late", "json")
     assert late.options().size() == 2 and late.options().apply("compression") == "gzip"
     assert message.suppressed().lateRecords().get().describe() == "late records to /late (json)"
+
+
+@pytest.mark.parametrize("grace", [None, GRACE], ids=["fused", "buffered"])
+def test_late_records_turned_on_and_off_on_a_running_checkpoint(spark: SparkSession, tmp_path: Path,
+                                                                grace: timedelta | None) -> None:
+    """Keeping late records changes no state: a checkpoint restarts with them turned on, and again
+    with them off; while on, that run's late records are kept, and the finals are the same."""
+    late = tmp_path / "late"
+    keep = {"on": False}
+
+    def pipeline(events: DataFrame) -> DataFrame:
+        return final_results(late if keep["on"] else None, grace=grace)(events)
+
+    with PipelineDriver(spark, pipeline, SCHEMA, checkpoint=tmp_path / "ckpt") as driver:
+        feed(driver, (10, "a"), (20, "b"))
+        feed(driver, (700, "a"))  # closes [0, 60) with or without the grace
+        keep["on"] = True
+        driver.restart()
+        feed(driver, (30, "a"))  # late: kept
+        keep["on"] = False
+        driver.restart()
+        feed(driver, (40, "b"))  # late: counted only
+        feed(driver, (2000, "z"))
+        got = finals(driver)
+    assert got[(at(0), "a", 1)] == 1 and got[(at(0), "b", 1)] == 1 and got[(at(660), "a", 1)] == 1
+    assert [r[1:4] for r in kept(spark, late)] == [(at(0), "a", at(30))]
