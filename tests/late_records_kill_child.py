@@ -14,18 +14,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from pyspark.sql import functions as F  # noqa: E402
 
-from conftest import batch_file_sink, sluice_session  # noqa: E402
+from conftest import sluice_session  # noqa: E402
 from sluice import BufferConfig, Suppressed, suppress  # noqa: E402
+from suppress_kill_child import file_sink  # noqa: E402  (the same rows, read by conftest.emitted_finals)
 
 
 def final_results(spark, src, late):
     events = spark.readStream.schema("ts timestamp, user string, v long").option("maxFilesPerTrigger", 1).json(src)
     counts = events.withWatermark("ts", "10 minutes").groupBy(F.window("ts", "1 hour"), "user").count()
     return suppress(counts, Suppressed.until_window_closes(BufferConfig.unbounded()).with_late_records(late))
-
-
-def file_sink(out):
-    return batch_file_sink(out, lambda r: {"start": r.window.start.isoformat(), "user": r.user, "count": r["count"]})
 
 
 if __name__ == "__main__":

@@ -244,7 +244,8 @@ def test_killed_driver_keeps_each_late_record_once(spark: SparkSession, tmp_path
     import os
 
     from conftest import drain_to_files, emitted_finals, hourly_finals, kill_after_batches, write_hourly_files
-    from late_records_kill_child import file_sink, final_results
+    from late_records_kill_child import final_results
+    from suppress_kill_child import file_sink
 
     def iso(seconds: float) -> str:
         return at(seconds).strftime("%Y-%m-%d %H:%M:%S")

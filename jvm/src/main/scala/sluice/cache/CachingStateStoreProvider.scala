@@ -63,8 +63,9 @@ class CachingStateStoreProvider extends ProviderBase {
     // data source with sluice's defaults); it may not write it (see refuseAdoptedWrite).
     val named = ConfResolver.getSet(SluiceConf.StateStoreCacheDelegate)
     val written = if (named.isEmpty) marker.written() else None
-    val name = named.orElse(written).getOrElse(currentDelegate())
-    adoptedOver = if (written.exists(_ != currentDelegate())) Some(currentDelegate()) else None
+    val default = currentDelegate()
+    val name = named.orElse(written).getOrElse(default)
+    adoptedOver = if (written.exists(_ != default)) Some(default) else None
     marker.check(name) // before the delegate reads anything another kind of store wrote
     delegateName = name
     _storeConf = spec.storeConf

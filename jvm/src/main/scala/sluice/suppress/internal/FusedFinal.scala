@@ -16,7 +16,7 @@ import sluice.spark.CheckpointTypes.CheckpointFileManager
 import sluice.spark.PlanTypes.{ProjectExec, SparkPlan}
 import sluice.spark.PlanTypes.{StateStoreRestoreExec, StateStoreSaveExec}
 import sluice.state.FileFormats
-import sluice.suppress.{SuppressUsageException, UntilWindowCloses}
+import sluice.suppress.{LateRecords, SuppressUsageException, UntilWindowCloses}
 
 /**
  * Fused final results: `untilWindowCloses` with an unbounded buffer directly above a windowed
@@ -76,8 +76,9 @@ private[sluice] object FusedFinal extends Logging {
       }
       if (!fuse) None
       else shape.toOption.flatMap { case (project, agg) =>
-        val fused = planFused(withLateRecords(node, agg, c), c).map { p =>
-          if (LateRecordsExec.keeps(node.suppressed)) LateRecordsCounted(p) else p
+        val late = LateRecordsExec.of(node.suppressed)
+        val fused = planFused(late.fold(agg)(withLateRecords(node, agg, _, c)), c).map { p =>
+          if (late.isDefined) LateRecordsCounted(p) else p
         }
         if (fused.isEmpty) {
           throw new IllegalStateException(s"sluice: Spark's streaming aggregation strategy did not plan " +
@@ -193,22 +194,12 @@ private[sluice] object FusedFinal extends Logging {
     }
 
   /**
-   * `agg` with its late records taken out and kept, when `node` keeps them (see [[LateRecordsExec]]):
-   * closed by the aggregation's own late-events watermark, as Spark's append-mode save would drop them.
+   * `agg` with its late records taken out and kept (see [[LateRecordsExec]]): closed by the
+   * aggregation's own late-events watermark, as Spark's append-mode save would drop them.
    */
-  private def withLateRecords(node: SuppressNode, agg: Aggregate, ctx: StreamContext): Aggregate =
-    node.suppressed match {
-      case UntilWindowCloses(_, _, _, Some(late)) =>
-        val aggregation = new StreamContext(ctx.execution,
-          StatefulOperatorSupport.stateInfo(ctx.execution,
-            AggregationId))
-        LateRecordsExec.place(agg, late, node.window.get, 0L, aggregation) match {
-          case Right(a: Aggregate) => a
-          case Right(other) => throw new IllegalStateException(s"sluice: late records placed as ${other.nodeName}")
-          case Left(why) => throw new SuppressUsageException(s"suppress cannot keep late records: $why.")
-        }
-      case _ => agg
-    }
+  private def withLateRecords(node: SuppressNode, agg: Aggregate, late: LateRecords, ctx: StreamContext): Aggregate =
+    LateRecordsExec.placeOn(agg, late, node.window.get, 0L,
+      new StreamContext(ctx.execution, StatefulOperatorSupport.stateInfo(ctx.execution, AggregationId)))
 
   /**
    * `agg` planned by Spark's streaming aggregation strategy, its state operators set up as Spark's

@@ -134,10 +134,10 @@ private[sluice] object LateRecordsExec {
       })
   }
 
-  /** Whether `s` keeps its late records. */
-  def keeps(s: sluice.suppress.Suppressed): Boolean = s match {
-    case u: sluice.suppress.UntilWindowCloses => u.lateRecords.isDefined
-    case _ => false
+  /** Where `s` keeps its late records, if it does. */
+  def of(s: sluice.suppress.Suppressed): Option[LateRecords] = s match {
+    case u: sluice.suppress.UntilWindowCloses => u.lateRecords
+    case _ => None
   }
 
   /** The columns of a kept record: the aggregation's input columns and how late it came. */
@@ -146,27 +146,30 @@ private[sluice] object LateRecordsExec {
 
   /**
    * `child` (suppress's input: the aggregation, perhaps under a projection of its columns) with a
-   * [[LateRecordsNode]] on the aggregation's input, which also carries the event-time column when
-   * the plan lets it through; or why it cannot be placed.
+   * [[LateRecordsNode]] on the aggregation's input; fails when it cannot be placed.
    */
   def place(child: LogicalPlan, late: LateRecords, window: Attribute, earlyMs: Long, ctx: StreamContext)
-      : Either[String, LogicalPlan] = {
-    def withLate(agg: Aggregate): Either[String, Aggregate] = {
-      val input = agg.child.output.find(_.exprId == window.exprId)
-      input.toRight(s"the window column ${window.name} is computed inside the aggregation, not on its input " +
-        "(late records are kept for windows assigned by F.window)").map { w =>
-        val eventTime = agg.child.collectFirst { case e: EventTimeWatermark => e.eventTime.exprId }
-        val withTime = eventTime.flatMap(keep(agg.child, _)).getOrElse(agg.child)
-        agg.copy(child = LateRecordsNode(late, w, earlyMs, ctx, withTime))
-      }
-    }
-    child match {
-      case a: Aggregate => withLate(a)
-      case p @ Project(list, a: Aggregate) if list.forall(_.isInstanceOf[Attribute]) =>
-        withLate(a).map(a2 => p.copy(child = a2))
-      case _ => Left("its input is not directly a windowed streaming aggregation")
-    }
+      : LogicalPlan = child match {
+    case a: Aggregate => placeOn(a, late, window, earlyMs, ctx)
+    case p @ Project(list, a: Aggregate) if list.forall(_.isInstanceOf[Attribute]) =>
+      p.copy(child = placeOn(a, late, window, earlyMs, ctx))
+    case _ => refuse("its input is not directly a windowed streaming aggregation")
   }
+
+  /**
+   * `agg` with a [[LateRecordsNode]] on its input, which also carries the event-time column when the
+   * plan lets it through; fails when the window is not a column of that input.
+   */
+  def placeOn(agg: Aggregate, late: LateRecords, window: Attribute, earlyMs: Long, ctx: StreamContext): Aggregate = {
+    val w = agg.child.output.find(_.exprId == window.exprId).getOrElse(refuse(s"the window column ${window.name} " +
+        "is computed inside the aggregation, not on its input (late records are kept for windows assigned by F.window)"))
+    val eventTime = agg.child.collectFirst { case e: EventTimeWatermark => e.eventTime.exprId }
+    val withTime = eventTime.flatMap(keep(agg.child, _)).getOrElse(agg.child)
+    agg.copy(child = LateRecordsNode(late, w, earlyMs, ctx, withTime))
+  }
+
+  private def refuse(why: String): Nothing =
+    throw new SuppressUsageException(s"suppress cannot keep late records: $why.")
 
   /**
    * `plan` with the attribute `id` in its output, carried up through the projections, filters and

@@ -43,13 +43,11 @@ private[sluice] object RealTimeSuppress {
 
   /** Refuses what suppress does not do in real time, at the batch's planning. */
   def refuseUnsupported(n: SuppressNode): Unit = {
-    n.suppressed match {
-      case UntilWindowCloses(_, _, _, Some(late)) =>
-        throw new SuppressUsageException(RealTimeMode.unsupported(s"suppress keeping ${late.describe}",
-            "a real-time batch lasts the checkpoint interval and its rows leave as they come, while late records are " +
-              "written per micro-batch, each batch's file replaced when the batch replays",
-            RealTimeMode.UseMicroBatches))
-      case _ =>
+    LateRecordsExec.of(n.suppressed).foreach { late =>
+      throw new SuppressUsageException(RealTimeMode.unsupported(s"suppress keeping ${late.describe}",
+          "a real-time batch lasts the checkpoint interval and its rows leave as they come, while late records are " +
+            "written per micro-batch, each batch's file replaced when the batch replays",
+          RealTimeMode.UseMicroBatches))
     }
     if (n.suppressed.buffer.whenFull == BufferFullStrategy.SpillToDisk) {
       throw new SuppressUsageException(RealTimeMode.unsupported(

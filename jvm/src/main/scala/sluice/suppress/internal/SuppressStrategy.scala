@@ -31,10 +31,8 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
 
   /** `n`'s input, with its late records taken out and kept where `n` keeps them. */
   private def withLateRecords(n: SuppressNode, ctx: Option[StreamContext]): LogicalPlan =
-    (n.suppressed, ctx) match {
-      case (UntilWindowCloses(_, _, _, Some(late)), Some(c)) =>
-        LateRecordsExec.place(n.child, late, n.window.get, n.earlyMs, c).fold(
-          why => throw new SuppressUsageException(s"suppress cannot keep late records: $why."), identity)
+    (LateRecordsExec.of(n.suppressed), ctx) match {
+      case (Some(late), Some(c)) => LateRecordsExec.place(n.child, late, n.window.get, n.earlyMs, c)
       case _ => n.child
     }
 
