@@ -9,11 +9,11 @@ import scala.sys.process._
 
 val kafkaStreamsVersion = "4.1.1"
 
-// Spark's published test-jars (StateStoreSuiteBase, for sluice.state.conformance): Maven Central has
-// them for these releases only (spark-4.1, spark-4.2; none for spark-4.3), so only these minors run
-// the provider conformance suites; the
-// minor's pyspark jars stay its main classpath (same minor, compatible).
-val sparkTestJars = Map("4.1" -> "4.1.3", "4.2" -> "4.2.0")
+// Spark's published test-jars (StateStoreSuiteBase, for sluice.state.conformance; Spark's query-level
+// suites for dev/spark-suites), per minor. Maven Central has none for 4.3, so 4.3 runs 4.2.0's: Spark's
+// 4.2 contract on the 4.3 runtime (what 4.3 cannot link is excluded, by name, in its ConformanceShim).
+// The minor's pyspark jars stay its main classpath.
+val sparkTestJars = Map("4.1" -> "4.1.3", "4.2" -> "4.2.0", "4.3" -> "4.2.0")
 
 ThisBuild / organization := "io.sluice"
 // The release version is written once, in VERSION (pyproject.toml reads it too).
@@ -78,6 +78,7 @@ def sparkLine(minor: String): Project = {
       Test / unmanagedSourceDirectories := {
         val test = (ThisBuild / baseDirectory).value / "jvm" / "src" / "test"
         Seq(test / "scala", test / "java") ++ Seq(test / s"spark-$minor").filter(_.isDirectory) ++
+          rangeFolders(test, minor) ++
           // What needs Spark's test-jars and is the same for every minor that has them.
           sparkTestJars.get(minor).map(_ => test / "spark-testjars").toSeq
       },

@@ -345,6 +345,50 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite with PrivateMethodTes
     assert(contents(newProvider(dir).getReadStore(2)) == Map("a@0" -> 3L))
   }
 
+  test("a delta or snapshot damaged at any byte, or cut at any length, is refused naming it, never misread") {
+    // Every file is LZ4 blocks (one here: 256 KiB each), each with a checksum of its content, then
+    // LZ4's empty end block (21 bytes), which the store never reads. A flipped byte is refused, or
+    // decodes to the same content (the block token's compression-level bits, a match LZ4 resolves
+    // to equal bytes, the end block), which must then read back the same rows. Every cut inside
+    // the content is refused; a cut inside the end block reads back the same rows.
+    val dir = tempDir()
+    val p = newProvider(dir, s = settings(snapshotInterval = 2))
+    commitVersion(p, 0)(s => (0 until 3).foreach(i => s.put(wkey(s"k$i", i), value(i))))
+    commitVersion(p, 1) { s => s.remove(wkey("k1", 1)); s.put(wkey("k0", 0), value(7)) }
+    p.doMaintenance() // snapshot of version 2
+    commitVersion(p, 2)(s => s.put(wkey("k9", 9), value(9)))
+    val store = java.nio.file.Paths.get(dir, "0", "0")
+    val expected = contents(newProvider(dir).getReadStore(3))
+    assert(expected == Map("k0@0" -> 7L, "k2@2" -> 2L, "k9@9" -> 9L))
+    val damaged = Seq("2.wsnapshot", "3.wdelta")
+    assert(damaged.forall(f => java.nio.file.Files.exists(store.resolve(f))), p.storeFiles)
+    val EndBlock = 21
+    for (name <- damaged) {
+      val file = store.resolve(name)
+      val original = java.nio.file.Files.readAllBytes(file)
+      val content = original.length - EndBlock
+      val flips = for (i <- original.indices; m <- Seq(0x01, 0x80, 0xff))
+        yield (s"byte $i ^ $m", original.updated(i, (original(i) ^ m).toByte), None)
+      val cuts = (0 until original.length).map(n => (s"cut to $n bytes", original.take(n), Some(n < content)))
+      try {
+        for ((how, bytes, mustRefuse) <- flips ++ cuts) {
+          java.nio.file.Files.write(file, bytes)
+          scala.util.Try(contents(newProvider(dir).getReadStore(3))) match {
+            case scala.util.Success(rows) =>
+              assert(!mustRefuse.contains(true), s"$name, $how: read, not refused")
+              assert(rows == expected, s"$name, $how: read as other rows")
+            case scala.util.Failure(e) =>
+              assert(!mustRefuse.contains(false), s"$name, $how: a change the store never reads was refused: $e")
+              val named = Iterator.iterate[Throwable](e)(_.getCause).takeWhile(_ != null)
+                .exists(t => String.valueOf(t.getMessage).contains(name))
+              assert(named, s"$name, $how: refused without naming the file: $e")
+          }
+        }
+      } finally java.nio.file.Files.write(file, original)
+    }
+    assert(contents(newProvider(dir).getReadStore(3)) == expected)
+  }
+
   test("stream time and expiry survive recovery") {
     val dir = tempDir()
     val p = newProvider(dir, s = settings(retentionMs = 10000))

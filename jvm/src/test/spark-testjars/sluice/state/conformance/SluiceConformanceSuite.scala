@@ -55,7 +55,18 @@ abstract class SluiceConformanceSuite[P <: StateStoreProvider]
   override protected def test(testName: String, testTags: Tag*)(testFun: => Any)(implicit pos: Position): Unit =
     exclusionOf(testName) match {
       case Some((name, _)) => matched += name; ignore(testName, testTags: _*)(testFun)
-      case None => super.test(testName, testTags: _*)(testFun)
+      case None => super.test(testName, testTags: _*)(linked(testFun))
+    }
+
+  /** A test whose test-jar classes cannot link against this runtime (a Spark signature changed since
+   *  the jar was built) fails as that test, named; ScalaTest would take the LinkageError as fatal
+   *  and abort the suite with every later test unrun. */
+  private def linked(testFun: => Any): Any =
+    try testFun
+    catch {
+      case e: LinkageError =>
+        throw new IllegalStateException(
+          s"the test-jar's code cannot link on Spark ${org.apache.spark.SPARK_VERSION}: $e", e)
     }
 
   // QueryTest (of SharedSparkSession) has one too; the base suite's is the one it is written for.
