@@ -10,7 +10,7 @@ seconds, `{"ts": 1700000000}`). Two queries count them per user in 10-second win
 
     python examples/realtime.py --bootstrap localhost:9092 --input clicks --checkpoints /tmp/rt
 
-(topics ``click-finals`` and ``click-updates`` must exist). ``tests/test_realtime.py`` runs it.
+(topics ``click-finals`` and ``click-updates`` must exist). ``tests/realtime/test_realtime.py`` runs it.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Throughput and memory of draining a Kafka backlog with sluice's byte bound
 (spark.sluice.input.buffer.max.bytes) vs no bound vs maxOffsetsPerTrigger tuned to the same
-average batch size, on a real local Kafka broker (tests/kafka_harness.py), in one run.
+average batch size, on a real local Kafka broker (tests/support/kafka.py), in one run.
 
     .venv/bin/python bench/input/bench_input.py [--records 1500] [--bound 8m] [--reps 2]
 
@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from pyspark.sql import DataFrame, SparkSession, functions as F  # noqa: E402
 
-import kafka_harness as kh  # noqa: E402
-from conftest import BASE_CONF, fresh_builder, stop_session  # noqa: E402
+from support import kafka as kh  # noqa: E402
+from support.session import BASE_CONF, fresh_builder, stop_session  # noqa: E402
 import sluice  # noqa: E402
 from sluice._conf import parse_bytes  # noqa: E402
 

@@ -30,7 +30,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import kafka_harness as kh  # noqa: E402
+from support import kafka as kh  # noqa: E402
 from cpu_split import CpuSplit  # noqa: E402  (beside this file)
 from harness import Harness  # noqa: E402
 from pyspark.version import __version__ as PYSPARK_VERSION  # noqa: E402
@@ -731,7 +731,7 @@ def settings_of(a: argparse.Namespace, count_records: int, sides: list[str]) -> 
         "machine": f"{os.cpu_count()} cores; load at start {os.getloadavg()[0]:.2f} (1 min)",
         "spark": PYSPARK_VERSION,
         "sides": ", ".join(sides),
-        "broker": "Kafka 3.9.1 KRaft, one node on loopback (tests/kafka_harness.py); topics of 2 partitions",
+        "broker": "Kafka 3.9.1 KRaft, one node on loopback (tests/support/kafka.py); topics of 2 partitions",
         "nexmark": f"{a.events} events (persons:auctions:bids 1:3:46, Nexmark's hot sellers/auctions/bidders), "
                    f"{a.event_rate} events per second of event time, in order, round-robin over 2 partitions, "
                    f"JSON values, seed {a.seed}; rows compared for the windows that close by last event time - "

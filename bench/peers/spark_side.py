@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from pyspark.sql import SparkSession, Window, functions as F, types as T  # noqa: E402
 
-import kafka_harness as kh  # noqa: E402
+from support import kafka as kh  # noqa: E402
 import sluice  # noqa: E402
 from sluice import BufferConfig, Suppressed, suppress  # noqa: E402
 

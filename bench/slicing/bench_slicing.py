@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from pyspark.sql import SparkSession, functions as F  # noqa: E402
 
-from conftest import BASE_CONF, fresh_builder, stop_session  # noqa: E402
+from support.session import BASE_CONF, fresh_builder, stop_session  # noqa: E402
 import sluice  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -4,7 +4,7 @@ the Python side shares with the JVM side.
 The key table, expected forms, messages, provider and class names, operator id ranges, the Connect
 type URL and the input bound's option and metric names are not written here: they are read from
 ``sluice/conf.json`` inside the bundled jars, the file sluice.conf.SluiceConf (Scala) reads, so the
-two sides cannot drift (``tests/test_contract.py`` fails on a copy written out elsewhere). Only the
+two sides cannot drift (``tests/product/test_contract.py`` fails on a copy written out elsewhere). Only the
 parsers are code on both sides; both test suites check them against the vectors in that file.
 """
 

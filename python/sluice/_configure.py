@@ -168,4 +168,4 @@ def configure(
 OPTION_NAMES: tuple[str, ...] = tuple(
     name for name, p in inspect.signature(configure).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
 )
-"""``configure()``'s options; ``tests/test_plugin.py`` checks they are conf.json's, one for one."""
+"""``configure()``'s options; ``tests/product/test_plugin.py`` checks they are conf.json's, one for one."""

@@ -1,4 +1,4 @@
-"""Writes the golden checkpoints: one per file format sluice writes (tests/golden_scenarios.py),
+"""Writes the golden checkpoints: one per file format sluice writes (tests/support/golden_scenarios.py),
 each in tests/golden/<set>/<scenario>/checkpoint with a manifest.json saying which sluice, Spark
 and file format versions wrote it and what input it was fed. Run with the project's venv, with the
 sluice (its jar built from the sources in the tree) whose formats are to be kept:
@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE.parent))
 from pyspark.sql import SparkSession  # noqa: E402
 
 import sluice  # noqa: E402
-from golden_scenarios import BY_NAME, SCENARIOS, Query, Scenario  # noqa: E402
+from support.golden_scenarios import BY_NAME, SCENARIOS, Query, Scenario  # noqa: E402
 
 
 def formats(spark: SparkSession) -> dict[str, int]:

@@ -1,0 +1,589 @@
+"""spark-4.3: Spark's real-time trigger (stateful queries, Kafka only) with sluice configured: a real-time
+query without sluice's stateful features runs as it does without sluice (the extensions and the
+input bound stay out of its way), suppress's until_window_closes and
+until_time_limit run per row on each partition's stream time; each other sluice feature that works at
+batch boundaries is refused when the query plans a batch, naming itself, why and what to use instead."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+import sluice
+from sluice import input as sluice_input
+from support import kafka as kh
+from support import realtime_kill_child
+from support.children import kill_when
+from support.kafka import KAFKA_FETCH_MAX_WAIT_MS
+from support.metrics import executor_consumer_metrics
+from support.realtime_kill_child import (
+    BASE,
+    BATCH,
+    all_counts,
+    epoch_texts,
+    expected_finals,
+    file_rows,
+    first_batch_committed,
+    later_batch_opened,
+    produce_events,
+    timed_counts,
+    windowed_counts,
+    windowed_finals,
+)
+from support.session import session_conf, stop_session
+
+pytestmark = [pytest.mark.spark("4.3", reason="stateful real-time mode arrived in Spark 4.3"), pytest.mark.kafka]
+
+PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+ROOT = Path(__file__).resolve().parents[2]
+RECORDS = 300
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SparkSession, kh.Broker]]:
+    broker = kh.Broker(tmp_path_factory.mktemp("kafka")).start()
+    stop_session()
+    # one input partition and one shuffle partition: real-time mode runs every task at once (2 slots)
+    spark = realtime_kill_child.session()
+    kh.create_topic(spark, broker.bootstrap, "in", 1)
+    kh.produce(spark, broker.bootstrap, "in", RECORDS, 1, min_bytes=10, max_bytes=20)
+    yield spark, broker
+    stop_session()
+    broker.stop()
+
+
+def _counts(spark: SparkSession, broker: kh.Broker, **options: str) -> DataFrame:
+    src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+           .option("subscribe", "in").option("startingOffsets", "earliest").options(**options).load())
+    return src.withWatermark("timestamp", "1 second").groupBy(F.window("timestamp", "1 minute"), "key").count()
+
+
+def _start(spark: SparkSession, broker: kh.Broker, df: DataFrame, name: str, tmp_path: Path):
+    kh.create_topic(spark, broker.bootstrap, name, 1)
+    return (df.selectExpr("to_json(struct(key, count)) as value").writeStream.format("kafka")
+            .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", name).outputMode("update")
+            .option("checkpointLocation", str(tmp_path / name)).trigger(realTime=BATCH).start())
+
+
+def _failure(query, timeout: float = 120.0) -> str:
+    deadline = time.monotonic() + timeout
+    while query.isActive and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not query.isActive, "the query was not refused"
+    return str(query.exception())
+
+
+def test_a_real_time_aggregation_without_sluice_features_runs_with_sluice_configured(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    q = _start(spark, broker, _counts(spark, broker), "plain", tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        out: list = []
+        while time.monotonic() < deadline:
+            assert q.isActive, q.exception()
+            out = [json.loads(r.value) for r in spark.read.format("kafka")
+                   .option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", "plain")
+                   .option("startingOffsets", "earliest").load().selectExpr("cast(value as string) value").collect()]
+            if sum(1 for _ in out) >= RECORDS:  # real-time mode emits one updated row per input row
+                break
+            time.sleep(0.5)
+        assert len(out) >= RECORDS
+        latest: dict[str, int] = {}
+        for r in out:
+            latest[r["key"]] = max(latest.get(r["key"], 0), r["count"])
+        assert sum(latest.values()) == RECORDS  # every record counted once
+    finally:
+        q.stop()
+
+
+def test_a_real_time_source_keeps_kafkas_wait_for_an_empty_fetch(rt, tmp_path: Path) -> None:
+    """sluice shortens the broker's wait for an empty fetch for micro-batch sources only (test_input_kafka): the
+    real-time reader polls on at the end of the log with no offset lookups queued behind its fetches, where a
+    shorter wait would only mean more empty fetches. Its consumer keeps Kafka's 500 ms: once the query has read
+    everything, it sends at most one fetch per 500 ms of polling (its own fetch-total), plus one per batch start."""
+    spark, broker = rt
+    group = "rt-wait"
+    q = _start(spark, broker, _counts(spark, broker, groupIdPrefix=group), "rtwait", tmp_path)
+
+    def fetches() -> float:
+        return sum(executor_consumer_metrics(spark, group, "fetch-total"))
+
+    def emitted() -> int:
+        return (spark.read.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("subscribe", "rtwait").option("startingOffsets", "earliest").load().count())
+    try:
+        deadline = time.monotonic() + 120
+        while emitted() < RECORDS:  # real-time mode emits one updated row per input row
+            assert q.isActive and time.monotonic() < deadline, q.exception()
+            time.sleep(0.5)
+        idle_s, batch_s = 4.0, float(BATCH.split()[0])
+        before = fetches()
+        time.sleep(idle_s)
+        sent = fetches() - before
+        assert q.isActive, q.exception()
+        assert sent <= idle_s * 1000 / KAFKA_FETCH_MAX_WAIT_MS + (idle_s / batch_s + 1), sent
+    finally:
+        q.stop()
+
+
+def _windowed(spark: SparkSession, broker: kh.Broker, topic: str) -> DataFrame:
+    return windowed_finals(spark, broker.bootstrap, topic)
+
+
+def _finals_query(spark: SparkSession, broker: kh.Broker, df: DataFrame, out: str, checkpoint: Path, trigger: dict):
+    return (df.selectExpr("to_json(struct(key, cast(window.end as long) as end, count)) as value")
+            .writeStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", out)
+            .outputMode("update").option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
+
+
+def _read(spark: SparkSession, broker: kh.Broker, topic: str) -> list[tuple[str, int, int]]:
+    rows = (spark.read.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", topic)
+            .option("startingOffsets", "earliest").load().selectExpr("cast(value as string) value").collect())
+    return [(d["key"], d["end"], d["count"]) for d in (json.loads(r.value) for r in rows)]
+
+
+def _latest(rows: list[tuple[str, int, int]]) -> dict[tuple[str, int], int]:
+    """The largest count emitted per (key, window end): counts only grow."""
+    out: dict[tuple[str, int], int] = {}
+    for k, end, n in rows:
+        out[(k, end)] = max(out.get((k, end), 0), n)
+    return out
+
+
+def _await(spark, broker, q, topic: str, n: int = 0, timeout: float = 180.0,
+           until: Callable[[list], bool] | None = None) -> list[tuple[str, int, int]]:
+    """The rows of `topic` once there are `n` of them (or `until` holds of them)."""
+    done = until or (lambda rows: len(rows) >= n)
+    deadline = time.monotonic() + timeout
+    out: list = []
+    while time.monotonic() < deadline:
+        assert q.isActive, q.exception()
+        out = _read(spark, broker, topic)
+        if done(out):
+            return out
+        time.sleep(0.5)
+    raise AssertionError(f"{len(out)} rows, not the ones expected, after {timeout} s: {sorted(out)}")
+
+
+def _stop_at_a_batch_boundary(q, timeout: float = 120.0) -> None:
+    """Stops `q` once a batch that started after the output was seen has committed: the batch the
+    stop then interrupts had nothing to emit (a clean stop; an interrupted batch with output would
+    emit it again when rerun, as Spark's at-least-once real-time sink does)."""
+    seen = q.lastProgress["batchId"] if q.lastProgress else -1
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (q.lastProgress is None or q.lastProgress["batchId"] < seen + 2):
+        assert q.isActive, q.exception()
+        time.sleep(0.2)
+    q.stop()
+
+
+def _micro_batch_finals(spark, broker, topic: str, tmp_path: Path, name: str, n: int) -> list:
+    kh.create_topic(spark, broker.bootstrap, name, 1)
+    q = _finals_query(spark, broker, _windowed(spark, broker, topic), name, tmp_path / name,
+                      {"processingTime": "1 second"})
+    try:
+        return _await(spark, broker, q, name, n)
+    finally:
+        q.stop()
+
+
+def test_suppress_until_window_closes_emits_the_micro_batch_finals_each_once_and_across_a_restart(
+        rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    kh.create_topic(spark, broker.bootstrap, "ev", 1)
+    kh.create_topic(spark, broker.bootstrap, "rtfinals", 1)
+    produce_events(spark, broker.bootstrap, "ev", 0, 120)
+    first = expected_finals(119)
+    q = _finals_query(spark, broker, _windowed(spark, broker, "ev"), "rtfinals", tmp_path / "rt",
+                      {"realTime": BATCH})
+    try:
+        out = _await(spark, broker, q, "rtfinals", len(first))
+        _stop_at_a_batch_boundary(q)
+    finally:
+        q.stop()
+    assert len(out) == len(set(out)), "a final result emitted twice"
+    assert set(out) == first
+    assert set(out) == set(_micro_batch_finals(spark, broker, "ev", tmp_path, "mbfinals1", len(first)))
+
+    # restart on the checkpoint with more input: no final twice, none lost
+    produce_events(spark, broker.bootstrap, "ev", 120, 60)
+    both = expected_finals(179)
+    q = _finals_query(spark, broker, _windowed(spark, broker, "ev"), "rtfinals", tmp_path / "rt",
+                      {"realTime": BATCH})
+    try:
+        _await(spark, broker, q, "rtfinals", len(both))
+        _stop_at_a_batch_boundary(q)  # batches more: anything emitted twice would show
+        out = _read(spark, broker, "rtfinals")
+    finally:
+        q.stop()
+    assert len(out) == len(set(out)), "a final result emitted twice across the restart"
+    assert set(out) == both
+    assert set(out) == set(_micro_batch_finals(spark, broker, "ev", tmp_path, "mbfinals2", len(both)))
+
+
+def test_a_backlog_drained_by_two_upstream_tasks_gives_the_micro_batch_finals(rt, tmp_path: Path) -> None:
+    """Two input partitions, one task each, feeding one suppress partition: draining a backlog one
+    task runs ahead of the other, and a window closes only once both have passed it."""
+    spark, broker = rt
+    kh.create_topic(spark, broker.bootstrap, "ev2", 2)
+    produce_events(spark, broker.bootstrap, "ev2", 0, 300, partition=0, prefix="a")
+    produce_events(spark, broker.bootstrap, "ev2", 0, 300, partition=1, prefix="b")
+    want = expected_finals(299, "a") | expected_finals(299, "b")
+    out = _run_to(spark, broker, _windowed(spark, broker, "ev2"), "finals2", tmp_path,
+                  until=lambda rows: set(rows) >= want)
+    assert len(out) == len(set(out)) and set(out) == want
+    assert set(out) == set(_micro_batch_finals(spark, broker, "ev2", tmp_path, "mbfinals2in", len(want)))
+
+
+def test_suppress_until_time_limit_runs_per_row_on_stream_time(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    kh.create_topic(spark, broker.bootstrap, "evlimit", 1)
+    kh.create_topic(spark, broker.bootstrap, "limited", 1)
+    produce_events(spark, broker.bootstrap, "evlimit", 0, 60)
+    counts = timed_counts(spark, broker.bootstrap, "evlimit")
+    limited = sluice.suppress(counts, sluice.Suppressed.until_time_limit(5, sluice.BufferConfig.unbounded()),
+                              time_col="ts")
+    q = _finals_query(spark, broker, limited, "limited", tmp_path / "limited", {"realTime": BATCH})
+    try:
+        # each (key, window) is buffered at its first record's time and released once stream time is
+        # 5 s past it: with one record per second that is within its window or soon after
+        expected = {(k, end) for (k, end, _) in expected_finals(59) if end <= BASE + 59 - 5}
+        out = _await(spark, broker, q, "limited", len(expected))
+    finally:
+        q.stop()
+    assert expected <= {(k, end) for (k, end, _) in out}
+
+
+def _refusal(spark, broker, df: DataFrame, name: str, tmp_path: Path) -> str:
+    return _failure(_start(spark, broker, df, name, tmp_path))
+
+
+def _run_to(spark, broker, df: DataFrame, name: str, tmp_path: Path, until: Callable[[list], bool],
+            conf: dict[str, str] | None = None, commit: bool = False) -> list[tuple[str, int, int]]:
+    """Runs `df` under the real-time trigger into topic `name` (with the session `conf` while it
+    runs) until its rows satisfy `until` (and, with `commit`, batches after them have committed
+    their state); returns them."""
+    with session_conf(spark, conf or {}):
+        if not (tmp_path / name).exists():  # a restart writes on to its topic
+            kh.create_topic(spark, broker.bootstrap, name, 1)
+        q = _finals_query(spark, broker, df, name, tmp_path / name, {"realTime": BATCH})
+        try:
+            out = _await(spark, broker, q, name, until=until)
+            if commit:
+                _stop_at_a_batch_boundary(q)
+            return out
+        finally:
+            q.stop()
+
+
+def _events_topic(spark, broker, name: str, count: int) -> str:
+    kh.create_topic(spark, broker.bootstrap, name, 1)
+    produce_events(spark, broker.bootstrap, name, 0, count)
+    return name
+
+
+def _evicted(last: int, bound: int) -> list[tuple[str, int, int]]:
+    """What a buffer of `bound` rows that emits early sends, in order, for records 0..last when no
+    row is due by time: after each record, while it holds more than `bound` rows, the row buffered
+    first (its first record's event time) leaves with its latest count (Kafka Streams' eviction order)."""
+    buffered: dict[tuple[str, int], tuple[int, int]] = {}  # (key, end) -> (buffer time, count)
+    counts = all_counts(-1)
+    out = []
+    for i in range(last + 1):
+        e = (f"k{i % 3}", BASE + (i // 10 + 1) * 10)
+        counts[e] = counts.get(e, 0) + 1
+        buffered[e] = (buffered.get(e, (BASE + i, 0))[0], counts[e])
+        while len(buffered) > bound:
+            first = min(buffered, key=lambda x: buffered[x][0])
+            out.append((first[0], first[1], buffered.pop(first)[1]))
+    return out
+
+
+def test_a_bounded_buffer_applies_its_bound_per_row(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    topic = _events_topic(spark, broker, "evbound", 60)
+    counts = timed_counts(spark, broker.bootstrap, topic)
+    # a limit no row reaches within the input's 59 s: rows leave only when the 2-row bound pushes them out
+    bounded = sluice.suppress(counts, sluice.Suppressed.until_time_limit(
+        100, sluice.BufferConfig.max_records(2).emit_early_when_full()), time_col="ts")
+    expected = _evicted(59, 2)
+    out = _run_to(spark, broker, bounded, "bounded", tmp_path, until=lambda rows: len(rows) >= len(expected))
+    assert out == expected
+
+
+def test_a_full_buffer_that_shuts_down_fails_the_query_naming_its_bound(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    topic = _events_topic(spark, broker, "evstrict", 30)
+    strict = sluice.suppress(windowed_counts(spark, broker.bootstrap, topic), sluice.Suppressed.until_window_closes(
+        sluice.BufferConfig.max_records(1).shut_down_when_full()))
+    message = _refusal(spark, broker, strict, "strict", tmp_path)
+    assert "suppress buffer of operator" in message and "is full in partition 0" in message
+    assert "[records/max] = [2/1]" in message
+
+
+def test_a_spilling_buffer_is_refused_naming_why_and_what_to_use(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    spilling = sluice.suppress(_counts(spark, broker), sluice.Suppressed.until_window_closes(
+        sluice.BufferConfig.max_records(10).spill_to_disk_when_full()))
+    message = _refusal(spark, broker, spilling, "spilling", tmp_path)
+    assert "suppress with a spilling buffer" in message and "does not run under Spark's real-time trigger" in message
+    assert "Use emit_early_when_full() or shut_down_when_full()" in message and "trigger(processingTime=" in message
+
+
+def test_wall_clock_suppression_releases_each_key_once_its_limit_has_passed(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    topic = _events_topic(spark, broker, "evwall", 60)
+    counts = all_counts(59)
+    wall = sluice.suppress(windowed_counts(spark, broker.bootstrap, topic),
+                           sluice.Suppressed.until_wall_clock_time_limit(1, sluice.BufferConfig.unbounded()))
+    out = _run_to(spark, broker, wall, "wall", tmp_path, until=lambda rows: _latest(rows) == counts)
+    assert _latest(out) == counts
+    # the backlog arrives within the limit: its updates are absorbed, each key's latest row leaves
+    assert len(out) < 60
+
+
+def test_the_emission_cache_forwards_each_keys_latest_row_on_its_interval_and_across_a_restart(
+        rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    topic = _events_topic(spark, broker, "evcache", 60)
+    conf = {"spark.sluice.commit.interval.ms": "1000"}
+    counts = all_counts(59)
+    out = _run_to(spark, broker, windowed_counts(spark, broker.bootstrap, topic), "cached", tmp_path,
+                  until=lambda rows: _latest(rows) == counts, conf=conf, commit=True)
+    assert _latest(out) == counts
+    assert len(out) < 60, "every update was forwarded: the cache absorbed none"
+    per_key: dict[tuple[str, int], list[int]] = {}
+    for k, end, n in out:
+        per_key.setdefault((k, end), []).append(n)
+    assert all(ns == sorted(set(ns)) for ns in per_key.values()), "a key's row forwarded twice or out of order"
+    # restarted on its checkpoint (state committed with checkpoint ids, as real-time mode keeps them)
+    produce_events(spark, broker.bootstrap, topic, 60, 30)
+    more = all_counts(89)
+    out = _run_to(spark, broker, windowed_counts(spark, broker.bootstrap, topic), "cached", tmp_path,
+                  until=lambda rows: _latest(rows) == more, conf=conf)
+    assert _latest(out) == more
+
+
+def test_sql_suppress_runs_under_the_real_time_trigger(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    topic = _events_topic(spark, broker, "evsql", 60)
+    windowed_counts(spark, broker.bootstrap, topic).createOrReplaceTempView("rt_counts")
+    final = spark.sql("SELECT * FROM sluice_suppress(TABLE(rt_counts), 'until_window_closes')")
+    out = _run_to(spark, broker, final, "sqlfinals", tmp_path, until=lambda rows: set(rows) >= expected_finals(59))
+    assert len(out) == len(set(out)) and set(out) == expected_finals(59)
+
+
+def test_the_readme_example_runs_on_kafka(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    spec = importlib.util.spec_from_file_location("realtime_example", ROOT / "examples" / "realtime.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    topic = _events_topic(spark, broker, "clicks", 60)
+    for t in ("click-finals", "click-updates"):
+        kh.create_topic(spark, broker.bootstrap, t, 1)
+    queries = example.start(spark, broker.bootstrap, topic, str(tmp_path))
+
+    def rows(t: str) -> list[tuple[str, int, int]]:
+        return [(d["user"], d["end"], d["count"]) for d in (json.loads(r.value) for r in (
+            spark.read.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", t)
+            .option("startingOffsets", "earliest").load().selectExpr("cast(value as string) value").collect()))]
+    try:
+        deadline = time.monotonic() + 180
+        while not (set(rows("click-finals")) == expected_finals(59) and _latest(rows("click-updates")) == all_counts(59)):
+            assert all(q.isActive for q in queries), [q.exception() for q in queries]
+            assert time.monotonic() < deadline, (rows("click-finals"), rows("click-updates"))
+            time.sleep(0.5)
+    finally:
+        for q in queries:
+            q.stop()
+    finals = rows("click-finals")
+    assert len(finals) == len(set(finals)) and set(finals) == expected_finals(59)
+    assert len(rows("click-updates")) < 60  # the emission cache absorbed updates
+
+
+def test_a_killed_real_time_query_restarted_on_its_checkpoint_loses_no_final_and_repeats_none(
+        rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    topic = _events_topic(spark, broker, "evkill", 60)
+    out = tmp_path / "out"
+    out.mkdir()
+    args = [broker.bootstrap, topic, str(tmp_path / "ckpt"), str(out)]
+    produced = []
+
+    def finals_in_a_later_batch() -> bool:
+        # Not in the query's first batch (first_batch_committed says why): the rest of the input arrives
+        # once batch 0 has committed, and the kill comes inside a later batch that has written finals.
+        if not produced and first_batch_committed(tmp_path / "ckpt"):
+            produce_events(spark, broker.bootstrap, topic, 60, 60)
+            produced.append(True)
+        return any(int(name[:5]) >= 1 and text for name, text in epoch_texts(out).items())
+    # SIGKILLed (driver JVM and all) inside a real-time batch that has written final results
+    kill_when("realtime_kill_child.py", args, finals_in_a_later_batch)
+    produce_events(spark, broker.bootstrap, topic, 120, 60)
+    both = expected_finals(179)
+
+    def settled() -> bool:
+        # every final is out and a later batch has opened its files: a repeat would be written by now
+        return both <= set(file_rows(out)) and later_batch_opened(out)
+    kill_when("realtime_kill_child.py", args, settled)
+    rows = file_rows(out)
+    assert len(rows) == len(set(rows)), "a final result written twice"
+    assert set(rows) == both
+
+
+def test_an_explicit_allowlist_check_refuses_suppress_saying_why(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    final = sluice.suppress(_counts(spark, broker), sluice.Suppressed.until_window_closes(sluice.BufferConfig.unbounded()))
+    with session_conf(spark, {"spark.sql.streaming.realTimeMode.allowlistCheck": "true"}):
+        message = _refusal(spark, broker, final, "allowlisted", tmp_path)
+    assert "spark.sql.streaming.realTimeMode.allowlistCheck=true is set explicitly" in message
+    assert "Unset spark.sql.streaming.realTimeMode.allowlistCheck" in message
+
+
+def test_spark_still_refuses_a_non_allowlisted_operator_next_to_suppress(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    final = sluice.suppress(_counts(spark, broker), sluice.Suppressed.until_window_closes(sluice.BufferConfig.unbounded()))
+    # a coalesce above suppress is not on Spark's allowlist: Spark's own error, though sluice turned its check off
+    sorted_final = final.coalesce(1)
+    message = _refusal(spark, broker, sorted_final, "sorted", tmp_path)
+    assert "STREAMING_REAL_TIME_MODE.OPERATOR_OR_SINK_NOT_IN_ALLOWLIST" in message or "allowlist" in message.lower()
+    assert "CoalesceExec" in message
+    assert "SuppressExec" not in message
+
+
+def test_the_input_bound_source_option_is_refused(rt, tmp_path: Path) -> None:
+    spark, broker = rt
+    src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+           .option("subscribe", "in").option("startingOffsets", "earliest")
+           .option("sluice.maxBytesPerTrigger", "100000").load())
+    df = src.withWatermark("timestamp", "1 second").groupBy(F.window("timestamp", "1 minute"), "key").count()
+    message = _refusal(spark, broker, df, "bounded_input", tmp_path)
+    assert "The input bound (source option sluice.maxBytesPerTrigger=100000)" in message
+    assert "maxPartitionFetchBytes" in message
+
+
+@pytest.mark.parametrize("provider", ["sluice.cache.CachingStateStoreProvider",
+                                      "sluice.windowstore.InMemoryWindowStoreProvider"])
+def test_spark_itself_refuses_other_providers_than_its_rocksdb_in_real_time_mode(rt, tmp_path: Path,
+                                                                                provider: str) -> None:
+    spark, broker = rt
+    with session_conf(spark, {PROVIDER: provider}):
+        with pytest.raises(Exception, match="providerClass must be org.apache.spark.sql.execution.streaming.state"
+                                            ".RocksDBStateStoreProvider"):
+            _start(spark, broker, _counts(spark, broker), "provider" + provider.rsplit(".", 1)[1], tmp_path)
+
+
+def _sessions(spark: SparkSession, broker: kh.Broker) -> DataFrame:
+    src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+           .option("subscribe", "in").option("startingOffsets", "earliest").load())
+    return src.withWatermark("timestamp", "1 second").groupBy(F.session_window("timestamp", "5 seconds"), "key").count()
+
+
+@pytest.mark.parametrize("final", ["none", "fused", "unfused"])
+def test_session_windows_in_update_mode_are_refused_naming_why_and_what_to_use(rt, tmp_path: Path,
+                                                                               final: str) -> None:
+    """sluice's session windows in update mode (alone, and under suppress until_window_closes, fused
+    into the aggregation or not): refused in one line when the first batch is planned, before
+    Spark's allowlist would name the sort, merge and restore operators sluice plans them with."""
+    spark, broker = rt
+    df = _sessions(spark, broker)
+    if final != "none":
+        df = sluice.suppress(df, sluice.Suppressed.until_window_closes(sluice.BufferConfig.unbounded()))
+    with session_conf(spark, {"spark.sluice.suppress.fused": str(final == "fused").lower()}):  # read at the start
+        message = _refusal(spark, broker, df, f"sessions_{final}", tmp_path)
+    line = next(m for m in message.splitlines() if "session_window" in m)
+    assert "A session window aggregation (session_window) in update mode" in line
+    assert "does not run under Spark's real-time trigger" in line
+    assert "Spark plans no session windows in real-time mode" in line and "sorted by key and session start" in line
+    assert "Start the query with a processing-time trigger" in line
+    assert "NOT_IN_ALLOWLIST" not in message and "suppress does not run" not in message
+
+
+def test_spark_itself_refuses_an_append_mode_session_window_in_real_time_mode(rt, tmp_path: Path) -> None:
+    """Spark's own session windows (append mode, no sluice operator): Spark refuses append mode under
+    the real-time trigger at start(), with its own error."""
+    spark, broker = rt
+    df = _sessions(spark, broker).selectExpr("to_json(struct(key, count)) as value")
+    with pytest.raises(Exception, match="STREAMING_REAL_TIME_MODE.OUTPUT_MODE_NOT_SUPPORTED"):
+        (df.writeStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+         .option("topic", "sessions_append").outputMode("append").option("checkpointLocation", str(tmp_path / "a"))
+         .trigger(realTime="5 seconds").start())
+
+
+@pytest.mark.parametrize("key", ["spark.sluice.window.slicing", "spark.sluice.aggregate.partial.hash"])
+def test_the_plan_rewrites_leave_a_real_time_plan_as_spark_makes_it(rt, tmp_path: Path, key: str) -> None:
+    """Window slicing and partial aggregation by hash rewrite micro-batch plans only: switched on, a
+    real-time query over the shape each rewrites (sliding windows; max of a struct) runs the plan
+    Spark makes with it off and counts every record in each of its windows."""
+    spark, broker = rt
+    sliding = "slicing" in key
+    src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+           .option("subscribe", "in").option("startingOffsets", "earliest").load())
+    window = F.window("timestamp", "1 minute", "30 seconds") if sliding else F.window("timestamp", "1 minute")
+    # a struct's max makes Spark sort before the shuffle in micro-batches (what partial hash takes);
+    # slicing takes hash aggregations only, so the sliding query leaves it out
+    top = [] if sliding else [F.max(F.struct("offset", "partition")).alias("m")]
+    df = (src.withWatermark("timestamp", "1 second").groupBy(window, "key").agg(F.count("*").alias("count"), *top)
+          .selectExpr(f"to_json(struct(key, cast(window.end as long) as end, count{'' if sliding else ', m.offset'}))"
+                      " as value"))
+    windows = 2 if sliding else 1
+    plans = {}
+    for on in (True, False):
+        name = f"rewrite_{key.split('.', 2)[2].replace('.', '_')}_{str(on).lower()}"
+        kh.create_topic(spark, broker.bootstrap, name, 1)
+        with session_conf(spark, {key: str(on).lower()}):
+            q = (df.writeStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+                 .option("topic", name).outputMode("update").option("checkpointLocation", str(tmp_path / name))
+                 .trigger(realTime=BATCH).start())
+        try:
+            rows = _await(spark, broker, q, name, until=lambda rows: sum(_latest(rows).values()) >= windows * RECORDS)
+            assert sum(_latest(rows).values()) == windows * RECORDS
+            plan = q._jsq.explainInternal(False)
+        finally:
+            q.stop()
+        # what differs between two runs of one plan: ids, the writer, the checkpoint
+        for pattern in (r"#\d+L?", r"@[0-9a-f]+", r"epoch: \d+", r"plan_id=\d+", r"runId = [0-9a-f-]+", name):
+            plan = re.sub(pattern, "", plan)
+        plans[on] = plan
+    below_exchange = plans[True].split("Exchange", 1)[1]
+    assert ("Expand" if sliding else "max(") in below_exchange, below_exchange
+    assert plans[True] == plans[False]
+
+
+def test_the_direct_kafka_reader_reads_in_real_time_too(rt, tmp_path: Path) -> None:
+    """input.kafka.direct under the real-time trigger: the source loaded with it on reads every record
+    through sluice's direct reader (the source's metrics count them all) and counts each once."""
+    spark, broker = rt
+    with session_conf(spark, {"spark.sluice.input.kafka.direct": "true"}):
+        df = _counts(spark, broker)  # the setting is read when the source is loaded
+    q = _start(spark, broker, df, "direct_rt", tmp_path)
+    try:
+        def emitted() -> list[dict]:
+            return [json.loads(r.value) for r in spark.read.format("kafka")
+                    .option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", "direct_rt")
+                    .option("startingOffsets", "earliest").load().selectExpr("cast(value as string) value").collect()]
+        deadline = time.monotonic() + 120
+        while len(out := emitted()) < RECORDS:  # real-time mode emits one updated row per input row
+            assert q.isActive and time.monotonic() < deadline, q.exception()
+            time.sleep(0.5)
+        latest: dict[str, int] = {}
+        for r in out:
+            latest[r["key"]] = max(latest.get(r["key"], 0), r["count"])
+        assert sum(latest.values()) == RECORDS  # every record counted once
+
+        def direct() -> int:  # a real-time batch's tasks report when the batch ends
+            return sum(int(p["sources"][0]["metrics"][sluice_input.DIRECT_RECORDS_METRIC])
+                       for p in q.recentProgress if p["sources"])
+        while direct() < RECORDS:
+            assert q.isActive and time.monotonic() < deadline + 60, q.exception()
+            time.sleep(0.5)
+        assert direct() == RECORDS
+    finally:
+        q.stop()
