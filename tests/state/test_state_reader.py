@@ -31,6 +31,10 @@ WRITERS: dict[str, dict[str, str]] = {
                           "spark.sluice.statestore.cache.delegate": d, "spark.sluice.commit.interval.ms": i}
        for d in ("hdfs", "rocksdb") for i in ("0", "1h")},
 }
+# RocksDB keeps a change log per version only with changelog checkpointing, which its change feed reads.
+CHANGELOG = {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}
+WRITERS["rocksdb_changelog"] = {**WRITERS["rocksdb"], **CHANGELOG}
+WRITERS["cache_rocksdb_changelog_0"] = {**WRITERS["cache_rocksdb_0"], **CHANGELOG}
 
 
 def write_input(src: Path) -> None:
@@ -62,6 +66,11 @@ def metadata(spark: SparkSession, ckpt: Path) -> list[tuple[Any, ...]]:
                   for r in spark.read.format("state-metadata").load(str(ckpt)).collect())
 
 
+def change_feed(spark: SparkSession, ckpt: Path) -> list[str]:
+    reader = spark.read.format("statestore").option("readChangeFeed", True).option("changeStartBatchId", 0)
+    return sorted(json.dumps(r.asDict(recursive=True), default=str) for r in reader.load(str(ckpt)).collect())
+
+
 @pytest.fixture(scope="module")
 def checkpoints(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("state-reader")
@@ -73,7 +82,7 @@ def checkpoints(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -
     return out
 
 
-@pytest.mark.parametrize("writer", sorted(set(WRITERS) - {"hdfs"}))
+@pytest.mark.parametrize("writer", sorted(set(WRITERS) - {"hdfs", "rocksdb_changelog"}))
 def test_the_state_reader_returns_what_it_returns_on_sparks_provider(spark: SparkSession,
                                                                      checkpoints: dict[str, Path],
                                                                      writer: str) -> None:
@@ -139,3 +148,32 @@ def test_the_state_reader_reads_suppress_buffer(spark: SparkSession, tmp_path: P
     assert sorted((r.key.key.k, r.value.row["count"]) for r in rows) == sorted(last_minute.items())
     assert {r.key.key.window.start.minute for r in rows} == {3}
     assert {r.value.bufferTime for r in rows} == {int(r.key.key.window.end.timestamp() * 1000) for r in rows}
+
+
+@pytest.mark.parametrize("writer,spark_own", [("cache_hdfs_0", "hdfs"), ("cache_rocksdb_changelog_0", "rocksdb_changelog")])
+def test_the_change_feed_of_a_record_cache_store_is_its_delegates(spark: SparkSession, checkpoints: dict[str, Path],
+                                                                  writer: str, spark_own: str) -> None:
+    """Without write-behind the record cache commits every batch to its delegate as that batch's
+    version, so Spark's change feed (`readChangeFeed`) reads the same changes as on the delegate's
+    own checkpoint: every put and delete, per batch."""
+    feed = change_feed(spark, checkpoints[writer])
+    assert feed == change_feed(spark, checkpoints[spark_own])
+    kinds = Counter(json.loads(r)["change_type"] for r in feed)
+    assert kinds["update"] > 0 and kinds["delete"] > 0  # windows counted, then evicted at the watermark
+
+
+@pytest.mark.parametrize("writer", ["cache_hdfs_1h", "cache_rocksdb_1h"])
+def test_the_change_feed_of_a_write_behind_store_is_refused_naming_why(spark: SparkSession,
+                                                                        checkpoints: dict[str, Path],
+                                                                        writer: str) -> None:
+    """With write-behind the delegate holds several batches' changes in one version: a feed read
+    from it would not be per batch, so it is refused in one line pointing at the per-batch reader."""
+    for option, value in (("readChangeFeed", True), ("snapshotStartBatchId", 0)):
+        reader = spark.read.format("statestore").option(option, value)
+        reader = reader.option(*(("changeStartBatchId", 0) if option == "readChangeFeed" else ("snapshotPartitionId", 0)))
+        with pytest.raises(Exception) as failure:
+            reader.load(str(checkpoints[writer])).collect()
+        line = next((x for x in str(failure.value).splitlines() if f"option {option} cannot read" in x), None)
+        assert line is not None, str(failure.value)
+        assert "has used write-behind" in line and "_sluice_writebehind exists" in line
+        assert 'format("statestore") and batchId instead' in line

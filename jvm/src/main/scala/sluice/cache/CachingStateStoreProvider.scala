@@ -3,6 +3,7 @@ package sluice.cache
 import org.apache.hadoop.conf.Configuration
 import org.apache.spark.TaskContext
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
+import org.apache.spark.sql.sluice.DelegatedReplay
 
 import sluice.cache.internal.{
   CacheKey, CacheMetrics, CachingReadStore, CachingStateStore, ColumnFamilies,
@@ -37,7 +38,7 @@ import sluice.spark.{Maintenance, OpenOptions, ProviderBase, ProviderSpec, Sessi
  * describe. Its stores are [[CachingReadStore]] and [[CachingStateStore]]; the write-behind rows
  * are a [[WriteBehindState]]; what is known of the column families is [[ColumnFamilies]].
  */
-class CachingStateStoreProvider extends ProviderBase {
+class CachingStateStoreProvider extends ProviderBase with DelegatedReplay {
   import CachingStateStoreProvider._
 
   private var _delegate: StateStoreProvider = _
@@ -143,6 +144,23 @@ class CachingStateStoreProvider extends ProviderBase {
     }
     val w = SparkShim.openStore(delegate, version, ckptId, options)
     new CachingStateStore(this, version, w, w, slot, new StoreCounters, options)
+  }
+
+  // Spark's state data source with `readChangeFeed` or `snapshotStartBatchId`: the delegate's own
+  // versions are the store's as long as write-behind never ran here (each batch committed to the
+  // delegate as itself). Once it has, the delegate skipped the batches whose rows were logged and
+  // holds several batches' changes in one version, so the feed would not be per batch: refused.
+
+  override protected def replayedBy(option: String, readOnly: Boolean): SupportsFineGrainedReplay = {
+    if (!readOnly) { refuseAdoptedWrite(); invalidate() } // the delegate's store is written around the cache
+    val wb = writeBehind.log.dir
+    if (wb.getFileSystem(hadoopConf).exists(wb)) {
+      throw new UnsupportedOperationException(FineGrainedRefusal.writeBehind(option, wb.toString))
+    }
+    delegate match {
+      case d: SupportsFineGrainedReplay => d
+      case d => throw new UnsupportedOperationException(FineGrainedRefusal.delegate(option, d.getClass.getName))
+    }
   }
 
   /** The delegate cleans its own versions; write-behind files no retained batch version needs go. */
@@ -254,6 +272,18 @@ class CachingStateStoreProvider extends ProviderBase {
         } else null
     }
   }
+}
+
+/** Why Spark's state data source cannot read a record cache store's changes per batch. */
+private[cache] object FineGrainedRefusal {
+  def writeBehind(option: String, dir: String): String =
+    s"Spark's state data source option $option cannot read a record cache store that has used write-behind " +
+      s"($dir exists): its delegate holds several batches' changes in one version. Read the state of a batch " +
+      "with format(\"statestore\") and batchId instead (write-behind rows included)"
+
+  def delegate(option: String, delegateClass: String): String =
+    s"Spark's state data source option $option needs a delegate that replays versions " +
+      s"(SupportsFineGrainedReplay); the record cache's delegate $delegateClass does not"
 }
 
 object CachingStateStoreProvider {

@@ -45,6 +45,7 @@ object StateStoreTypes {
   type StateStoreCustomSizeMetric = org.apache.spark.sql.execution.streaming.state.StateStoreCustomSizeMetric
   // spark-4.3: the factory gained a third parameter (with a default), so calls stay the same source.
   val StateStoreCustomSizeMetric = org.apache.spark.sql.execution.streaming.state.StateStoreCustomSizeMetric
+  type SupportsFineGrainedReplay = org.apache.spark.sql.execution.streaming.state.SupportsFineGrainedReplay
   type StateStoreInstanceMetric = org.apache.spark.sql.execution.streaming.state.StateStoreInstanceMetric
 
   val StateStoreThreadLocalTracker = org.apache.spark.sql.execution.streaming.state.StateStoreThreadLocalTracker
