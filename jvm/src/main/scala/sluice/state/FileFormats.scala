@@ -13,7 +13,8 @@ private[sluice] final class SluiceFileFormatException(message: String) extends I
  * One kind of file (or state row layout) sluice writes: the format version this sluice writes and
  * every version it reads. A release reads every earlier released format, so `reads` only grows.
  */
-private[sluice] final case class FileFormat(kind: String, current: Int, reads: Seq[Int]) {
+private[sluice] final case class FileFormat(kind: String, current: Int, reads: Seq[Int],
+    textChecksumFrom: Int = Int.MaxValue) {
   require(reads.contains(current), s"$kind: format $current is written but not read")
 
   /** Fails, naming `file`, when `found` is not a format this sluice reads. */
@@ -28,26 +29,61 @@ private[sluice] final case class FileFormat(kind: String, current: Int, reads: S
        else "")
   }
 
+  private def damaged(file: String, what: String) =
+    new SluiceFileFormatException(
+      s"$file is a damaged sluice $kind ($what): it was changed or cut after it was written")
+
   /**
-   * A small text file's bytes: the header line `sluice-format <current>`, then `content`. Files
-   * without the header (as sluice 0.1.0 wrote them) are format 1.
+   * A small text file's bytes: the header line `sluice-format <current>`, then `content`, then (from
+   * format `textChecksumFrom` on) the line `crc32 <8 hex digits>`: the CRC-32 of every byte before it,
+   * so that a changed byte or a cut is refused instead of read as another value. Files without the
+   * header (as sluice 0.1.0 wrote them) are format 1.
    */
-  def textBytes(content: String): Array[Byte] =
-    s"${FileFormats.TextHeader}$current\n$content".getBytes(StandardCharsets.UTF_8)
+  def textBytes(content: String): Array[Byte] = {
+    val body = s"${FileFormats.TextHeader}$current\n$content"
+    if (current < textChecksumFrom) body.getBytes(StandardCharsets.UTF_8)
+    else {
+      val lines = (if (body.endsWith("\n")) body else body + "\n").getBytes(StandardCharsets.UTF_8)
+      lines ++ f"${FileFormats.ChecksumLine}${FileFormats.crc32(lines)}%08x\n".getBytes(StandardCharsets.UTF_8)
+    }
+  }
 
   /** The content of a small text file written by `textBytes` (or without a header: format 1). */
   def readText(file: String, bytes: Array[Byte]): String = {
     val text = new String(bytes, StandardCharsets.UTF_8)
-    if (!text.startsWith(FileFormats.TextHeader)) { check(file, 1); text }
-    else {
+    if (!text.startsWith(FileFormats.TextHeader)) {
+      // A checksummed file whose header was damaged, or one cut inside its header, is not a
+      // headerless (0.1.0) one: those held a value, never nothing or a part of the header.
+      if (text.contains("\n" + FileFormats.ChecksumLine) || FileFormats.TextHeader.startsWith(text)) {
+        throw damaged(file, "no header")
+      }
+      check(file, 1)
+      text
+    } else {
       val nl = text.indexOf('\n')
       val found = (if (nl < 0) text else text.substring(0, nl)).stripPrefix(FileFormats.TextHeader).trim
-      found.toIntOption match {
-        case Some(v) => check(file, v)
+      val version = found.toIntOption match {
+        case Some(v) => check(file, v); v
         case None => throw new SluiceFileFormatException(refusal(file, s"'$found'"))
       }
-      if (nl < 0) "" else text.substring(nl + 1)
+      val body = if (version < textChecksumFrom) text else new String(checked(file, bytes), StandardCharsets.UTF_8)
+      if (nl < 0) "" else body.substring(nl + 1)
     }
+  }
+
+  /** The bytes before the checksum line, once it matches them. */
+  private def checked(file: String, bytes: Array[Byte]): Array[Byte] = {
+    val line = FileFormats.ChecksumLine.length + 8 + 1
+    val at = bytes.length - line
+    if (at < 1 || bytes(at - 1) != '\n' || bytes.last != '\n') throw damaged(file, "no checksum line at its end")
+    val last = new String(bytes, at, line - 1, StandardCharsets.US_ASCII)
+    val hex = last.stripPrefix(FileFormats.ChecksumLine)
+    if (hex.length == last.length || !hex.forall(c => Character.digit(c, 16) >= 0 && !c.isUpper)) {
+      throw damaged(file, "no checksum line at its end")
+    }
+    val body = bytes.take(at)
+    if (java.lang.Long.parseLong(hex, 16) != FileFormats.crc32(body)) throw damaged(file, "checksum mismatch")
+    body
   }
 }
 
@@ -61,6 +97,15 @@ private[sluice] object FileFormats {
   /** The first line of a versioned text file. */
   val TextHeader = "sluice-format "
 
+  /** The last line of a checksummed text file (FileFormat.textChecksumFrom), before 8 hex digits. */
+  val ChecksumLine = "crc32 "
+
+  def crc32(bytes: Array[Byte]): Long = {
+    val c = new java.util.zip.CRC32
+    c.update(bytes)
+    c.getValue
+  }
+
   /** `<store>/_sluice_writebehind/<version>.wb`: its format follows the magic "SLWB". */
   val WriteBehindLog: FileFormat = FileFormat("write-behind log", current = 2, reads = Seq(1, 2))
 
@@ -70,17 +115,22 @@ private[sluice] object FileFormats {
    */
   val WindowStoreFile: FileFormat = FileFormat("window store file", current = 2, reads = Seq(2))
 
+  // The four small marker files below: format 2 ends each with a checksum line (textChecksumFrom).
+
   /** `<store>/_sluice_cache_delegate`: the record cache's delegate. */
-  val CacheDelegateMarker: FileFormat = FileFormat("record cache delegate marker", current = 1, reads = Seq(1))
+  val CacheDelegateMarker: FileFormat =
+    FileFormat("record cache delegate marker", current = 2, reads = Seq(1, 2), textChecksumFrom = 2)
 
   /** `state/<op>/_sluice_emit_cache_first_version`: the batch version the emission cache's stores start at. */
-  val EmitCacheFirstVersion: FileFormat = FileFormat("emission cache first version", current = 1, reads = Seq(1))
+  val EmitCacheFirstVersion: FileFormat =
+    FileFormat("emission cache first version", current = 2, reads = Seq(1, 2), textChecksumFrom = 2)
 
   /** `state/0/_sluice_fused_final`: suppress fused into the aggregation. */
-  val FusedFinalMarker: FileFormat = FileFormat("fused final results marker", current = 1, reads = Seq(1))
+  val FusedFinalMarker: FileFormat =
+    FileFormat("fused final results marker", current = 2, reads = Seq(1, 2), textChecksumFrom = 2)
 
   /** `state/<op>/_sluice_session_plan`: the session-window plan. */
-  val SessionPlan: FileFormat = FileFormat("session plan record", current = 1, reads = Seq(1))
+  val SessionPlan: FileFormat = FileFormat("session plan record", current = 2, reads = Seq(1, 2), textChecksumFrom = 2)
 
   /** `state/<op>/_sluice_operator.json` (`formatVersion`; absent: 1). Advisory, for `sluice.inspect`. */
   val OperatorSidecar: FileFormat = FileFormat("operator settings file", current = 1, reads = Seq(1))
