@@ -100,6 +100,15 @@ def flip_byte(_: SparkSession, f: Path) -> None:
     f.write_bytes(bytes(data))
 
 
+def next_digit(_: SparkSession, f: Path) -> None:
+    """The value's last digit one higher, the header and checksum line kept: in format 1 such a
+    file read as another batch version."""
+    lines = f.read_text().splitlines(keepends=True)
+    value = lines[1].rstrip("\n")
+    lines[1] = value[:-1] + str((int(value[-1]) + 1) % 10) + "\n"
+    f.write_text("".join(lines))
+
+
 def set_window_store_format(spark: SparkSession, f: Path) -> None:
     """The magic's last byte is the format: "SLW2" becomes "SLW3" (the file is LZ4 blocks, rewritten
     with the JVM's LZ4 codec as the store writes them)."""
@@ -137,10 +146,10 @@ REFUSALS: dict[str, tuple[str, str, Callable[[SparkSession, Path], None], str]] 
         r"\(checksum mismatch\)"),
     "record cache delegate marker of a newer format": (
         "record-cache-hdfs-write-behind", "state/0/*/_sluice_cache_delegate", set_text_format("9"),
-        f" is a sluice record cache delegate marker of format 9, but this sluice reads format 1: {NEWER}"),
+        f" is a sluice record cache delegate marker of format 9, but this sluice reads formats 1, 2: {NEWER}"),
     "garbled record cache delegate marker": (
         "record-cache-rocksdb-write-behind", "state/0/*/_sluice_cache_delegate", set_text_format("x"),
-        " is a sluice record cache delegate marker of format 'x', but this sluice reads format 1"),
+        " is a sluice record cache delegate marker of format 'x', but this sluice reads formats 1, 2"),
     "window store file of a newer format": (
         "window-store", "state/0/*/*.wdelta", set_window_store_format,
         f" is a sluice window store file of format 3, but this sluice reads format 2: {NEWER}"),
@@ -148,13 +157,20 @@ REFUSALS: dict[str, tuple[str, str, Callable[[SparkSession, Path], None], str]] 
         "window-store", "state/0/*/*.wdelta", truncate, r": Stream ended prematurely"),
     "emission cache first version of a newer format": (
         "emission-cache", "state/*/_sluice_emit_cache_first_version", set_text_format("9"),
-        f" is a sluice emission cache first version of format 9, but this sluice reads format 1: {NEWER}"),
+        f" is a sluice emission cache first version of format 9, but this sluice reads formats 1, 2: {NEWER}"),
+    "emission cache first version changed": (
+        "emission-cache", "state/*/_sluice_emit_cache_first_version", next_digit,
+        r" is a damaged sluice emission cache first version \(checksum mismatch\): it was changed or cut after it "
+        "was written"),
+    "session plan record cut short": (
+        "session-update", "state/*/_sluice_session_plan", truncate,
+        r" is a damaged sluice session plan record \(no checksum line at its end\)"),
     "fused final results marker of a newer format": (
         "fused-final", "state/0/_sluice_fused_final", set_text_format("9"),
-        f" is a sluice fused final results marker of format 9, but this sluice reads format 1: {NEWER}"),
+        f" is a sluice fused final results marker of format 9, but this sluice reads formats 1, 2: {NEWER}"),
     "session plan record of a newer format": (
         "session-update", "state/*/_sluice_session_plan", set_text_format("9"),
-        f" is a sluice session plan record of format 9, but this sluice reads format 1: {NEWER}"),
+        f" is a sluice session plan record of format 9, but this sluice reads formats 1, 2: {NEWER}"),
     "operator settings file of a newer format": (
         "suppress-spill", "state/*/_sluice_operator.json", set_json("formatVersion"),
         f" is a sluice operator settings file of format 9, but this sluice reads format 1: {NEWER}"),

@@ -257,7 +257,8 @@ class Query:
 # The sets of golden checkpoints, each named by the formats it holds: "0.1.0", the files as sluice
 # 0.1.0 wrote them (no version in them: format 1 each, the window store's 2); "format-1", the same
 # formats with their versions written; "format-2", the scenarios whose files format 2 changed (the
-# write-behind log's checksum). A later set holds only the scenarios a format change touched.
+# checksums of the write-behind log and of the small marker files). A later set holds only the
+# scenarios a format change touched.
 SETS = ["0.1.0", "format-1", "format-2"]
 
 # (set, scenario name) of every golden checkpoint there is.

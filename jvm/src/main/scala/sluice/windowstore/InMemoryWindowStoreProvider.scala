@@ -87,14 +87,18 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
 
   override protected def openStore(version: Long, uniqueId: Option[String], options: OpenOptions): StateStore = {
     checkNoCheckpointId(uniqueId)
-    // As Spark's HDFS-backed provider: state is rewritten by loading it, never from an empty store.
-    if (options.loadEmpty) throw StateStoreErrors.unsupportedOperationException("loadEmpty", ProviderName)
     synchronized {
       awaitNoWriter()
-      load(version)
+      if (options.loadEmpty) {
+        // Spark rewriting state (spark-4.2+: StatePartitionWriter, e.g. repartitioning) writes version + 1
+        // from nothing. The live map describes no stored version until that commit.
+        map.clear()
+        map.streamTime = Long.MinValue
+        liveVersion = -1
+      } else load(version)
       map.begin()
       map.expire()
-      writer = new WriteStore(version, options.forceSnapshotOnCommit)
+      writer = new WriteStore(version, options.forceSnapshotOnCommit, fromEmpty = options.loadEmpty)
       writer
     }
   }
@@ -197,11 +201,20 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     logInfo(s"Loaded version $version of $this: ${map.numKeys} keys in ${map.numSegments} segments")
   }
 
+  /**
+   * Writes the store's version + 1: its delta, and a snapshot when asked. A version written from an
+   * empty store has no delta (a delta only applies on top of the version before it): its snapshot
+   * alone holds it, and a delta of that number left by an earlier run is removed, so every load of
+   * it, or of a later version, starts from that snapshot.
+   */
   private def commitVersion(store: WriteStore, snapshot: Boolean): Long = synchronized {
     val newVersion = store.version + 1
     try {
-      writeFile(deltaFile(newVersion), DeltaMagic) { data => map.commit(data); map.streamTime }
-      if (snapshot) {
+      if (store.fromEmpty) {
+        map.commit(new DataOutputStream(java.io.OutputStream.nullOutputStream()))
+        if (files.exists(deltaFile(newVersion))) files.delete(deltaFile(newVersion))
+      } else writeFile(deltaFile(newVersion), DeltaMagic) { data => map.commit(data); map.streamTime }
+      if (snapshot || store.fromEmpty) {
         val (entries, streamTime) = map.freeze()
         try writeSnapshot(newVersion, entries, streamTime)
         finally entries.foreach(_.release())
@@ -221,8 +234,9 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     newVersion
   }
 
-  private def abortVersion(): Unit = synchronized {
+  private def abortVersion(store: WriteStore): Unit = synchronized {
     map.rollback()
+    if (store.fromEmpty) map.clear() // the map held no stored version (liveVersion stays -1)
     writer = null
     notifyAll()
   }
@@ -339,7 +353,8 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     override def toString: String = s"${InMemoryWindowStoreProvider.this}.read(v$version)"
   }
 
-  private class WriteStore(val version: Long, snapshotOnCommit: Boolean) extends StateStore with LiveMapReads {
+  private class WriteStore(val version: Long, snapshotOnCommit: Boolean, val fromEmpty: Boolean = false)
+    extends StateStore with LiveMapReads {
     @volatile private var state = 0 // 0 open, 1 committed, 2 aborted
 
     Option(TaskContext.get()).foreach(_.addTaskCompletionListener[Unit](_ => if (state == 0) abort()))
@@ -369,7 +384,7 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     override def abort(): Unit = {
       if (state == 0) {
         state = 2
-        abortVersion()
+        abortVersion(this)
       }
     }
     override def hasCommitted: Boolean = state == 1
