@@ -125,6 +125,38 @@ class LayeringSuite extends AnyFunSuite {
         offenders.mkString("\n"))
   }
 
+  test("feature code builds no Spark plan node, operator or state class itself: the seam's shims do") {
+    // A constructor, companion factory or copy of a class of SparkBuiltPackages, called from a class
+    // outside the seam and the bridge: a field Spark changes in a minor would break feature code.
+    val found = classes.toSeq.filter { case (name, _) => name.startsWith("sluice/") && !name.startsWith(SeamPackage) }
+      .flatMap { case (name, bytes) => sparkConstructions(bytes).map(m => s"$name -> $m") }.sorted
+    assert(found.isEmpty,
+      "Spark classes built outside the seam (add a shim to sluice.spark.SparkNodes or the seam's type objects):\n" +
+        found.mkString("\n"))
+  }
+
+  test("the construction check finds Spark's constructors, copies and factories in class files, not base classes") {
+    // The seam's shims make the calls the check above refuses elsewhere.
+    val shims = sparkConstructions(classes(SeamPackage + "SparkNodes$"))
+    Seq("org/apache/spark/sql/execution/ProjectExec.<init>",
+      "org/apache/spark/sql/catalyst/plans/logical/Project.<init>",
+      "StateStoreSaveExec.copy", "ObjectHashAggregateExec.<init>").foreach(c =>
+      assert(shims.exists(_.startsWith(c)) || shims.exists(_.contains(c)), s"$c not found in $shims"))
+    // A sluice node calls its Spark base's no-argument constructor only.
+    assert(sparkConstructions(classes("sluice/cache/internal/EmitCacheSkippedExec")).isEmpty)
+    val exec = "org/apache/spark/sql/execution/ProjectExec"
+    assert(isConstruction(exec, "<init>",
+        "(Lscala/collection/immutable/Seq;Lorg/apache/spark/sql/execution/SparkPlan;)V"))
+    assert(!isConstruction("org/apache/spark/sql/execution/SparkPlan", "<init>", "()V"))
+    assert(isConstruction(exec, "copy", s"(Lscala/collection/immutable/Seq;)L$exec;"))
+    assert(!isConstruction("org/apache/spark/sql/execution/metric/SQLMetric", "copy",
+        "()Lorg/apache/spark/sql/execution/metric/SQLMetric;"))
+    assert(isConstruction(exec + "$", "apply", s"(Lscala/collection/immutable/Seq;)L$exec;"))
+    assert(!isConstruction("org/apache/spark/sql/execution/SparkStrategies$StatefulAggregationStrategy$", "apply",
+        "(Lorg/apache/spark/sql/catalyst/plans/logical/LogicalPlan;)Lscala/collection/immutable/Seq;"))
+    assert(!isConstruction("org/apache/spark/sql/catalyst/expressions/Alias", "<init>", "(I)V"))
+  }
+
   test("the source check finds an internal name") {
     Seq("import org.apache.spark.sql.execution.SparkPlan", "SQLConf.get", "org.apache.spark.sql.classic.SparkSession",
       "import org.apache.spark.sql.connect.planner.SparkConnectPlanner").foreach { l =>
@@ -213,8 +245,10 @@ object LayeringSuite {
     "cache" -> Set("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions"),
     "input" -> Set("conf", "spark", Bridge, "state"),
     "json" -> Set("conf", "spark"),
-    "slicing" -> Set("conf", "spark", Bridge, "state"),
     "aggregate" -> Set("conf", "spark"),
+    // aggregate: window slicing is a rewrite of Spark's aggregation plans, switched on as aggregate's are
+    // (SwitchedRewrite)
+    "slicing" -> Set("conf", "spark", Bridge, "state", "aggregate"),
     // windowstore, suppress, cache: reads each feature's state layout in a checkpoint
     "inspect" -> Set("spark", "state", "windowstore", "suppress", "cache"),
     // suppress: Spark Connect's form of suppress, built with suppress's user API and planner
@@ -274,6 +308,36 @@ object LayeringSuite {
     "DatasetAccess", "DirectReads", "DirectReaderFactory", "DirectReader", "RealTimeReads",
     "DrivenQueries", "DrivenSource", "DrivenClock", "DrivenSink", "BatchFiles")
 
+  /** The seam's package, in class file form. */
+  val SeamPackage = "sluice/spark/"
+
+  /**
+   * The packages whose classes only the seam and the bridge build (ARCHITECTURE.md, "What feature code
+   * builds of Spark's"): Spark's physical operators, streaming runtime and state store classes, its
+   * logical plan nodes and streaming relations.
+   */
+  val SparkBuiltPackages: Seq[String] = Seq("org/apache/spark/sql/execution/", "org/apache/spark/sql/catalyst/plans/",
+    "org/apache/spark/sql/catalyst/streaming/")
+
+  /**
+   * Whether a call of `owner.name` with descriptor `desc` builds an instance of a class of
+   * [[SparkBuiltPackages]]: a constructor with parameters (a subclass's call of its Spark base's
+   * no-argument constructor carries no field a minor changes), a `copy` with parameters, or a
+   * companion's `apply` returning its class.
+   */
+  def isConstruction(owner: String, name: String, desc: String): Boolean =
+    SparkBuiltPackages.exists(owner.startsWith) && (name match {
+      case "<init>" => desc != "()V"
+      case "copy" => !desc.startsWith("()")
+      case "apply" => owner.endsWith("$") && desc.endsWith(s")L${owner.stripSuffix("$")};")
+      case _ => false
+    })
+
+  /** The calls of a class file that build a class of [[SparkBuiltPackages]] (its constant pool's method references). */
+  def sparkConstructions(bytes: Array[Byte]): Seq[String] =
+    methodRefs(bytes).collect { case (owner, name, desc) if isConstruction(owner, name, desc) => s"$owner.$name$desc" }
+      .distinct
+
   /** Where Spark's internals may be named: the seam (shared and per-minor folders) and the bridge. */
   val SeamSourceDirs: Seq[String] = Seq("scala/sluice/spark/.*", "spark-[^/]+/sluice/spark/.*",
     "scala/org/apache/spark/sql/sluice/.*", "(?:scala|spark-[^/]+)/org/apache/spark/sql/kafka010/sluice/.*")
@@ -318,8 +382,9 @@ object LayeringSuite {
     "conf" -> "every setting, read by every layer",
     "spark" -> "the seam: Spark's internals in sluice's terms, for every layer",
     Bridge -> "Spark's private[sql] and private[spark] APIs, for every layer",
-    "state" -> ("what the stores and operators of several features share (keyed rows, side stores, store " +
-      "files, file formats, sidecars, index caches): a layer below the features, none of which owns it; " +
+    "state" -> ("what the stores and operators of several features share (keyed rows and their grouping " +
+      "columns, side stores, store files, file formats, sidecars, index caches): a layer below the features, " +
+      "none of which owns it; " +
       "LocalCheckpointFileManager is set by class name in spark.sql.streaming.checkpointFileManagerClass"))
 
   def layerOf(className: String): Option[String] = {
@@ -385,24 +450,44 @@ object LayeringSuite {
   def referencedClasses(bytes: Array[Byte]): Seq[String] = constantStrings(bytes).flatMap(classNamesIn).distinct
 
   /** The UTF-8 entries of a class file's constant pool. */
-  private def constantStrings(bytes: Array[Byte]): Seq[String] = {
+  private def constantStrings(bytes: Array[Byte]): Seq[String] = constantPool(bytes).collect { case s: String => s }
+
+  /** The method references of a class file's constant pool: (owner class, name, descriptor). */
+  private def methodRefs(bytes: Array[Byte]): Seq[(String, String, String)] = {
+    val pool = constantPool(bytes)
+    def utf(i: Int) = pool(i).asInstanceOf[String]
+    pool.collect { case MemberRef(cls, nat) =>
+      val (name, desc) = pool(nat) match { case NameAndType(n, d) => (utf(n), utf(d)); case _ => ("", "") }
+      (pool(cls) match { case ClassRef(n) => utf(n); case _ => "" }, name, desc)
+    }.toSeq
+  }
+
+  private final case class ClassRef(name: Int)
+  private final case class MemberRef(cls: Int, nameAndType: Int)
+  private final case class NameAndType(name: Int, desc: Int)
+
+  /** A class file's constant pool by index: UTF-8 strings, class, method and name-and-type entries; null elsewhere. */
+  private def constantPool(bytes: Array[Byte]): IndexedSeq[Any] = {
     val in = new DataInputStream(new ByteArrayInputStream(bytes))
     require(in.readInt() == 0xcafebabe, "not a class file")
     in.readUnsignedShort(); in.readUnsignedShort()
     val count = in.readUnsignedShort()
-    val strings = Seq.newBuilder[String]
+    val pool = new Array[Any](count)
     var i = 1
     while (i < count) {
       in.readUnsignedByte() match {
-        case 1 => strings += in.readUTF()
-        case 3 | 4 | 9 | 10 | 11 | 12 | 17 | 18 => in.skipBytes(4)
+        case 1 => pool(i) = in.readUTF()
+        case 7 => pool(i) = ClassRef(in.readUnsignedShort())
+        case 10 | 11 => pool(i) = MemberRef(in.readUnsignedShort(), in.readUnsignedShort())
+        case 12 => pool(i) = NameAndType(in.readUnsignedShort(), in.readUnsignedShort())
+        case 3 | 4 | 9 | 17 | 18 => in.skipBytes(4)
         case 5 | 6 => in.skipBytes(8); i += 1 // takes two entries
-        case 7 | 8 | 16 | 19 | 20 => in.skipBytes(2)
+        case 8 | 16 | 19 | 20 => in.skipBytes(2)
         case 15 => in.skipBytes(3)
         case tag => throw new IllegalStateException(s"constant pool tag $tag")
       }
       i += 1
     }
-    strings.result()
+    pool.toIndexedSeq
   }
 }

@@ -63,8 +63,8 @@ object StateInspector {
       val p = new Path(root, name)
       if (fs.exists(p)) Some(make(p.toString)) else None
     }
-    val commits = log("commits", new CommitLog(session, _))
-    val offsets = log("offsets", new OffsetSeqLog(session, _))
+    val commits = log("commits", CommitLog(session, _))
+    val offsets = log("offsets", OffsetSeqLog(session, _))
     val lastCommit = commits.flatMap(_.getLatest())
     val lastOffset = offsets.flatMap(_.getLatestBatchId())
     val committedMeta = lastCommit.flatMap(c => offsets.flatMap(SparkShim.offsetLogEntry(_, c._1)))
@@ -222,6 +222,6 @@ object StateInspector {
     val offsets = new Path(checkpoint, "offsets")
     SessionConf.sideStoreConf(session.sessionState.conf, providerClass,
       conf =>
-        if (exists(session, offsets)) SparkShim.applyRecordedConf(new OffsetSeqLog(session, offsets.toString), conf))
+        if (exists(session, offsets)) SparkShim.applyRecordedConf(OffsetSeqLog(session, offsets.toString), conf))
   }
 }

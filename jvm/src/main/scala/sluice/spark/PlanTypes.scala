@@ -2,30 +2,26 @@ package sluice.spark
 
 /**
  * Spark's physical planning and stateful operator classes under the names feature code uses (why
- * aliases: see [[StateStoreTypes]]).
+ * aliases: see [[StateStoreTypes]]). Plan nodes are built and copied by [[SparkNodes]], never here.
  */
 object PlanTypes {
   type SparkPlan = org.apache.spark.sql.execution.SparkPlan
   type SparkStrategy = org.apache.spark.sql.execution.SparkStrategy
   type UnaryExecNode = org.apache.spark.sql.execution.UnaryExecNode
   type ProjectExec = org.apache.spark.sql.execution.ProjectExec
-  val ProjectExec = org.apache.spark.sql.execution.ProjectExec
   type FilterExec = org.apache.spark.sql.execution.FilterExec
   type ColumnarRule = org.apache.spark.sql.execution.ColumnarRule
   type SQLMetric = org.apache.spark.sql.execution.metric.SQLMetric
   val SQLMetrics = org.apache.spark.sql.execution.metric.SQLMetrics
 
-  /** spark-4.3: a fourth field with a default (`useSingleTask`); construct and copy by name. */
+  /** spark-4.3: a fourth field with a default (`useSingleTask`); built by [[SparkNodes.expandExec]]. */
   type ExpandExec = org.apache.spark.sql.execution.ExpandExec
-  val ExpandExec = org.apache.spark.sql.execution.ExpandExec
 
-  /** spark-4.3: a fifth field with a default; copy by name. */
+  /** spark-4.3: a fifth field with a default. */
   type ShuffleExchangeExec = org.apache.spark.sql.execution.exchange.ShuffleExchangeExec
 
   type StateStoreRestoreExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreRestoreExec
-  val StateStoreRestoreExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreRestoreExec
   type StateStoreSaveExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreSaveExec
-  val StateStoreSaveExec = org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreSaveExec
   type SessionWindowStateStoreRestoreExec =
     org.apache.spark.sql.execution.streaming.operators.stateful.SessionWindowStateStoreRestoreExec
   type SessionWindowStateStoreSaveExec =
@@ -40,7 +36,6 @@ object PlanTypes {
   type HashAggregateExec = org.apache.spark.sql.execution.aggregate.HashAggregateExec
   type SortAggregateExec = org.apache.spark.sql.execution.aggregate.SortAggregateExec
   type ObjectHashAggregateExec = org.apache.spark.sql.execution.aggregate.ObjectHashAggregateExec
-  val ObjectHashAggregateExec = org.apache.spark.sql.execution.aggregate.ObjectHashAggregateExec
   type SortExec = org.apache.spark.sql.execution.SortExec
 
   /** Spark's planning of a streaming aggregation (`planStreamingAggregationForSession`). */
@@ -52,8 +47,10 @@ object PlanTypes {
     org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorCustomMetric
   type StatefulOperatorCustomSumMetric =
     org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorCustomSumMetric
-  val StatefulOperatorCustomSumMetric =
-    org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorCustomSumMetric
+  object StatefulOperatorCustomSumMetric {
+    def apply(name: String, desc: String): StatefulOperatorCustomSumMetric =
+      org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorCustomSumMetric(name, desc)
+  }
 
   type WriteToMicroBatchDataSource = org.apache.spark.sql.execution.streaming.sources.WriteToMicroBatchDataSource
   val WriteToMicroBatchDataSource = org.apache.spark.sql.execution.streaming.sources.WriteToMicroBatchDataSource

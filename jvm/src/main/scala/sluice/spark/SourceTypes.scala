@@ -8,7 +8,9 @@ object SourceTypes {
   type Source = org.apache.spark.sql.execution.streaming.Source
   type Offset = org.apache.spark.sql.execution.streaming.Offset
   type LongOffset = org.apache.spark.sql.execution.streaming.runtime.LongOffset
-  val LongOffset = org.apache.spark.sql.execution.streaming.runtime.LongOffset
+  object LongOffset {
+    def apply(offset: Long): LongOffset = org.apache.spark.sql.execution.streaming.runtime.LongOffset(offset)
+  }
   type FileStreamSource = org.apache.spark.sql.execution.streaming.runtime.FileStreamSource
   type StreamingRelation = org.apache.spark.sql.execution.streaming.runtime.StreamingRelation
   val StreamingRelation = org.apache.spark.sql.execution.streaming.runtime.StreamingRelation

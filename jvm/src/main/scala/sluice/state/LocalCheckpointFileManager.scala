@@ -9,6 +9,7 @@ import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.{FileStatus, FSDataInputStream, Path, PathFilter}
 
 import sluice.conf.SluiceConf
+import sluice.spark.CancellableOutputStream
 import sluice.spark.CheckpointTypes.{CancellableFSDataOutputStream, CheckpointFileManager}
 import sluice.spark.{NotApplied, SessionConf}
 
@@ -101,7 +102,7 @@ object LocalCheckpointFileManager {
    * cancels after a close that failed).
    */
   private final class AtomicLocalStream(tmp: File, target: File, overwrite: Boolean, out: OutputStream)
-    extends CancellableFSDataOutputStream(out) {
+    extends CancellableOutputStream(out) {
     private var finished = false
 
     override def close(): Unit = synchronized {

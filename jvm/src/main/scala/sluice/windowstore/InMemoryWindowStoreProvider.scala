@@ -339,11 +339,11 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
     override def prefixScan(prefixKey: UnsafeRow, colFamilyName: String)
         : StateStoreIterator[UnsafeRowPair] = {
       checkDefault(colFamilyName)
-      new StateStoreIterator(map.prefixScan(prefixKey))
+      StateStoreIterator(map.prefixScan(prefixKey))
     }
     override def iterator(colFamilyName: String): StateStoreIterator[UnsafeRowPair] = {
       checkDefault(colFamilyName)
-      new StateStoreIterator(map.iterator())
+      StateStoreIterator(map.iterator())
     }
   }
 

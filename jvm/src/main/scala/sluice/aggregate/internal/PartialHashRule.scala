@@ -5,8 +5,8 @@ import org.apache.spark.sql.catalyst.expressions.SortOrder
 import org.apache.spark.sql.catalyst.expressions.aggregate.Partial
 
 import sluice.conf.SluiceConf
-import sluice.spark.PlanTypes.{ColumnarRule, ObjectHashAggregateExec, SortAggregateExec, SortExec, SparkPlan}
-import sluice.spark.SwitchedRewrite
+import sluice.spark.PlanTypes.{ColumnarRule, SortAggregateExec, SortExec, SparkPlan}
+import sluice.spark.SparkNodes
 
 /**
  * Partial aggregation by hash (`spark.sluice.aggregate.partial.hash`): a partial aggregation before
@@ -62,16 +62,7 @@ private[sluice] object PartialHashRule {
     case sort: SortExec if sort.global => Left(Why.GlobalSort)
     case sort: SortExec if !sortsByKeys(sort.sortOrder, agg) => Left(Why.OtherOrder)
     case sort: SortExec =>
-      Right(ObjectHashAggregateExec(
-          requiredChildDistributionExpressions = agg.requiredChildDistributionExpressions,
-          isStreaming = agg.isStreaming,
-          numShufflePartitions = agg.numShufflePartitions,
-          groupingExpressions = agg.groupingExpressions,
-          aggregateExpressions = agg.aggregateExpressions,
-          aggregateAttributes = agg.aggregateAttributes,
-          initialInputBufferOffset = agg.initialInputBufferOffset,
-          resultExpressions = agg.resultExpressions,
-          child = sort.child))
+      Right(SparkNodes.objectHashAggregate(agg, sort.child))
     case _ => Left(Why.NoSort)
   }
 

@@ -12,7 +12,8 @@ import org.apache.spark.sql.sluice.{SluiceStatefulNode, StatefulOperatorSupport}
 
 import sluice.conf.SluiceConf
 import sluice.spark.PlanTypes.{WriteToMicroBatchDataSource, WriteToMicroBatchDataSourceV1}
-import sluice.spark.GroupingColumns
+import sluice.spark.SparkNodes
+import sluice.state.GroupingColumns
 import sluice.sessions.internal.SessionUpdateNode
 import sluice.suppress.internal.SuppressNode
 
@@ -63,7 +64,7 @@ private[sluice] case class EmitCacheRule(session: SparkSession) extends Rule[Log
               a.groupingExpressions.forall(_.isInstanceOf[Attribute]) =>
             if (cached()) {
               val (inner, outer) = EmitCacheRule.split(a)
-              Project(outer, EmitCacheNode(GroupingColumns.allInOutputOrder(inner), interval, inner))
+              SparkNodes.project(outer, EmitCacheNode(GroupingColumns.allInOutputOrder(inner), interval, inner))
             } else a
           // Session windows in update mode (sluice.sessions): keyed by (keys, session window), so a
           // retraction replaces the held update of the same session, as in Kafka Streams' cache.
@@ -124,7 +125,7 @@ private[sluice] object EmitCacheRule {
     val functions = agg.aggregateExpressions.flatMap(_.collect { case f: AggregateExpression => f })
       .foldLeft(Seq.empty[AggregateExpression])((seen, f) => if (seen.exists(_.semanticEquals(f))) seen else seen :+ f)
       .zipWithIndex.map { case (f, i) => f -> Alias(f, s"__sluice_agg$i")() }
-    val inner = agg.copy(aggregateExpressions =
+    val inner = SparkNodes.aggregateWith(agg)(aggregateExpressions =
       agg.groupingExpressions.map(_.asInstanceOf[Attribute]) ++ functions.map(_._2))
     val outer = agg.aggregateExpressions.map(_.transformDown {
       case f: AggregateExpression => functions.find(_._1.semanticEquals(f)).get._2.toAttribute

@@ -114,10 +114,10 @@ private[sluice] final class WriteBehindState(owner: AnyRef) {
     if (changed.isEmpty) return base
     val keys = new java.util.HashSet[UnsafeRow]()
     changed.foreach { case (k, _) => keys.add(k) }
-    val pair = new UnsafeRowPair()
+    val pair = UnsafeRowPair()
     val rows = base.iter.filterNot(p => keys.contains(p.key)) ++
       changed.iterator.collect { case (k, v) if v != null => pair.withRows(k, v) }
-    new StateStoreIterator(rows, base.onClose)
+    StateStoreIterator(rows, base.onClose)
   }
 
   /**

@@ -269,13 +269,13 @@ private[sluice] final class BoundedMicroBatchStream private[input] (
   // own option asks for a bound on this source alone, which cannot be honoured, so it is refused.
   override def prepareForRealTimeMode(): Unit = inner match {
     case _ if budget.isInstanceOf[Budget.Fixed] =>
-      throw new IllegalArgumentException(sluice.spark.RealTimeMode.unsupported(
+      throw new IllegalArgumentException(sluice.conf.RealTimeMode.unsupported(
           s"The input bound (source option ${Budget.SourceOption}=${budget.bytes})",
           "a real-time batch has no end offset: its tasks read record by record until the checkpoint interval " +
             "ends, so there is no batch whose bytes to bound",
           s"Remove the ${Budget.SourceOption} option and bound memory with the source's own fetch settings " +
             "(for Kafka: maxPartitionFetchBytes, fetch.max.bytes, max.poll.records), " +
-            sluice.spark.RealTimeMode.orUseMicroBatches))
+            sluice.conf.RealTimeMode.orUseMicroBatches))
     case s: SupportsRealTimeMode => realTime = true; s.prepareForRealTimeMode()
     case s => throw new IllegalArgumentException(s"Source $s does not support real-time mode")
   }

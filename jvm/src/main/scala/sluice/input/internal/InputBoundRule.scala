@@ -9,7 +9,7 @@ import org.apache.spark.sql.connector.catalog.SupportsRead
 import sluice.conf.{SluiceConf, SluiceConfException}
 import sluice.spark.SourceTypes.{DataSource, FileFormat}
 import sluice.spark.SourceTypes.StreamingRelation
-import sluice.spark.{NotApplied, SourceTypes}
+import sluice.spark.{NotApplied, SourceTypes, SparkNodes}
 
 /**
  * KIP-770's `input.buffer.max.bytes` for Structured Streaming: an analyzer rule that puts every
@@ -28,11 +28,11 @@ private[sluice] final class InputBoundRule(session: SparkSession) extends Rule[L
     lazy val conf = SluiceConf(session.conf.getAll)
     plan.resolveOperatorsDown {
       case r: StreamingRelation if !r.dataSource.isInstanceOf[BoundedDataSource] && isFiles(r.dataSource) =>
-        r.copy(dataSource = new BoundedDataSource(r.dataSource, spec(conf, r.dataSource.options.get)))
+        SparkNodes.streamingRelationWith(r, new BoundedDataSource(r.dataSource, spec(conf, r.dataSource.options.get)))
       case r: StreamingRelationV2 if !r.table.isInstanceOf[BoundedTable] =>
         val bound = spec(conf, k => Option(r.extraOptions.get(k)))
         (r.table, kind(conf, r, bound)) match {
-          case (t: SupportsRead, Some(k)) => r.copy(table = new BoundedTable(t, k, bound))
+          case (t: SupportsRead, Some(k)) => SparkNodes.streamingRelationV2With(r, new BoundedTable(t, k, bound))
           case _ => r
         }
     }

@@ -10,6 +10,8 @@ import org.apache.spark.sql.catalyst.plans.logical.{
 }
 import org.apache.spark.sql.types.StructType
 
+import sluice.spark.SparkNodes
+
 /**
  * Narrows each decoded `from_json` to the fields its query reads, so that the decoder builds no
  * value nobody reads (a Kafka value's JSON usually carries far more than one query uses, and Spark
@@ -125,7 +127,7 @@ private[json] object ReadFields {
             case Alias(_: DirectJsonToStructs, _) => true
             case _ => false
           } =>
-        Project(p.projectList.map {
+        SparkNodes.project(p.projectList.map {
             case a @ Alias(d: DirectJsonToStructs, _) =>
               a.withNewChildren(Seq(narrowed(d, use(a.exprId)))).asInstanceOf[Alias]
             case e => e

@@ -91,7 +91,7 @@ private[sluice] object CheckpointProviderCheck {
       val offsets = new Path(root, "offsets")
       if (!fs.exists(offsets)) None
       else {
-        val log = new OffsetSeqLog(classic, offsets.toString)
+        val log = OffsetSeqLog(classic, offsets.toString)
         log.getLatestBatchId().flatMap(SparkShim.offsetLogEntry(log, _)).flatMap(_.conf.get(ProviderKey))
           .map(v => (fs.makeQualified(root), v.trim))
       }

@@ -9,7 +9,8 @@ import org.apache.spark.sql.sluice.{SluiceStateStoreExec, StatefulOperatorSuppor
 
 import sluice.cache.internal.EmitCacheSkippedExec
 import sluice.spark.PlanTypes.{ColumnarRule, SparkPlan}
-import sluice.spark.{RealTimeMode, RealTimePlans}
+import sluice.conf.RealTimeMode
+import sluice.spark.RealTimePlans
 import sluice.suppress.SuppressUsageException
 
 /**

@@ -6,12 +6,13 @@ import org.apache.spark.sql.catalyst.expressions.{
   NamedExpression, SessionWindow
 }
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
-import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, AnalysisHelper, LeafNode, LogicalPlan, Project}
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, AnalysisHelper, LeafNode, LogicalPlan}
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.streaming.WriteToStreamStatement
 import org.apache.spark.sql.streaming.OutputMode
 
 import sluice.conf.SluiceConf
+import sluice.spark.SparkNodes
 import sluice.suppress.UntilWindowCloses
 import sluice.suppress.internal.SuppressNode
 
@@ -66,7 +67,8 @@ private[sluice] case class SessionUpdateRule(session: SparkSession) extends Rule
       }
       // The flag goes no further than the query's own columns (a projection above drops it already).
       val original = w.inputQuery.output
-      val kept = if (query.output.map(_.exprId) == original.map(_.exprId)) query else Project(original, query)
+      val kept =
+        if (query.output.map(_.exprId) == original.map(_.exprId)) query else SparkNodes.project(original, query)
       w.withNewChildren(Seq(kept))
     case _ => plan
   }
@@ -101,7 +103,7 @@ private[sluice] case class SessionUpdateRule(session: SparkSession) extends Rule
   private def rewrite(a: Aggregate, finalOnly: Boolean): (LogicalPlan, Attribute) = {
     val flag = Alias(Literal(false), RetractedColumn)()
     val retracted = flag.toAttribute
-    val input = Project(a.child.output :+ flag, a.child)
+    val input = SparkNodes.project(a.child.output :+ flag, a.child)
     // Aggregate columns get new ids inside; the Project above gives them back their own.
     val inner = a.aggregateExpressions.map {
       case e if fromKeysOnly(e) => e
@@ -115,7 +117,7 @@ private[sluice] case class SessionUpdateRule(session: SparkSession) extends Rule
         Alias(If(retracted, Literal(null, in.dataType), in.toAttribute), outer.name)(
           exprId = outer.exprId, qualifier = outer.qualifier)
     }
-    (Project(columns :+ retracted, node), retracted)
+    (SparkNodes.project(columns :+ retracted, node), retracted)
   }
 }
 

@@ -4,14 +4,15 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{NamedExpression, RuntimeReplaceable, SessionWindow}
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
 import org.apache.spark.sql.catalyst.planning.PhysicalAggregation
-import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan}
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.sluice.StatefulOperatorSupport
 import org.apache.spark.sql.streaming.OutputMode
 
 import sluice.spark.PlanTypes.{
   AggUtils, SessionWindowStateStoreRestoreExec, SessionWindowStateStoreSaveExec, SparkPlan, SparkStrategy
 }
-import sluice.spark.{RealTimeMode, RealTimePlans, SessionConf, Sessions}
+import sluice.conf.RealTimeMode
+import sluice.spark.{RealTimePlans, SessionConf, Sessions, SparkNodes}
 import sluice.suppress.internal.SuppressNode
 
 /**
@@ -33,7 +34,7 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
       val aggregates = n.aggregates.over(n.inputs).map(_.transformUp {
         case r: RuntimeReplaceable => r.replacement
       }.asInstanceOf[NamedExpression])
-      Aggregate(n.groupingExpressions, aggregates, n.child) match {
+      SparkNodes.aggregate(n.groupingExpressions, aggregates, n.child) match {
         case PhysicalAggregation(grouping, aggregates, results, child) =>
           planned(n, grouping, aggregates, results, child)
         case _ => Nil
@@ -68,12 +69,12 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
       keys, sessionWindow, aggregates.map(_.asInstanceOf[AggregateExpression]), results,
       SessionConf.sessionWindowStateFormat(conf), mergeBeforeShuffle, planLater(child))
     sparkPlan.map(_.transformUp {
-      case r: SessionWindowStateStoreRestoreExec => ctx.fold(r)(c => r.copy(stateInfo = Some(c.stateInfo)))
+      case r: SessionWindowStateStoreRestoreExec => ctx.fold(r)(c => SparkNodes.sessionRestoreWith(r, c.stateInfo))
       // Fused final results: Spark's own save in append mode emits each session once, when the
       // watermark passes its end, and never a merged-away one: what suppress would emit, without
       // its buffer. Spark's watermark rule fills in its watermarks (it has its state info).
       case s: SessionWindowStateStoreSaveExec if n.finalOnly =>
-        ctx.fold(s)(c => s.copy(stateInfo = Some(c.stateInfo), outputMode = Some(OutputMode.Append())))
+        ctx.fold(s)(c => SparkNodes.sessionSaveWith(s, c.stateInfo, OutputMode.Append()))
       case s: SessionWindowStateStoreSaveExec =>
         SessionUpdateExec(s.keyWithoutSessionExpressions, s.sessionExpression, n.retracted, s.stateFormatVersion,
           ctx, s.child)

@@ -7,7 +7,8 @@ import org.apache.spark.sql.types.{DataType, StructType, TimestampNTZType, Times
 
 import sluice.conf.SluiceConf
 import sluice.spark.PlanTypes.{ColumnarRule, ExpandExec, FilterExec, HashAggregateExec, ProjectExec, SparkPlan}
-import sluice.spark.SwitchedRewrite
+import sluice.spark.SparkNodes
+import sluice.aggregate.internal.SwitchedRewrite
 
 /**
  * Window slicing (`spark.sluice.window.slicing`): the map side of a sliding-window aggregation
@@ -147,12 +148,12 @@ private[sluice] object SlicingRule {
     val bySlice = perSlice(agg, side)
     val first = bySlice.output.find(_.exprId == side.window.exprId).get
     val windows = side.windows
-    val intoWindows = ExpandExec(
+    val intoWindows = SparkNodes.expandExec(
       projections = windows.windows.indices.map(i =>
         bySlice.output.map(a => if (a.exprId == first.exprId) windows.fromFirst(i, first) else a)),
       output = bySlice.output,
       child = bySlice)
-    agg.copy(
+    SparkNodes.hashAggregateWith(agg,
       aggregateExpressions = agg.aggregateExpressions.map(_.copy(mode = PartialMerge)),
       initialInputBufferOffset = agg.groupingExpressions.size,
       child = intoWindows)
@@ -172,7 +173,7 @@ private[sluice] object SlicingRule {
       case ((out, a: Attribute), _) if a.exprId == out.exprId => a
       case ((out, e), _) => as(out, e)
     }
-    val firstWindows = ProjectExec(columns, expand.child)
+    val firstWindows = SparkNodes.projectExec(columns, expand.child)
     agg.withNewChildren(Seq(side.between.fold[SparkPlan](firstWindows)(_.withNewChildren(Seq(firstWindows)))))
       .asInstanceOf[HashAggregateExec]
   }

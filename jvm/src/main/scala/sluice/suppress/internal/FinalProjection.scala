@@ -3,9 +3,9 @@ package sluice.suppress.internal
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, ExprId, Expression, NamedExpression}
 import org.apache.spark.sql.catalyst.expressions.aggregate.{DeclarativeAggregate, Final}
 
-import sluice.spark.AggregateBuffers
-import sluice.spark.AggregateBuffers.substitute
-import sluice.spark.PlanTypes.{BaseAggregateExec, ProjectExec, SparkPlan, StateStoreSaveExec}
+import sluice.spark.PlanTypes.{BaseAggregateExec, SparkPlan, StateStoreSaveExec}
+import sluice.spark.SparkNodes
+import sluice.suppress.internal.AggregateBuffers.substitute
 
 /**
  * The final aggregation above a fused aggregation's append-mode state save, as a projection.
@@ -56,7 +56,7 @@ private[internal] object FinalProjection {
       case a: Attribute if results.contains(a.exprId) => Alias(results(a.exprId), a.name)(a.exprId, a.qualifier)
       case e => substitute(e, results).asInstanceOf[NamedExpression]
     }
-    Some(ProjectExec(projectList, agg.child))
+    Some(SparkNodes.projectExec(projectList, agg.child))
   }
 
 }

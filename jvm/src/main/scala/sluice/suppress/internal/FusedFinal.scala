@@ -13,8 +13,10 @@ import org.apache.spark.sql.streaming.OutputMode
 
 import sluice.conf.{SluiceConf, SluiceConfException}
 import sluice.spark.CheckpointTypes.CheckpointFileManager
-import sluice.spark.PlanTypes.{ProjectExec, SparkPlan}
+import sluice.conf.RealTimeMode
+import sluice.spark.PlanTypes.SparkPlan
 import sluice.spark.PlanTypes.{StateStoreRestoreExec, StateStoreSaveExec}
+import sluice.spark.SparkNodes
 import sluice.state.FileFormats
 import sluice.suppress.{LateRecords, SuppressUsageException, UntilWindowCloses}
 
@@ -84,7 +86,7 @@ private[sluice] object FusedFinal extends Logging {
           throw new IllegalStateException(s"sluice: Spark's streaming aggregation strategy did not plan " +
             s"${agg.simpleString(200)} with one state save; cannot fuse suppress into it")
         }
-        fused.map(p => project.fold(p)(pr => ProjectExec(pr.projectList, p)))
+        fused.map(p => project.fold(p)(pr => SparkNodes.projectExec(pr.projectList, p)))
       }
     }
 
@@ -163,7 +165,7 @@ private[sluice] object FusedFinal extends Logging {
     val fm = CheckpointFileManager.create(stateRoot, session.sessionState.newHadoopConf())
     if (readMarker(fm, new Path(new Path(stateRoot, AggregationId.toString), MarkerName)).contains(
         ctx.stateInfo.operatorId)) {
-      throw new SuppressUsageException(sluice.spark.RealTimeMode.unsupported("suppress on this checkpoint",
+      throw new SuppressUsageException(RealTimeMode.unsupported("suppress on this checkpoint",
           s"the checkpoint (${stateRoot.getParent}) was written with suppress(until_window_closes) fused into its " +
             "windowed aggregation, which holds the open windows in Spark's append-mode state, and real-time mode " +
             "runs Spark's streamline aggregation, which has no such state",
@@ -213,8 +215,8 @@ private[sluice] object FusedFinal extends Logging {
       val fused = planned.transformUp {
         case s: StateStoreSaveExec if s.stateInfo.isEmpty =>
           saves += 1
-          s.copy(stateInfo = Some(info), outputMode = Some(OutputMode.Append()))
-        case r: StateStoreRestoreExec if r.stateInfo.isEmpty => r.copy(stateInfo = Some(info))
+          SparkNodes.stateSaveWith(s, info, OutputMode.Append())
+        case r: StateStoreRestoreExec if r.stateInfo.isEmpty => SparkNodes.stateRestoreWith(r, info)
       }
       if (saves == 1) Some(FinalProjection(fused)) else None
     }

@@ -12,6 +12,7 @@ import org.apache.spark.sql.sluice.{BatchFiles, StatefulOperatorSupport, StreamC
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
 
 import sluice.spark.PlanTypes.{SQLMetric, SQLMetrics, SparkPlan, StateStoreSaveExec, UnaryExecNode}
+import sluice.spark.SparkNodes
 import sluice.suppress.{LateRecords, SuppressUsageException}
 
 /**
@@ -152,7 +153,7 @@ private[sluice] object LateRecordsExec {
       : LogicalPlan = child match {
     case a: Aggregate => placeOn(a, late, window, earlyMs, ctx)
     case p @ Project(list, a: Aggregate) if list.forall(_.isInstanceOf[Attribute]) =>
-      p.copy(child = placeOn(a, late, window, earlyMs, ctx))
+      SparkNodes.projectWith(p)(child = placeOn(a, late, window, earlyMs, ctx))
     case _ => refuse("its input is not directly a windowed streaming aggregation")
   }
 
@@ -165,7 +166,7 @@ private[sluice] object LateRecordsExec {
         "is computed inside the aggregation, not on its input (late records are kept for windows assigned by F.window)"))
     val eventTime = agg.child.collectFirst { case e: EventTimeWatermark => e.eventTime.exprId }
     val withTime = eventTime.flatMap(keep(agg.child, _)).getOrElse(agg.child)
-    agg.copy(child = LateRecordsNode(late, w, earlyMs, ctx, withTime))
+    SparkNodes.aggregateWith(agg)(child = LateRecordsNode(late, w, earlyMs, ctx, withTime))
   }
 
   private def refuse(why: String): Nothing =
@@ -183,13 +184,11 @@ private[sluice] object LateRecordsExec {
       plan match {
         case p: Project => keep(p.child, id).flatMap(c =>
             in(c).map(a =>
-              p.copy(projectList = p.projectList :+ a,
-                child = c)))
-        case f: Filter => keep(f.child, id).map(c => f.copy(child = c))
+              SparkNodes.projectWith(p)(projectList = p.projectList :+ a, child = c)))
+        case f: Filter => keep(f.child, id).map(c => SparkNodes.filterWith(f, c))
         case e: Expand => keep(e.child, id).flatMap(c =>
             in(c).map(a =>
-              e.copy(projections = e.projections.map(_ :+ a),
-                output = e.output :+ a, child = c)))
+              SparkNodes.expandWith(e, projections = e.projections.map(_ :+ a), output = e.output :+ a, child = c)))
         case _ => None
       }
     }

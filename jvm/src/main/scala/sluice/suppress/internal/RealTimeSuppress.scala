@@ -6,7 +6,8 @@ import org.apache.spark.sql.catalyst.expressions.{
 import org.apache.spark.sql.catalyst.expressions.aggregate.Last
 import org.apache.spark.sql.catalyst.plans.logical._
 
-import sluice.spark.RealTimeMode
+import sluice.conf.RealTimeMode
+import sluice.spark.SparkNodes
 import sluice.suppress._
 
 /**
@@ -66,7 +67,9 @@ private[sluice] object RealTimeSuppress {
     val (agg, rebuild) = n.child match {
       case a: Aggregate => (a, (a2: Aggregate, _: Attribute) => a2: LogicalPlan)
       case p @ Project(list, a: Aggregate) if list.forall(_.isInstanceOf[Attribute]) =>
-        (a, (a2: Aggregate, ts: Attribute) => p.copy(projectList = list :+ ts, child = a2): LogicalPlan)
+        (a,
+          (a2: Aggregate, ts: Attribute) =>
+            SparkNodes.projectWith(p)(projectList = list :+ ts, child = a2): LogicalPlan)
       case _ => refuse(
           "its input is not directly a windowed streaming aggregation (each row must carry its " +
             "event time, which suppress adds to the aggregation below it)",
@@ -79,8 +82,9 @@ private[sluice] object RealTimeSuppress {
     val upstream = Alias(SparkPartitionID(), UpstreamColumn)()
     val origin = CreateNamedStruct(Seq(Literal("upstream"), upstream.toAttribute, Literal("time"), eventTime))
     val hidden = Alias(Last(origin, ignoreNulls = false).toAggregateExpression(), StreamTimeColumn)()
-    val newAgg = agg.copy(aggregateExpressions = agg.aggregateExpressions :+ (hidden: NamedExpression),
-      child = Project(input.output :+ upstream, input))
+    val newAgg =
+      SparkNodes.aggregateWith(agg)(aggregateExpressions = agg.aggregateExpressions :+ (hidden: NamedExpression),
+        child = SparkNodes.project(input.output :+ upstream, input))
     (rebuild(newAgg, hidden.toAttribute), hidden.toAttribute)
   }
 
@@ -91,8 +95,8 @@ private[sluice] object RealTimeSuppress {
   private def keepColumn(plan: LogicalPlan, col: Attribute): LogicalPlan =
     if (plan.outputSet.contains(col)) plan
     else plan match {
-      case p: Project => p.copy(projectList = p.projectList :+ col, child = keepColumn(p.child, col))
-      case f: Filter => f.copy(child = keepColumn(f.child, col))
+      case p: Project => SparkNodes.projectWith(p)(projectList = p.projectList :+ col, child = keepColumn(p.child, col))
+      case f: Filter => SparkNodes.filterWith(f, keepColumn(f.child, col))
       case _ => refuse(
           s"the event-time column ${col.name} does not reach the aggregation through " +
             s"${plan.nodeName} (windows planned as ${plan.nodeName} are not supported in real time)",

@@ -6,7 +6,7 @@ import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.sluice.{BatchFiles, DatasetAccess}
 import org.apache.spark.sql.types.{TimestampNTZType, TimestampType}
 
-import sluice.spark.GroupingColumns
+import sluice.state.GroupingColumns
 import sluice.suppress._
 
 private[sluice] object SuppressPlanner {

@@ -6,8 +6,8 @@ import org.apache.spark.sql.sluice.{StatefulOperatorSupport, StreamContext}
 import org.json4s._
 import org.json4s.JsonDSL._
 
-import sluice.spark.PlanTypes.{ProjectExec, SparkPlan, SparkStrategy}
-import sluice.spark.RealTimePlans
+import sluice.spark.PlanTypes.{SparkPlan, SparkStrategy}
+import sluice.spark.{RealTimePlans, SparkNodes}
 import sluice.state.{FileFormats, Sidecars}
 import sluice.suppress._
 
@@ -49,7 +49,7 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
       case _: UntilWindowCloses =>
         val (child, ts) = RealTimeSuppress.withStreamTime(n)
         // The hidden column is dropped right above suppress: the query's output is as written.
-        ProjectExec(n.output,
+        SparkNodes.projectExec(n.output,
           SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, Some(ctx),
             planLater(child), streamTime = Some(ts), realTime = true, earlyMs = n.earlyMs))
       case _ =>

@@ -453,7 +453,7 @@ private[sluice] final class SegmentedStateMap(
   def freeze(): (Seq[RowTable.Frozen], Long) = (allSegments.map(_.table.freeze()).toList, streamTime)
 
   private def pairs(segs: Iterator[Segment]): Iterator[UnsafeRowPair] = {
-    val pair = new UnsafeRowPair()
+    val pair = UnsafeRowPair()
     segs.flatMap(_.table.entries()).map { case (k, v) => pair.withRows(k, v) }
   }
 
@@ -479,7 +479,7 @@ private[sluice] final class SegmentedStateMap(
     }
     if (keys.isEmpty) Iterator.empty
     else {
-      val pair = new UnsafeRowPair()
+      val pair = UnsafeRowPair()
       keys.iterator.flatMap { k =>
         val v = get(k)
         if (v == null) None else Some(pair.withRows(k, v))

@@ -1,4 +1,4 @@
-package sluice.spark
+package sluice.suppress.internal
 
 import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference, ExprId, Expression}
 import org.apache.spark.sql.catalyst.expressions.aggregate.DeclarativeAggregate

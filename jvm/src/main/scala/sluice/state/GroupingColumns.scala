@@ -1,4 +1,4 @@
-package sluice.spark
+package sluice.state
 
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Expression, NamedExpression}
 import org.apache.spark.sql.catalyst.plans.logical.Aggregate

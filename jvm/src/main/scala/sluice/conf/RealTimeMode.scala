@@ -1,4 +1,4 @@
-package sluice.spark
+package sluice.conf
 
 /**
  * Spark's real-time trigger (spark-4.3: stateful queries too): batches run for the checkpoint interval
@@ -6,7 +6,8 @@ package sluice.spark
  * (suppress until_window_closes and until_time_limit with an unbounded buffer); what works at batch
  * boundaries would hold rows for the whole interval and is refused when the query plans a batch,
  * with the texts below: the one source of every real-time refusal, so that each names the feature,
- * why, and what to use instead in the same words.
+ * why, and what to use instead in the same words. Texts only, the same on every Spark minor, so in
+ * the layer every refusing feature uses (suppress, sessions, input, plugin).
  */
 object RealTimeMode {
 

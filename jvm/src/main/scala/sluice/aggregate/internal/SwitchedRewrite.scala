@@ -1,18 +1,20 @@
-package sluice.spark
+package sluice.aggregate.internal
 
 import scala.collection.mutable.ArrayBuffer
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.rules.Rule
-import org.apache.spark.sql.execution.{ColumnarRule, SparkPlan}
 
 import org.slf4j.LoggerFactory
 
 import sluice.conf.{ConfEntry, SluiceConf}
+import sluice.spark.{NotApplied, RealTimePlans}
+import sluice.spark.PlanTypes.{ColumnarRule, SparkPlan}
 
 /**
  * A physical rewrite that a boolean sluice setting switches on, for the plans of micro-batches and
- * batch queries.
+ * batch queries: partial aggregation by hash (here) and window slicing (`sluice.slicing`), both
+ * rewrites of Spark's aggregation plans.
  *
  * It runs before Spark's columnar transitions, so whole-stage code generation takes in the operators
  * it builds. The setting is read once per plan, when the rule runs, so a query started or restarted
