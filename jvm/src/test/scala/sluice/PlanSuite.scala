@@ -1,12 +1,14 @@
 package sluice
 
-import java.nio.file.Files
+import java.nio.file.{Files, Path}
 import java.util.UUID
 import java.util.concurrent.ConcurrentLinkedQueue
 
+import scala.collection.mutable.ArrayBuffer
 import scala.jdk.CollectionConverters._
 import scala.reflect.ClassTag
 
+import org.apache.commons.io.FileUtils
 import org.apache.logging.log4j.{Level, LogManager}
 import org.apache.logging.log4j.core.{LogEvent, Logger => CoreLogger}
 import org.apache.logging.log4j.core.appender.AbstractAppender
@@ -41,7 +43,19 @@ trait PlanSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   override def afterAll(): Unit =
     try if (spark != null) spark.stop()
-    finally super.afterAll()
+    finally {
+      temps.foreach(d => FileUtils.deleteQuietly(d.toFile))
+      super.afterAll()
+    }
+
+  private val temps = ArrayBuffer.empty[Path]
+
+  /** A new directory (checkpoints, files), deleted after the suite. */
+  protected def tempDir(prefix: String): Path = {
+    val dir = Files.createTempDirectory(prefix)
+    temps.synchronized(temps += dir)
+    dir
+  }
 
   /** `body` with the session's `kv` set, each key unset again after. */
   protected def withConf[T](kv: (String, String)*)(body: => T): T = {
@@ -89,7 +103,7 @@ trait PlanSuite extends AnyFunSuite with BeforeAndAfterAll {
    */
   protected def lastBatch(query: DataFrame, mode: String)(feed: Seq[() => Any]): (IncrementalExecution, Seq[Row]) = {
     val rows = new ConcurrentLinkedQueue[Row]()
-    val ckpt = Files.createTempDirectory("sluice-plan")
+    val ckpt = tempDir("sluice-plan")
     val q = query.writeStream.outputMode(mode).option("checkpointLocation", ckpt.toString)
       .foreachBatch((ds: DataFrame, _: Long) => { ds.collect().foreach(rows.add); () }).start()
     try {

@@ -30,7 +30,7 @@ class InputBoundRuleSuite extends PlanSuite {
   }
 
   test("bounds a streaming file source") {
-    val dir = Files.createTempDirectory("sluice-input")
+    val dir = tempDir("sluice-input")
     val plan = spark.readStream.schema("a long").json(dir.toString).queryExecution.analyzed
     val sources = fileSources(plan)
     assert(sources.size == 1 && sources.head.isInstanceOf[BoundedDataSource], plan)
@@ -59,7 +59,7 @@ class InputBoundRuleSuite extends PlanSuite {
     implicit val sqlContext: org.apache.spark.sql.SQLContext = spark.sqlContext
     val memory = MemoryStream[Long].toDF().queryExecution.analyzed
     assert(!tables(memory).exists(_.isInstanceOf[BoundedTable]) && fileSources(memory).isEmpty, memory)
-    val dir = Files.createTempDirectory("sluice-input")
+    val dir = tempDir("sluice-input")
     Files.writeString(dir.resolve("a.json"), "{\"a\": 1}\n")
     val batch: DataFrame = spark.read.schema("a long").json(dir.toString)
     assert(batch.queryExecution.analyzed.toString.indexOf("Bounded") < 0, batch.queryExecution.analyzed)

@@ -37,7 +37,7 @@ class SlicedStateMarkerSuite extends PlanSuite {
   }
 
   test("refuses a checkpoint with the marker of sliced state, naming it") {
-    val ckpt = Files.createTempDirectory("sluice-sliced")
+    val ckpt = tempDir("sluice-sliced")
     assert(runOn(ckpt, 1) == Right(0L))
     val state = ckpt.resolve("state").resolve("0")
     assert(Files.isDirectory(state), state)
@@ -49,7 +49,7 @@ class SlicedStateMarkerSuite extends PlanSuite {
   }
 
   test("leaves a checkpoint without the marker alone: a restart runs on") {
-    val ckpt = Files.createTempDirectory("sluice-sliced")
+    val ckpt = tempDir("sluice-sliced")
     assert(runOn(ckpt, 1) == Right(0L))
     // batch 1 planned and ran on the checkpoint's state (a no-data batch may follow)
     assert(runOn(ckpt, 2).exists(_ >= 1L))

@@ -77,7 +77,7 @@ class SuppressStrategySuite extends PlanSuite {
 
   test("late records: kept below the aggregation, on the fused and the unfused plan, and written") {
     def lateRecords(conf: (String, String)*) = {
-      val dir = java.nio.file.Files.createTempDirectory("sluice-late").resolve("late").toString
+      val dir = tempDir("sluice-late").resolve("late").toString
       val until = Suppressed.untilWindowCloses(BufferConfig.unbounded()).withLateRecords(dir, "json")
       // a fourth batch with a record of the closed window [0, 10)
       val (plan, _) = run(until, lateBatch = true)(conf: _*)

@@ -1,6 +1,5 @@
 package sluice.plugin
 
-import java.nio.file.Files
 import java.sql.Timestamp
 
 import org.apache.spark.sql.{DataFrame, ForeachWriter, Row}
@@ -32,7 +31,7 @@ class RealTimePlanSuite extends PlanSuite {
 
   private def start(query: DataFrame): StreamingQuery =
     query.writeStream.outputMode("update").trigger(Trigger.RealTime("5 seconds"))
-      .option("checkpointLocation", Files.createTempDirectory("sluice-rt").toString)
+      .option("checkpointLocation", tempDir("sluice-rt").toString)
       .foreach(new ForeachWriter[Row] {
         override def open(partitionId: Long, epochId: Long): Boolean = true
         override def process(value: Row): Unit = ()
