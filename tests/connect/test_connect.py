@@ -248,3 +248,21 @@ def test_the_local_server_loads_sluices_spark_plugin(client: ConnectClient) -> N
     """pyspark replaces spark.plugins when it starts a local Connect server; configure() keeps
     sluice's plugin in through spark.plugins.defaultList."""
     assert client.result("server_plugin") == {"executors": 1}
+
+
+def test_a_damaged_suppress_message_fails_its_request_and_the_server_keeps_serving(client: ConnectClient) -> None:
+    """A message cut short, and one that is no message, each fail that request in one line saying
+    what is wrong; then the same session and a second one on the server still analyze suppress and
+    run a query."""
+    got = client.result("malformed")
+    for name in ("cut", "garbage"):
+        assert got[name] is not None, f"{name}: the damaged message was accepted"
+        line = next((x for x in got[name]["message"].splitlines()
+                     if "Invalid sluice suppress relation from the Spark Connect client" in x), None)
+        assert line is not None, got[name]["message"]
+        assert "not a readable protobuf message" in line
+    assert got["other_session_differs"]
+    after = got["after"]
+    assert after["same_session_schema"] == after["other_session_schema"]
+    assert after["same_session_schema"].startswith("struct<window:struct<start:timestamp,end:timestamp>")
+    assert after["other_session_rows"] == 2

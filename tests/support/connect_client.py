@@ -195,6 +195,46 @@ def server_plugin(spark: SparkSession, work: Path) -> dict[str, Any]:
     return {"executors": len(jmx_gauges(SparkContext._gateway, PLUGIN_SOURCE))}
 
 
+def malformed(spark: SparkSession, work: Path) -> dict[str, Any]:
+    """A suppress message cut short, and one of bytes that are no message, sent as a client with a
+    damaged encoder would: each request fails, and the server goes on serving this session and a
+    second one opened on it after the failures (a suppress analyzed, a query run)."""
+    from sluice import _connect, _handles
+
+    good = suppress(windowed_counts(events(spark, work / "final_in")), UNBOUNDED)
+    relation = _handles.connect_plan(good)
+
+    class Damaged(_connect._plan_class()):  # type: ignore[misc]
+        def __init__(self, damage: Callable[[bytes], bytes]) -> None:
+            super().__init__(relation._child, relation._fields)
+            self._damage = damage
+
+        def plan(self, session: Any) -> Any:
+            rel = super().plan(session)
+            rel.extension.value = self._damage(rel.extension.value)
+            return rel
+
+    out: dict[str, Any] = {}
+    for name, damage in {"cut": lambda b: b[: len(b) // 2], "garbage": lambda b: b"\xff" * 16}.items():
+        try:
+            _handles.connect_dataframe(Damaged(damage), spark).schema  # noqa: B018 (analysis on the server)
+            out[name] = None
+        except Exception as e:
+            out[name] = describe(e)
+    other = SparkSession.builder.remote(f"sc://{spark.client._builder.endpoint}").create()  # type: ignore[attr-defined]
+    try:
+        out["other_session_differs"] = other.client._session_id != spark.client._session_id  # type: ignore[attr-defined]
+        out["after"] = {
+            "same_session_schema": good.schema.simpleString(),
+            "other_session_schema": suppress(windowed_counts(events(other, work / "final_in")), UNBOUNDED)
+            .schema.simpleString(),
+            "other_session_rows": other.range(5).groupBy((F.col("id") % 2).alias("k")).count().count(),
+        }
+    finally:
+        other.client.close()  # not stop(): on a local server that stops the server itself  # type: ignore[attr-defined]
+    return out
+
+
 def real_time_finals(spark: SparkSession, work: Path) -> dict[str, Any] | None:
     """suppress's final results under the real-time trigger (Spark 4.3) over Connect, from a Kafka
     topic this scenario fills, written per batch by an idempotent ForeachWriter; None without a
@@ -228,7 +268,7 @@ def real_time_finals(spark: SparkSession, work: Path) -> dict[str, Any] | None:
 
 
 SCENARIOS = [session_kind, final_results, misuse, output_mode, commit_interval, jvm_helper, server_plugin,
-             session_windows, real_time_finals]
+             session_windows, malformed, real_time_finals]
 
 
 def ephemeral_connect_port(jars: list[str]) -> None:

@@ -306,7 +306,7 @@ object LayeringSuite {
     "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric",
     "SizeOperatorMetric",
     "DatasetAccess", "DirectReads", "DirectReaderFactory", "DirectReader", "RealTimeReads",
-    "DrivenQueries", "DrivenSource", "DrivenClock", "DrivenSink", "BatchFiles")
+    "DrivenQueries", "DrivenSource", "DrivenClock", "DrivenSink", "BatchFiles", "DelegatedReplay")
 
   /** The seam's package, in class file form. */
   val SeamPackage = "sluice/spark/"
