@@ -71,6 +71,14 @@ def change_feed(spark: SparkSession, ckpt: Path) -> list[str]:
     return sorted(json.dumps(r.asDict(recursive=True), default=str) for r in reader.load(str(ckpt)).collect())
 
 
+def dropped_late(feed: list[str]) -> set[tuple[int, str]]:
+    """(batch, key) of the keys a batch put and deleted in the same batch."""
+    kinds: dict[tuple[int, str], set[str]] = {}
+    for r in map(json.loads, feed):
+        kinds.setdefault((r["batch_id"], json.dumps(r["key"])), set()).add(r["change_type"])
+    return {k for k, v in kinds.items() if v == {"update", "delete"}}
+
+
 @pytest.fixture(scope="module")
 def checkpoints(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("state-reader")
@@ -150,14 +158,22 @@ def test_the_state_reader_reads_suppress_buffer(spark: SparkSession, tmp_path: P
     assert {r.value.bufferTime for r in rows} == {int(r.key.key.window.end.timestamp() * 1000) for r in rows}
 
 
-@pytest.mark.parametrize("writer,spark_own", [("cache_hdfs_0", "hdfs"), ("cache_rocksdb_changelog_0", "rocksdb_changelog")])
-def test_the_change_feed_of_a_record_cache_store_is_its_delegates(spark: SparkSession, checkpoints: dict[str, Path],
-                                                                  writer: str, spark_own: str) -> None:
-    """Without write-behind the record cache commits every batch to its delegate as that batch's
-    version, so Spark's change feed (`readChangeFeed`) reads the same changes as on the delegate's
-    own checkpoint: every put and delete, per batch."""
-    feed = change_feed(spark, checkpoints[writer])
-    assert feed == change_feed(spark, checkpoints[spark_own])
+@pytest.mark.parametrize("writer,spark_own", [("cache_hdfs_0", "hdfs"), ("cache_rocksdb_changelog_0", "rocksdb_changelog"),
+                                              ("window_store", "hdfs")])
+def test_the_change_feed_is_the_one_of_sparks_provider(spark: SparkSession, checkpoints: dict[str, Path],
+                                                       writer: str, spark_own: str) -> None:
+    """Spark's change feed (`readChangeFeed`) reads the same changes, every put and delete per batch,
+    as on Spark's own provider: the record cache without write-behind through its delegate (each
+    batch committed to it as that batch's version), the window store from its deltas (a window a
+    batch emptied, one record there, read as a delete of each key it held)."""
+    feed, own = change_feed(spark, checkpoints[writer]), change_feed(spark, checkpoints[spark_own])
+    if writer == "window_store":
+        # The window store drops a put into a window that has expired (KIP-428's late records); Spark's
+        # provider puts it and removes it in the same batch. Those pairs are all that may differ.
+        transient = dropped_late(own)
+        assert transient and not dropped_late(feed)
+        own = [r for r in own if (json.loads(r)["batch_id"], json.dumps(json.loads(r)["key"])) not in transient]
+    assert feed == own
     kinds = Counter(json.loads(r)["change_type"] for r in feed)
     assert kinds["update"] > 0 and kinds["delete"] > 0  # windows counted, then evicted at the watermark
 

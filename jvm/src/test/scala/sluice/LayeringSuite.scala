@@ -236,7 +236,7 @@ object LayeringSuite {
     "spark" -> Set("conf"),
     Bridge -> Set(),
     "state" -> Set("conf", "spark", Bridge),
-    "windowstore" -> Set("conf", "spark", "state"),
+    "windowstore" -> Set("conf", "spark", Bridge, "state"),
     "suppress" -> Set("conf", "spark", Bridge, "state"),
     // suppress: rewrites the suppress right above a session aggregation (retractions, fused final results)
     "sessions" -> Set("conf", "spark", Bridge, "state", "suppress"),
@@ -306,7 +306,7 @@ object LayeringSuite {
     "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric",
     "SizeOperatorMetric",
     "DatasetAccess", "DirectReads", "DirectReaderFactory", "DirectReader", "RealTimeReads",
-    "DrivenQueries", "DrivenSource", "DrivenClock", "DrivenSink", "BatchFiles", "DelegatedReplay")
+    "DrivenQueries", "DrivenSource", "DrivenClock", "DrivenSink", "BatchFiles", "DelegatedReplay", "ReplayedChanges")
 
   /** The seam's package, in class file form. */
   val SeamPackage = "sluice/spark/"

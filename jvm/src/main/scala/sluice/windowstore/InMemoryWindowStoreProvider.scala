@@ -15,6 +15,8 @@ import org.apache.spark.sql.types.StructType
 
 import sluice.conf.{ConfResolver, SluiceConf}
 import sluice.spark.StateStoreTypes._
+import org.apache.spark.sql.sluice.ReplayedChanges
+
 import sluice.spark.{Maintenance, OpenOptions, ProviderBase, ProviderSpec, SessionConf, SingleFamilyReadStore}
 import sluice.state.{FileFormats, SluiceFileFormatException, StoreFiles}
 import sluice.windowstore.internal.{RowTable, SegmentedStateMap, WindowField}
@@ -33,7 +35,7 @@ import sluice.windowstore.internal.{RowTable, SegmentedStateMap, WindowField}
  * version other than the live one (a replayed batch, or another executor moved on) reloads it.
  */
 class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[WindowStoreSettings])
-  extends ProviderBase with Logging {
+  extends ProviderBase with ReplayedChanges with Logging {
   import InMemoryWindowStoreProvider._
 
   /** Spark creates providers by reflection with this constructor. */
@@ -272,6 +274,15 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
 
   /** Applies a delta or snapshot file to the live map, then its stream time and expiry. */
   private def readFile(path: String, isSnapshot: Boolean): Unit = {
+    val streamTime = readRecords(path, isSnapshot)(map.rawPut, map.rawRemove, map.rawClear)
+    map.streamTime = math.max(map.streamTime, streamTime)
+    map.expire()
+  }
+
+  /** Hands a delta or snapshot file's records to `put`, `remove` and `clear` (a window start), in the
+   *  file's order, and returns the stream time it ends with. */
+  private def readRecords(path: String, isSnapshot: Boolean)(put: (UnsafeRow, UnsafeRow) => Unit,
+      remove: UnsafeRow => Unit, clear: Long => Unit): Long = {
     val raw = StoreFiles.openExisting(files, path, this)
     val in = new DataInputStream(new LZ4BlockInputStream(raw))
     val fullPath = new org.apache.hadoop.fs.Path(baseDir, path).toString
@@ -279,17 +290,70 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
       checkMagic(fullPath, in.readInt(), isSnapshot)
       val scratch = new Array[Byte](8)
       def corrupt(what: String) = new IOException(s"$path is corrupt ($what in snapshot)")
-      val remove: UnsafeRow => Unit = if (isSnapshot) _ => throw corrupt("remove") else map.rawRemove
-      val clear: Long => Unit = if (isSnapshot) _ => throw corrupt("cleared window") else map.rawClear
-      while (RowTable.readRecord(in, scratch, keySchema.length, valueSchema.length, map.rawPut, remove, clear)) {}
-      map.streamTime = math.max(map.streamTime, in.readLong())
-      map.expire()
+      val removes: UnsafeRow => Unit = if (isSnapshot) _ => throw corrupt("remove") else remove
+      val clears: Long => Unit = if (isSnapshot) _ => throw corrupt("cleared window") else clear
+      while (RowTable.readRecord(in, scratch, keySchema.length, valueSchema.length, put, removes, clears)) {}
+      in.readLong()
     } catch {
       case e: SluiceFileFormatException => throw e
       case e: IOException => throw new IOException(s"$fullPath: ${e.getMessage}", e)
     } finally {
       in.close()
     }
+  }
+
+  // ---- Spark's state data source: readChangeFeed, snapshotStartBatchId ----
+
+  /**
+   * Each version's changes as Spark's HDFS-backed provider's feed gives its deltas: every put in the
+   * delta with its value, and a delete of every key that left the store in that version. A key leaves
+   * by a remove record, by its window emptied (one record in the delta), or by its segment expiring
+   * once stream time passed it (no record at all): so the deletes are the keys of the version before,
+   * and those put in this one, that the version no longer holds.
+   */
+  override protected def changes(startVersion: Long, endVersion: Long)
+      : Iterator[(Boolean, UnsafeRow, UnsafeRow, Long)] = {
+    if (startVersion < 1 || endVersion < startVersion) {
+      throw new IllegalArgumentException(s"$this: no change feed from version $startVersion to $endVersion")
+    }
+    Iterator.range(startVersion, endVersion + 1).flatMap { v =>
+      synchronized {
+        awaitNoWriter()
+        load(v - 1)
+        val held = scala.collection.mutable.LinkedHashSet[UnsafeRow]()
+        map.iterator().foreach(p => held += p.key.copy())
+        val puts = scala.collection.mutable.ArrayBuffer[(Boolean, UnsafeRow, UnsafeRow, Long)]()
+        readRecords(deltaFile(v), isSnapshot = false)(
+          (k, value) => { puts += ((true, k.copy(), value.copy(), v - 1)); held += k.copy() }, _ => (), _ => ())
+        load(v)
+        puts ++ held.iterator.filter(k => map.get(k) == null).map(k => (false, k, null: UnsafeRow, v - 1))
+      }
+    }
+  }
+
+  override protected def fromSnapshot(snapshotVersion: Long, endVersion: Long): StateStore = synchronized {
+    if (!files.exists(snapshotFile(snapshotVersion))) {
+      throw new IllegalStateException(
+        s"$this has no snapshot of version $snapshotVersion (${snapshotFile(snapshotVersion)}) to replay from")
+    }
+    awaitNoWriter()
+    try {
+      map.clear()
+      map.streamTime = Long.MinValue
+      liveVersion = -1
+      readFile(snapshotFile(snapshotVersion), isSnapshot = true)
+      (snapshotVersion + 1 to endVersion).foreach(v => readFile(deltaFile(v), isSnapshot = false))
+      liveVersion = endVersion
+    } catch {
+      case e: Throwable =>
+        map.clear()
+        liveVersion = -1
+        throw StateStoreErrors.cannotLoadStore(e)
+    }
+    map.begin()
+    map.expire()
+    writer = new WriteStore(endVersion, snapshotOnCommit = false)
+    writer
   }
 
   /** Deletes files older than the snapshot needed to load the oldest retained version. */
