@@ -252,8 +252,8 @@ def test_the_local_server_loads_sluices_spark_plugin(client: ConnectClient) -> N
 
 def test_a_damaged_suppress_message_fails_its_request_and_the_server_keeps_serving(client: ConnectClient) -> None:
     """A message cut short, and one that is no message, each fail that request in one line saying
-    what is wrong; then the same session and a second one on the server still analyze suppress and
-    run a query."""
+    what is wrong, and a bad sluice_suppress argument in SQL fails as in a classic session; then the
+    same session and a second one on the server still analyze suppress and run a query."""
     got = client.result("malformed")
     for name in ("cut", "garbage"):
         assert got[name] is not None, f"{name}: the damaged message was accepted"
@@ -261,6 +261,7 @@ def test_a_damaged_suppress_message_fails_its_request_and_the_server_keeps_servi
                      if "Invalid sluice suppress relation from the Spark Connect client" in x), None)
         assert line is not None, got[name]["message"]
         assert "not a readable protobuf message" in line
+    assert got["sql"] is not None and "unknown mode 'until_later'" in got["sql"]["message"]
     assert got["other_session_differs"]
     after = got["after"]
     assert after["same_session_schema"] == after["other_session_schema"]

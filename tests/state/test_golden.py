@@ -174,6 +174,10 @@ REFUSALS: dict[str, tuple[str, str, Callable[[SparkSession, Path], None], str]] 
     "operator settings file of a newer format": (
         "suppress-spill", "state/*/_sluice_operator.json", set_json("formatVersion"),
         f" is a sluice operator settings file of format 9, but this sluice reads format 1: {NEWER}"),
+    "garbled operator settings file": (
+        "suppress-spill", "state/*/_sluice_operator.json", truncate,
+        r" is not a readable sluice operator settings file \(not JSON: .*\); the query runs again once it is "
+        "removed or restored from a copy"),
     "suppress state rows of a newer layout": (
         "suppress-spill", "state/*/_sluice_operator.json", set_json("stateLayoutVersion"),
         r" \(stateLayoutVersion\) is a sluice suppress state row layout of format 9, but this sluice reads "

@@ -50,11 +50,14 @@ PROVIDER = {name: CACHING if o.get("state_store_cache") else CLASSES[o["state_st
 DELEGATE = {name: o.get("statestore_cache_delegate") for name, o in SIDES.items()}
 
 # (the checkpoint's side, the restart's side): onto sluice, then off it
+# Onto each sluice provider from each of Spark's, and off each back to Spark's.
 MOVES = [
     ("hdfs", "record cache over hdfs"),
     ("rocksdb", "record cache over rocksdb"),
     ("hdfs", "window store"),
+    ("rocksdb", "window store"),
     ("record cache over hdfs", "hdfs"),
+    ("record cache over rocksdb", "rocksdb"),
     ("window store", "hdfs"),
     ("record cache over hdfs with write-behind", "hdfs"),
 ]

@@ -196,9 +196,10 @@ def server_plugin(spark: SparkSession, work: Path) -> dict[str, Any]:
 
 
 def malformed(spark: SparkSession, work: Path) -> dict[str, Any]:
-    """A suppress message cut short, and one of bytes that are no message, sent as a client with a
-    damaged encoder would: each request fails, and the server goes on serving this session and a
-    second one opened on it after the failures (a suppress analyzed, a query run)."""
+    """A suppress message cut short, one of bytes that are no message (as a client with a damaged
+    encoder would send), and sluice_suppress in SQL with a bad argument: each request fails, and the
+    server goes on serving this session and a second one opened on it after the failures (a suppress
+    analyzed, a query run)."""
     from sluice import _connect, _handles
 
     good = suppress(windowed_counts(events(spark, work / "final_in")), UNBOUNDED)
@@ -221,6 +222,13 @@ def malformed(spark: SparkSession, work: Path) -> dict[str, Any]:
             out[name] = None
         except Exception as e:
             out[name] = describe(e)
+    # sluice_suppress in SQL with an unknown mode: the request fails when analyzed, as in a classic session
+    windowed_counts(events(spark, work / "final_in")).createOrReplaceTempView("connect_counts")
+    try:
+        spark.sql("SELECT * FROM sluice_suppress(TABLE(connect_counts), 'until_later')").schema  # noqa: B018
+        out["sql"] = None
+    except Exception as e:
+        out["sql"] = describe(e)
     other = SparkSession.builder.remote(f"sc://{spark.client._builder.endpoint}").create()  # type: ignore[attr-defined]
     try:
         out["other_session_differs"] = other.client._session_id != spark.client._session_id  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ import sluice.cache.internal.{
 import sluice.conf.{ConfResolver, MemoryBudget, SluiceConf, SluiceConfException}
 import sluice.windowstore.InMemoryWindowStoreProvider
 import sluice.spark.StateStoreTypes._
-import sluice.spark.{Maintenance, OpenOptions, ProviderBase, ProviderSpec, SessionConf, SparkShim}
+import sluice.spark.{Maintenance, OpenOptions, ProviderBase, ProviderSpec, SparkSessionConf, SparkShim}
 
 /**
  * A [[StateStoreProvider]] that puts Kafka Streams' record cache (KIP-63) in front of another
@@ -291,7 +291,7 @@ object CachingStateStoreProvider {
   private val WindowStoreDelegate = "in_memory_window"
   // Spark's HDFS-backed store refuses checkpoint format 2 itself, as the window store does.
   private val DelegatesWithCheckpointIds = Set("rocksdb")
-  private val FormatKey = SessionConf.CheckpointFormatKey
+  private val FormatKey = SparkSessionConf.CheckpointFormatKey
 
   /**
    * Why the record cache cannot run under state store checkpoint format `formatVersion`, or None.
@@ -305,7 +305,7 @@ object CachingStateStoreProvider {
     else if (intervalMs <= 0 || formatVersion <= 1) None
     else {
       val interval = SluiceConf.CommitIntervalMs.key
-      Some(s"$interval=$intervalMs with ${SessionConf.ProviderClassKey}=${SluiceConf.CachingProviderClass} " +
+      Some(s"$interval=$intervalMs with ${SparkSessionConf.ProviderClassKey}=${SluiceConf.CachingProviderClass} " +
         s"needs $FormatKey=1, got $formatVersion: the write-behind cache numbers its delegate's versions itself, " +
         s"which the store checkpoint ids of format $formatVersion cannot follow. Set $FormatKey=1 (or unset it)" +
         (if (DelegatesWithCheckpointIds(delegate)) s", or $interval=0" else ""))

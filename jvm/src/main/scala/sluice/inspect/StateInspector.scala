@@ -19,10 +19,10 @@ import org.apache.spark.sql.types._
 
 import sluice.cache.internal.EmitCacheStateLayout
 import sluice.spark.CheckpointTypes.{CheckpointFileManager, CommitLog, OffsetSeqLog}
-import sluice.spark.Sessions
-import sluice.spark.Sessions.ClassicSession
+import sluice.spark.SparkSessions
+import sluice.spark.SparkSessions.ClassicSession
 import sluice.spark.StateStoreTypes._
-import sluice.spark.{SessionConf, SparkShim}
+import sluice.spark.{SparkSessionConf, SparkShim}
 import sluice.state.Sidecars
 import sluice.suppress.internal.SuppressStateLayout
 import sluice.windowstore.{InMemoryWindowStoreProvider, WindowStoreSettings}
@@ -50,11 +50,11 @@ object StateInspector {
    * one, after the query's context was stopped) has none, and the read fails with "Cannot find
    * endpoint: spark://StateStoreCoordinator".
    */
-  def prepare(spark: SparkSession): Unit = Sessions.classic(spark).streams
+  def prepare(spark: SparkSession): Unit = SparkSessions.classic(spark).streams
 
   /** JSON: batch ids, watermarks, batch time, provider and sidecars by operator id. */
   def summary(spark: SparkSession, checkpoint: String): String = {
-    val session = Sessions.classic(spark)
+    val session = SparkSessions.classic(spark)
     val root = new Path(checkpoint)
     val hadoopConf = session.sessionState.newHadoopConf()
     val fs = root.getFileSystem(hadoopConf)
@@ -94,7 +94,7 @@ object StateInspector {
       ("batchWatermarkMs" -> committedMeta.map(_.batchWatermarkMs)) ~
       ("batchTimestampMs" -> committedMeta.map(_.batchTimestampMs)) ~
       ("nextBatchWatermarkMs" -> lastCommit.map(_._2.nextBatchWatermarkMs)) ~
-      ("providerClass" -> conf.get(SessionConf.ProviderClassKey)) ~
+      ("providerClass" -> conf.get(SparkSessionConf.ProviderClassKey)) ~
       ("sidecars" -> JObject(sidecars))
     compact(render(json))
   }
@@ -135,7 +135,7 @@ object StateInspector {
       providerClass: String, numPartitions: Int, version: Long, schemaFrom: StructType): DataFrame = {
     val keySchema = schemaFrom("key").dataType.asInstanceOf[StructType]
     val valueSchema = schemaFrom("value").dataType.asInstanceOf[StructType]
-    val session = Sessions.classic(spark)
+    val session = SparkSessions.classic(spark)
     val storeConf = storeConfFor(session, checkpoint, providerClass)
     val toKey = CatalystTypeConverters.createToScalaConverter(keySchema)
     val toValue = CatalystTypeConverters.createToScalaConverter(valueSchema)
@@ -184,7 +184,7 @@ object StateInspector {
       version: Long, schemaFrom: StructType, name: String, retentionMs: Long): DataFrame = {
     val keySchema = schemaFrom("key").dataType.asInstanceOf[StructType]
     val valueSchema = schemaFrom("value").dataType.asInstanceOf[StructType]
-    val session = Sessions.classic(spark)
+    val session = SparkSessions.classic(spark)
     val storeConf = storeConfFor(session, checkpoint, classOf[InMemoryWindowStoreProvider].getName)
     val settings = WindowStoreSettings(name, retentionMs, snapshotInterval = 10)
     def ts(micros: Long): java.sql.Timestamp =
@@ -220,7 +220,7 @@ object StateInspector {
    */
   private def storeConfFor(session: ClassicSession, checkpoint: String, providerClass: String): StateStoreConf = {
     val offsets = new Path(checkpoint, "offsets")
-    SessionConf.sideStoreConf(session.sessionState.conf, providerClass,
+    SparkSessionConf.sideStoreConf(session.sessionState.conf, providerClass,
       conf =>
         if (exists(session, offsets)) SparkShim.applyRecordedConf(OffsetSeqLog(session, offsets.toString), conf))
   }

@@ -5,7 +5,7 @@ import org.apache.spark.api.plugin.{DriverPlugin, ExecutorPlugin, SparkPlugin}
 import sluice.cache.CachingStateStoreProvider
 import sluice.conf.SluiceConf
 import sluice.plugin.internal.{SluiceDriverPlugin, SluiceExecutorPlugin}
-import sluice.spark.SessionConf
+import sluice.spark.SparkSessionConf
 import sluice.windowstore.InMemoryWindowStoreProvider
 
 /**
@@ -36,9 +36,9 @@ object SluicePlugin {
    * refused by the store when it opens, with the same message.
    */
   private[plugin] def stateStoreRefusal(settings: Map[String, String], conf: SluiceConf): Option[String] = {
-    val format = settings.get(SessionConf.CheckpointFormatKey).flatMap(_.trim.toIntOption)
-      .getOrElse(SessionConf.defaultCheckpointFormat)
-    settings.get(SessionConf.ProviderClassKey).map(_.trim) match {
+    val format = settings.get(SparkSessionConf.CheckpointFormatKey).flatMap(_.trim.toIntOption)
+      .getOrElse(SparkSessionConf.defaultCheckpointFormat)
+    settings.get(SparkSessionConf.ProviderClassKey).map(_.trim) match {
       case Some(SluiceConf.CachingProviderClass) => CachingStateStoreProvider.checkpointFormatRefusal(
           conf.commitIntervalMs, conf.get(SluiceConf.StateStoreCacheDelegate), format)
       case Some(c) if c == classOf[InMemoryWindowStoreProvider].getName =>

@@ -11,7 +11,7 @@ import org.apache.hadoop.fs.{FileStatus, FSDataInputStream, Path, PathFilter}
 import sluice.conf.SluiceConf
 import sluice.spark.CancellableOutputStream
 import sluice.spark.CheckpointTypes.{CancellableFSDataOutputStream, CheckpointFileManager}
-import sluice.spark.{NotApplied, SessionConf}
+import sluice.spark.{NotApplied, SparkSessionConf}
 
 /**
  * Spark's checkpoint file manager with the local file system's files written by [[LocalFiles]]
@@ -30,7 +30,7 @@ final class LocalCheckpointFileManager(path: Path, hadoopConf: Configuration) ex
 
   private val sparksOwn: CheckpointFileManager = {
     val conf = new Configuration(hadoopConf)
-    conf.unset(SessionConf.CheckpointFileManagerKey)
+    conf.unset(SparkSessionConf.CheckpointFileManagerKey)
     CheckpointFileManager.create(path, conf)
   }
 
@@ -89,7 +89,7 @@ object LocalCheckpointFileManager {
    */
   def refusal(settings: Map[String, String]): Option[String] = {
     val ours = classOf[LocalCheckpointFileManager].getName
-    Seq(SessionConf.CheckpointFileManagerKey, "spark.hadoop." + SessionConf.CheckpointFileManagerKey)
+    Seq(SparkSessionConf.CheckpointFileManagerKey, "spark.hadoop." + SparkSessionConf.CheckpointFileManagerKey)
       .flatMap(k => settings.get(k).map(k -> _.trim)).find(_._2 != ours).map { case (k, v) =>
         s"${SluiceConf.CheckpointLocalDirect.key}=true installs sluice's checkpoint file manager, but $k=$v " +
           s"chooses another; unset one of the two"

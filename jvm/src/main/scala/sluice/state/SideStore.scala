@@ -7,7 +7,7 @@ import org.apache.spark.sql.types.StructType
 import org.apache.spark.util.SerializableConfiguration
 
 import sluice.spark.PlanTypes.StatefulOperatorStateInfo
-import sluice.spark.SessionConf
+import sluice.spark.SparkSessionConf
 import sluice.spark.StateStoreTypes._
 
 /**
@@ -15,7 +15,7 @@ import sluice.spark.StateStoreTypes._
  * of its own choosing whatever the query's (the emission cache's rows, suppress's spill store): one
  * store named `storeName` per partition in the operator's state directory, at the batch's version.
  * Opened by that version alone, never with a checkpoint id, whatever the query's checkpoint format
- * ([[SessionConf.sideStoreConf]]). Built on the driver while the batch is planned, opened in the
+ * ([[SparkSessionConf.sideStoreConf]]). Built on the driver while the batch is planned, opened in the
  * batch's tasks.
  */
 private[sluice] final case class SideStore(
@@ -41,10 +41,10 @@ private[sluice] object SideStore {
 
   /**
    * Store `storeName` beside the operator `info` describes, opened with provider `providerClass`
-   * and the session's store settings ([[SessionConf.sideStoreConf]]); `hadoopConf` is the query
+   * and the session's store settings ([[SparkSessionConf.sideStoreConf]]); `hadoopConf` is the query
    * run's (the bridge's `StatefulOperatorSupport.runHadoopConf`).
    */
   def beside(session: SparkSession, info: StatefulOperatorStateInfo, storeName: String, providerClass: String,
       hadoopConf: Broadcast[SerializableConfiguration]): SideStore =
-    SideStore(info, storeName, SessionConf.sideStoreConf(session.sessionState.conf, providerClass), hadoopConf)
+    SideStore(info, storeName, SparkSessionConf.sideStoreConf(session.sessionState.conf, providerClass), hadoopConf)
 }

@@ -17,9 +17,9 @@ import org.apache.spark.sql.sluice.{SluiceStatefulNode, StatefulOperatorSupport}
 
 import sluice.conf.SluiceConf
 import sluice.spark.CheckpointTypes.CheckpointFileManager
-import sluice.spark.SessionConf
+import sluice.spark.SparkSessionConf
 import sluice.spark.StateStoreTypes.HdfsProviderClass
-import sluice.spark.Sessions.ClassicSession
+import sluice.spark.SparkSessions.ClassicSession
 
 /**
  * What a sluice operator's state means but the checkpoint does not say (the suppress mode and
@@ -93,13 +93,18 @@ private[sluice] object Sidecars extends Logging {
         try new String(in.readAllBytes(), StandardCharsets.UTF_8)
         finally in.close()
       } catch { case NonFatal(e) => logWarning(s"Could not read $path", e); return }
-    val parsed =
-      try Some(parse(text))
-      catch { case NonFatal(_) => None }
-    parsed.foreach { doc =>
-      checkFormat(path.toString, doc)
-      rows.check(path.toString + " (stateLayoutVersion)", version(doc, "stateLayoutVersion"))
-    }
+    // It holds the layout of the operator's state rows: one that cannot be read is not taken as
+    // the oldest layout, it stops the query.
+    val doc =
+      try parse(text)
+      catch {
+        case NonFatal(e) => throw new SluiceFileFormatException(
+            s"$path is not a readable sluice ${FileFormats.OperatorSidecar.kind} (not JSON: " +
+              s"${String.valueOf(e.getMessage).linesIterator.nextOption().getOrElse(e.getClass.getName)}); " +
+              "the query runs again once it is removed or restored from a copy")
+      }
+    checkFormat(path.toString, doc)
+    rows.check(path.toString + " (stateLayoutVersion)", version(doc, "stateLayoutVersion"))
   }
 
   /** Fails unless `doc`, read from the sidecar `file`, is of a format this sluice reads. */
@@ -121,7 +126,7 @@ private[sluice] object Sidecars extends Logging {
   /** The query's state store provider and, when it is (or caches) the window store, its settings. */
   private def stateStoreJson(session: SparkSession): JObject = {
     val all = session.conf.getAll
-    val provider = all.getOrElse(SessionConf.ProviderClassKey, HdfsProviderClass)
+    val provider = all.getOrElse(SparkSessionConf.ProviderClassKey, HdfsProviderClass)
     val conf = SluiceConf(all)
     val windowStore = provider == SluiceConf.ProviderClasses(WindowStore) ||
       (provider == SluiceConf.CachingProviderClass &&

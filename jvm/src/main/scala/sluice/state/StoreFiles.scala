@@ -12,7 +12,7 @@ import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
 
 import sluice.spark.CheckpointTypes.CheckpointFileManager
-import sluice.spark.SessionConf
+import sluice.spark.SparkSessionConf
 
 /**
  * The files a feature keeps in one directory of a store's checkpoint, by name (the window store's
@@ -43,7 +43,7 @@ private[sluice] sealed trait StoreFiles {
 }
 
 private[sluice] object StoreFiles {
-  private val ManagerClassKey = SessionConf.CheckpointFileManagerKey
+  private val ManagerClassKey = SparkSessionConf.CheckpointFileManagerKey
   private val BufferBytes = 64 * 1024
 
   def apply(dir: Path, hadoopConf: Configuration): StoreFiles = {

@@ -17,7 +17,7 @@ import sluice.conf.{ConfResolver, SluiceConf}
 import sluice.spark.StateStoreTypes._
 import org.apache.spark.sql.sluice.ReplayedChanges
 
-import sluice.spark.{Maintenance, OpenOptions, ProviderBase, ProviderSpec, SessionConf, SingleFamilyReadStore}
+import sluice.spark.{Maintenance, OpenOptions, ProviderBase, ProviderSpec, SparkSessionConf, SingleFamilyReadStore}
 import sluice.state.{FileFormats, SluiceFileFormatException, StoreFiles}
 import sluice.windowstore.internal.{RowTable, SegmentedStateMap, WindowField}
 
@@ -540,7 +540,7 @@ object InMemoryWindowStoreProvider {
   private def hasVersions(files: StoreFiles): Boolean =
     files.list().exists(n => n.endsWith(s".$DeltaSuffix") || n.endsWith(s".$SnapshotSuffix"))
 
-  private val FormatKey = SessionConf.CheckpointFormatKey
+  private val FormatKey = SparkSessionConf.CheckpointFormatKey
 
   /** Spark's state store checkpoint format from which stores are opened with checkpoint ids. */
   private val FormatWithCheckpointIds = 2

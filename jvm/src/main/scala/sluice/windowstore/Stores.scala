@@ -5,12 +5,12 @@ import java.time.Duration
 import org.apache.spark.sql.SparkSession
 
 import sluice.conf.SluiceConf
-import sluice.spark.SessionConf
+import sluice.spark.SparkSessionConf
 
 /** Kafka Streams' `Stores` factory for the store sluice provides to Spark. */
 object Stores {
   val ProviderClass: String = classOf[InMemoryWindowStoreProvider].getName
-  val ProviderClassKey: String = SessionConf.ProviderClassKey
+  val ProviderClassKey: String = SparkSessionConf.ProviderClassKey
 
   /**
    * An in-memory window store (KIP-428): state segmented by window start, windows older than

@@ -158,7 +158,7 @@ class SluiceConfSuite extends AnyFunSuite {
     assert(classes.get("plugin").asText() == classOf[sluice.plugin.SluicePlugin].getName)
     assert(classes.get("extensions").asText() == classOf[sluice.plugin.SluiceExtensions].getName)
     assert(classes.get("connect_relation_plugin").asText() == classOf[sluice.connect.SuppressRelationPlugin].getName)
-    assert(contract.get("provider_class_key").asText() == sluice.spark.SessionConf.ProviderClassKey)
+    assert(contract.get("provider_class_key").asText() == sluice.spark.SparkSessionConf.ProviderClassKey)
     assert(SluiceConf.CachingProviderClass == classOf[sluice.cache.CachingStateStoreProvider].getName)
     assert(SluiceConf.ProviderClasses("in_memory_window") ==
       classOf[sluice.windowstore.InMemoryWindowStoreProvider].getName)

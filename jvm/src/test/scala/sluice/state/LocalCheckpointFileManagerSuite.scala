@@ -9,12 +9,12 @@ import org.apache.hadoop.fs.{FileAlreadyExistsException, Path}
 import org.scalatest.funsuite.AnyFunSuite
 
 import sluice.spark.CheckpointTypes.CheckpointFileManager
-import sluice.spark.SessionConf
+import sluice.spark.SparkSessionConf
 
 class LocalCheckpointFileManagerSuite extends AnyFunSuite {
   private def ours(dir: File): CheckpointFileManager = {
     val conf = new Configuration()
-    conf.set(SessionConf.CheckpointFileManagerKey, classOf[LocalCheckpointFileManager].getName)
+    conf.set(SparkSessionConf.CheckpointFileManagerKey, classOf[LocalCheckpointFileManager].getName)
     CheckpointFileManager.create(new Path(dir.toURI), conf)
   }
 
@@ -108,7 +108,7 @@ class LocalCheckpointFileManagerSuite extends AnyFunSuite {
   }
 
   test("another manager of the user's is refused, naming both settings") {
-    val key = SessionConf.CheckpointFileManagerKey
+    val key = SparkSessionConf.CheckpointFileManagerKey
     assert(LocalCheckpointFileManager.refusal(Map.empty).isEmpty)
     assert(LocalCheckpointFileManager.refusal(Map(key -> classOf[LocalCheckpointFileManager].getName)).isEmpty)
     val m = LocalCheckpointFileManager.refusal(Map(("spark.hadoop." + key) -> "com.example.S3Manager"))

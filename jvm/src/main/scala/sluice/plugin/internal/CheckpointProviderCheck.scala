@@ -12,7 +12,7 @@ import org.apache.spark.sql.sluice.{SluiceStatefulNode, StatefulOperatorSupport}
 import sluice.cache.internal.DelegateMarker
 import sluice.conf.{SluiceConf, SluiceConfException}
 import sluice.spark.CheckpointTypes.OffsetSeqLog
-import sluice.spark.{SessionConf, Sessions, SparkShim}
+import sluice.spark.{SparkSessionConf, SparkSessions, SparkShim}
 
 /**
  * A query never moves onto or off a sluice state store provider silently: `start()` fails when the
@@ -38,7 +38,7 @@ import sluice.spark.{SessionConf, Sessions, SparkShim}
  * cache's delegate on the same provider is refused where the store opens, by its [[DelegateMarker]].
  */
 private[sluice] object CheckpointProviderCheck {
-  private val ProviderKey = SessionConf.ProviderClassKey
+  private val ProviderKey = SparkSessionConf.ProviderClassKey
   private val DelegateKey = SluiceConf.StateStoreCacheDelegate.key
   private val WindowStoreClass = SluiceConf.ProviderClasses("in_memory_window")
   private val SluiceProviders = Set(SluiceConf.CachingProviderClass, WindowStoreClass)
@@ -84,7 +84,7 @@ private[sluice] object CheckpointProviderCheck {
    * cannot read (the query's own start reports what is wrong with it).
    */
   private def recorded(session: SparkSession, location: String): Option[(Path, String)] = {
-    val classic = Sessions.classic(session)
+    val classic = SparkSessions.classic(session)
     try {
       val root = new Path(location)
       val fs = root.getFileSystem(classic.sessionState.newHadoopConf())
@@ -103,7 +103,7 @@ private[sluice] object CheckpointProviderCheck {
     if (provider != SluiceConf.CachingProviderClass) None
     else
       try {
-        val fs = root.getFileSystem(Sessions.classic(session).sessionState.newHadoopConf())
+        val fs = root.getFileSystem(SparkSessions.classic(session).sessionState.newHadoopConf())
         // state/<operator>/<partition>/, and state/<operator>/<partition>/<store name>/ (joins)
         Seq("state/*/*/", "state/*/*/*/").iterator
           .flatMap(p => Option(fs.globStatus(new Path(root, p + DelegateMarker.FileName))).map(_.toSeq).getOrElse(Nil))

@@ -10,7 +10,7 @@ import org.slf4j.LoggerFactory
 
 import sluice.conf.{SluiceConf, SluiceConfException}
 import sluice.plugin.SluicePlugin
-import sluice.spark.{SessionConf, SparkVersions}
+import sluice.spark.{SparkSessionConf, SparkVersions}
 import sluice.state.LocalCheckpointFileManager
 
 /** [[SluicePlugin]]'s driver part. */
@@ -26,7 +26,7 @@ private[sluice] class SluiceDriverPlugin extends DriverPlugin {
     if (conf.get(SluiceConf.CheckpointLocalDirect)) {
       LocalCheckpointFileManager.refusal(settings.toMap).foreach(m => throw new SluiceConfException(m))
       // Spark reads the manager class from the Hadoop conf every session derives from this one.
-      sc.hadoopConfiguration.set(SessionConf.CheckpointFileManagerKey, classOf[LocalCheckpointFileManager].getName)
+      sc.hadoopConfiguration.set(SparkSessionConf.CheckpointFileManagerKey, classOf[LocalCheckpointFileManager].getName)
     }
     SluiceConf.deprecationWarnings(conf.settings).foreach(w => log.warn(w))
     SluiceConf.experimentalWarning(conf.settings).foreach(w => log.warn(w))

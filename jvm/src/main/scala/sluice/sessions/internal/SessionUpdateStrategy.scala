@@ -12,7 +12,7 @@ import sluice.spark.PlanTypes.{
   AggUtils, SessionWindowStateStoreRestoreExec, SessionWindowStateStoreSaveExec, SparkPlan, SparkStrategy
 }
 import sluice.conf.RealTimeMode
-import sluice.spark.{RealTimePlans, SessionConf, Sessions, SparkNodes}
+import sluice.spark.{RealTimePlans, SparkSessionConf, SparkSessions, SparkNodes}
 import sluice.suppress.internal.SuppressNode
 
 /**
@@ -55,7 +55,7 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
       child: LogicalPlan): Seq[SparkPlan] = {
     val ctx = StatefulOperatorSupport.streamContext(session, n)
     ctx.foreach(SessionPlanRecord.check(session, _, n.finalOnly))
-    val conf = Sessions.classic(session).sessionState.conf
+    val conf = SparkSessions.classic(session).sessionState.conf
     val keys = grouping.map(StatefulOperatorSupport.normalizedGroupingKey)
     val sessionWindow = keys.find(_.metadata.contains(SessionWindow.marker)).get
     // Each input partition merges its events' sessions before the shuffle: Spark's setting where the
@@ -64,10 +64,10 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
     // dropped after both), so only the cost differs: a local sort of the batch's rows, against
     // shuffling one row per event instead of one per local session. A batch with many events per
     // session (a backlog being caught up, a busy key) gains; Spark leaves it off for batches of few.
-    val mergeBeforeShuffle = SessionConf.mergeSessionsInLocalPartition(conf).getOrElse(true)
+    val mergeBeforeShuffle = SparkSessionConf.mergeSessionsInLocalPartition(conf).getOrElse(true)
     val sparkPlan = AggUtils.planStreamingAggregationForSession(
       keys, sessionWindow, aggregates.map(_.asInstanceOf[AggregateExpression]), results,
-      SessionConf.sessionWindowStateFormat(conf), mergeBeforeShuffle, planLater(child))
+      SparkSessionConf.sessionWindowStateFormat(conf), mergeBeforeShuffle, planLater(child))
     sparkPlan.map(_.transformUp {
       case r: SessionWindowStateStoreRestoreExec => ctx.fold(r)(c => SparkNodes.sessionRestoreWith(r, c.stateInfo))
       // Fused final results: Spark's own save in append mode emits each session once, when the

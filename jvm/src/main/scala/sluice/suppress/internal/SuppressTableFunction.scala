@@ -14,7 +14,7 @@ import org.apache.spark.sql.types.{CalendarIntervalType, DayTimeIntervalType, St
 import org.apache.spark.unsafe.types.{CalendarInterval, UTF8String}
 
 import sluice.conf.SluiceConf
-import sluice.spark.Sessions
+import sluice.spark.SparkSessions
 import sluice.suppress._
 
 /**
@@ -82,7 +82,7 @@ private[sluice] object SuppressTableFunction {
         (Suppressed.untilWallClockTimeLimit(millis(rest(1)), buffer(rest.lift(2))), None)
       case other => fail(s"unknown mode '$other'")
     }
-    val session = Sessions.active
+    val session = SparkSessions.active
     try {
       SuppressPlanner.ofPlan(session, unwrapView(input), suppressed, timeCol)
     } catch {

@@ -7,7 +7,7 @@ import sluice.spark.StateStoreTypes.StateStoreConf
 /**
  * The Spark SQL settings sluice reads or sets, in sluice's terms: feature code never names `SQLConf`.
  */
-object SessionConf {
+object SparkSessionConf {
 
   /** `spark.sql.streaming.stateStore.providerClass`. */
   val ProviderClassKey: String = SQLConf.STATE_STORE_PROVIDER_CLASS.key

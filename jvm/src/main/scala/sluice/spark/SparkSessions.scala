@@ -6,7 +6,7 @@ import org.apache.spark.sql.SparkSession
  * Spark's server-side session (`sql.classic`), which holds the session state sluice reads (its SQL
  * settings, Hadoop configuration): feature code names it only through here.
  */
-object Sessions {
+object SparkSessions {
   type ClassicSession = org.apache.spark.sql.classic.SparkSession
 
   /** The active session of this thread (sluice's table functions run inside one). */
