@@ -176,19 +176,21 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
 
   /** Makes the live map hold `version`: nothing to do for the live version, deltas for a newer
    *  one when they follow on, otherwise a rebuild from snapshot and deltas. */
-  private def load(version: Long): Unit = {
+  /** Makes the live map hold `version`: from the live one by its deltas when it can, else from the
+   *  latest snapshot at or before it (or the snapshot of `fromSnapshot`, which must exist). */
+  private def load(version: Long, fromSnapshot: Option[Long] = None): Unit = {
     if (version < 0) throw new IllegalArgumentException(s"$this: invalid state version $version")
-    if (version == liveVersion) return
+    if (version == liveVersion && fromSnapshot.isEmpty) return
     try {
-      if (liveVersion >= 0 && version > liveVersion &&
+      if (fromSnapshot.isEmpty && liveVersion >= 0 && version > liveVersion &&
         (liveVersion + 1 to version).forall(v => files.exists(deltaFile(v)))) {
         (liveVersion + 1 to version).foreach(v => readFile(deltaFile(v), isSnapshot = false))
       } else {
         map.clear()
         map.streamTime = Long.MinValue
         if (version > 0) {
-          val snapshot = listFiles().filter(f => f.snapshot && f.version <= version)
-            .map(_.version).foldLeft(0L)(math.max)
+          val snapshot = fromSnapshot.getOrElse(listFiles().filter(f => f.snapshot && f.version <= version)
+              .map(_.version).foldLeft(0L)(math.max))
           if (snapshot > 0) readFile(snapshotFile(snapshot), isSnapshot = true)
           (snapshot + 1 to version).foreach(v => readFile(deltaFile(v), isSnapshot = false))
         }
@@ -332,24 +334,12 @@ class InMemoryWindowStoreProvider private[windowstore] (fixedSettings: Option[Wi
   }
 
   override protected def fromSnapshot(snapshotVersion: Long, endVersion: Long): StateStore = synchronized {
-    if (!files.exists(snapshotFile(snapshotVersion))) {
+    if (snapshotVersion < 1 || !files.exists(snapshotFile(snapshotVersion))) {
       throw new IllegalStateException(
         s"$this has no snapshot of version $snapshotVersion (${snapshotFile(snapshotVersion)}) to replay from")
     }
     awaitNoWriter()
-    try {
-      map.clear()
-      map.streamTime = Long.MinValue
-      liveVersion = -1
-      readFile(snapshotFile(snapshotVersion), isSnapshot = true)
-      (snapshotVersion + 1 to endVersion).foreach(v => readFile(deltaFile(v), isSnapshot = false))
-      liveVersion = endVersion
-    } catch {
-      case e: Throwable =>
-        map.clear()
-        liveVersion = -1
-        throw StateStoreErrors.cannotLoadStore(e)
-    }
+    load(endVersion, Some(snapshotVersion))
     map.begin()
     map.expire()
     writer = new WriteStore(endVersion, snapshotOnCommit = false)

@@ -389,6 +389,26 @@ class InMemoryWindowStoreProviderSuite extends AnyFunSuite with PrivateMethodTes
     assert(contents(newProvider(dir).getReadStore(3)) == expected)
   }
 
+  test("a version replayed from a snapshot (snapshotStartBatchId) equals the version loaded; no snapshot, refused") {
+    val dir = tempDir()
+    val p = newProvider(dir, s = settings(snapshotInterval = 2))
+    for (v <- 0L until 5L) {
+      commitVersion(p, v) { s => s.put(wkey(s"k$v", v), value(v)); if (v == 3) s.remove(wkey("k1", 1)) }
+      p.doMaintenance()
+    }
+    val snapshots = p.storeFiles.filter(_._2).map(_._1)
+    assert(snapshots.nonEmpty, p.storeFiles)
+    val snap = snapshots.min
+    val fresh = newProvider(dir, s = settings(snapshotInterval = 2))
+    val replayed = fresh.replayReadStateFromSnapshot(snap, 5L)
+    assert(contents(replayed) == contents(newProvider(dir).getReadStore(5)))
+    assert(contents(replayed) == Map("k0@0" -> 0L, "k2@2" -> 2L, "k3@3" -> 3L, "k4@4" -> 4L))
+    replayed.abort()
+    val missing = (1L to 5L).find(v => !snapshots.contains(v)).get
+    val e = intercept[IllegalStateException](newProvider(dir).replayReadStateFromSnapshot(missing, 5L))
+    assert(e.getMessage.contains(s"no snapshot of version $missing ($missing.wsnapshot)"))
+  }
+
   test("stream time and expiry survive recovery") {
     val dir = tempDir()
     val p = newProvider(dir, s = settings(retentionMs = 10000))
