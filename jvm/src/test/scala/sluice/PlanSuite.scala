@@ -1,7 +1,6 @@
 package sluice
 
 import java.nio.file.{Files, Path}
-import java.util.UUID
 import java.util.concurrent.ConcurrentLinkedQueue
 
 import scala.collection.mutable.ArrayBuffer
@@ -9,17 +8,11 @@ import scala.jdk.CollectionConverters._
 import scala.reflect.ClassTag
 
 import org.apache.commons.io.FileUtils
-import org.apache.logging.log4j.{Level, LogManager}
-import org.apache.logging.log4j.core.{LogEvent, Logger => CoreLogger}
-import org.apache.logging.log4j.core.appender.AbstractAppender
-import org.apache.logging.log4j.core.config.{Configurator, Property}
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.streaming.runtime.{IncrementalExecution, StreamingQueryWrapper}
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
-
-import sluice.spark.NotApplied
 
 /**
  * What the plan-rule suites share (issue #60: each rule's rewrite, the plans it leaves alone, and why):
@@ -67,24 +60,8 @@ trait PlanSuite extends AnyFunSuite with BeforeAndAfterAll {
   /** The nodes of class `T` in `plan`. */
   protected def nodes[T <: SparkPlan: ClassTag](plan: SparkPlan): Seq[T] = plan.collect { case p: T => p }
 
-  /** The "LEVEL message" lines `sluice.rewrites` ([[NotApplied]]) logs while `body` runs, and its result. */
-  protected def logged[T](body: => T): (T, Seq[String]) = {
-    val lines = new ConcurrentLinkedQueue[String]()
-    val appender = new AbstractAppender(s"sluice-plan-${UUID.randomUUID()}", null, null, true, Property.EMPTY_ARRAY) {
-      override def append(e: LogEvent): Unit = lines.add(s"${e.getLevel} ${e.getMessage.getFormattedMessage}")
-    }
-    appender.start()
-    Configurator.setLevel(NotApplied.LoggerName, Level.INFO)
-    val logger = LogManager.getLogger(NotApplied.LoggerName).asInstanceOf[CoreLogger]
-    logger.addAppender(appender)
-    val result =
-      try body
-      finally {
-        logger.removeAppender(appender)
-        appender.stop()
-      }
-    (result, lines.asScala.toSeq)
-  }
+  /** The "LEVEL message" lines `sluice.rewrites` logs while `body` runs, and its result. */
+  protected def logged[T](body: => T): (T, Seq[String]) = RewritesLog.capture(body)
 
   /**
    * `df`'s executed plan with expression and plan ids taken out: two plannings of one query, with a

@@ -2,17 +2,9 @@ package sluice.plugin
 
 import java.net.URI
 import java.nio.file.Files
-import java.util.UUID
-import java.util.concurrent.ConcurrentLinkedQueue
-
-import scala.jdk.CollectionConverters._
 
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.{FilterFileSystem, Path, RawLocalFileSystem}
-import org.apache.logging.log4j.{Level, LogManager}
-import org.apache.logging.log4j.core.{LogEvent, Logger => CoreLogger}
-import org.apache.logging.log4j.core.appender.AbstractAppender
-import org.apache.logging.log4j.core.config.{Configurator, Property}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.functions.{col, concat, from_json, lit, max, struct, window}
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
@@ -23,12 +15,11 @@ import sluice.aggregate.internal.PartialHashRule
 import sluice.input.internal.InputBoundRule
 import sluice.json.internal.JsonDecodeRule
 import sluice.slicing.internal.SlicingRule
-import sluice.spark.NotApplied
 import sluice.state.LocalCheckpointFileManager
 
 /**
  * The experimental rewrites, switched on, name each plan they examine and leave alone, with why: one
- * INFO line per plan through `sluice.rewrites` ([[NotApplied]]), captured here by a log4j2 appender.
+ * INFO line per plan through `sluice.rewrites`, captured by [[sluice.RewritesLog]].
  */
 class ExperimentalRewritesSuite extends AnyFunSuite with BeforeAndAfterAll {
   private var spark: SparkSession = _
@@ -43,22 +34,7 @@ class ExperimentalRewritesSuite extends AnyFunSuite with BeforeAndAfterAll {
   override def afterAll(): Unit = if (spark != null) spark.stop()
 
   /** The "LEVEL message" lines `sluice.rewrites` logs while `body` runs. */
-  private def logged(body: => Unit): Seq[String] = {
-    val lines = new ConcurrentLinkedQueue[String]()
-    val appender = new AbstractAppender(s"sluice-test-${UUID.randomUUID()}", null, null, true, Property.EMPTY_ARRAY) {
-      override def append(e: LogEvent): Unit = lines.add(s"${e.getLevel} ${e.getMessage.getFormattedMessage}")
-    }
-    appender.start()
-    Configurator.setLevel(NotApplied.LoggerName, Level.INFO)
-    val logger = LogManager.getLogger(NotApplied.LoggerName).asInstanceOf[CoreLogger]
-    logger.addAppender(appender)
-    try body
-    finally {
-      logger.removeAppender(appender)
-      appender.stop()
-    }
-    lines.asScala.toSeq
-  }
+  private def logged(body: => Unit): Seq[String] = sluice.RewritesLog.capture(body)._2
 
   private def withConf[T](kv: (String, String)*)(body: => T): T = {
     kv.foreach { case (k, v) => spark.conf.set(k, v) }
