@@ -8,12 +8,11 @@ recording each batch's rows by batch id, so a replayed batch overwrites its firs
 """
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import pytest
 from pyspark.errors import AnalysisException, StreamingQueryException
@@ -22,9 +21,10 @@ from pyspark.sql import functions as F
 
 from sluice import BufferConfig, SluiceSuppressError, Suppressed, suppress
 from sluice._connect import encode
+from support import suppress as suppress_harness
 from support.session import session_conf
+from support.suppress import T0, at
 
-T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 DELAY = "10 minutes"
 GRACE = timedelta(seconds=30)
 
@@ -35,74 +35,26 @@ STATE_STORES = {
 }
 
 
-def ts(seconds: float) -> str:
-    return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S.%f")
-
-
-def at(seconds: float) -> datetime:
-    return (T0 + timedelta(seconds=seconds)).replace(tzinfo=None)
-
-
 def seconds_of(iso: str) -> float:
     """A progress report's watermark (ISO, UTC) as seconds after T0."""
     t = datetime.strptime(iso.rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=timezone.utc)
     return (t - T0).total_seconds()
 
 
-class Run:
-    """One query's input folder, checkpoint, collected output (batch id -> rows) and progress."""
+class Run(suppress_harness.Run):
+    """suppress's harness, keeping the progress of every run of the query across stops."""
 
     def __init__(self, spark: SparkSession, root: Path) -> None:
-        self.spark = spark
-        self.src = root / "in"
-        self.ckpt = root / "ckpt"
-        self.src.mkdir(parents=True, exist_ok=True)
-        self.files = 0
-        self.batches: dict[int, list[dict]] = {}
-        self.attempts: list[tuple[int, list[dict]]] = []
+        super().__init__(spark, root)
         self.progress: list[dict] = []
-        self.query: Any = None
-
-    def events(self) -> DataFrame:
-        return (self.spark.readStream.schema("ts timestamp, user string, v long")
-                .option("maxFilesPerTrigger", 1).json(str(self.src)))
-
-    def write(self, *events: tuple) -> None:
-        path = self.src / f"{self.files:05d}.json"
-        tmp = self.src / f".{self.files:05d}.tmp"
-        with open(tmp, "w") as f:
-            for e in events:
-                f.write(json.dumps({"ts": ts(e[0]), "user": e[1], "v": 1}) + "\n")
-        tmp.rename(path)
-        self.files += 1
-
-    def start(self, df: DataFrame, fail_when: Optional[Callable[[int, list], bool]] = None) -> Any:
-        def sink(batch: DataFrame, batch_id: int) -> None:
-            rows = [r.asDict(recursive=True) for r in batch.collect()]
-            self.attempts.append((batch_id, rows))
-            if fail_when is not None and fail_when(batch_id, rows):
-                raise RuntimeError(f"simulated crash in batch {batch_id}")
-            self.batches[batch_id] = rows
-
-        self.query = (df.writeStream.outputMode("update").foreachBatch(sink)
-                      .option("checkpointLocation", str(self.ckpt)).start())
-        return self.query
-
-    def feed(self, *events: tuple) -> None:
-        self.write(*events)
-        self.query.processAllAvailable()
 
     def stop(self) -> None:
         if self.query is not None:
             self.progress += self.query.recentProgress
-            self.query.stop()
-            self.query = None
+        super().stop()
 
     def all_progress(self) -> list[dict]:
         return self.progress + (self.query.recentProgress if self.query is not None else [])
-
-    def rows(self) -> list[dict]:
-        return [r for b in sorted(self.batches) for r in self.batches[b]]
 
     def ops(self, name: str = "suppress") -> list[tuple[dict, dict]]:
         """(progress, operator) of each batch's operator `name`."""
