@@ -257,14 +257,17 @@ def test_killed_driver_keeps_each_late_record_once(spark: SparkSession, tmp_path
     out.mkdir()
     hours = 8
     write_hourly_files(src, hours, iso)
-    # File h (h >= 3) also has a record of user z for hour h - 3, which the watermark of the batch
-    # before closed (Spark's late-events watermark for file h's batch: file h - 2's largest event time
-    # minus the delay, as the batches follow each other without one in between).
-    for h in range(3, hours):
+    # File h (h >= 4) also has a record of user z for hour h - 4, late whichever batch takes it. Spark's
+    # late-events watermark for file h's batch is file h - 2's largest event time minus the delay
+    # (h - 2 hours and 6 to 8 minutes) while each batch takes one file; but after the kill a batch can
+    # take two: killed between the file source's log entry for a batch and the offset log's, the
+    # restarted query reads the logged file and the next one together, and the late-events watermark
+    # of that batch and the next lags an hour. Hour h - 4 ends before it even then; hour h - 3 would not.
+    for h in range(4, hours):
         path = src / f"{h:03d}.json"
         stamp = os.stat(path).st_mtime
         with open(path, "a") as f:
-            f.write(json.dumps({"ts": iso((h - 3) * 3600 + 100), "user": "z", "v": 1}) + "\n")
+            f.write(json.dumps({"ts": iso((h - 4) * 3600 + 100), "user": "z", "v": 1}) + "\n")
         os.utime(path, (stamp, stamp))
 
     kill_after_batches("late_records_kill_child.py", [str(src), str(ckpt), str(out), str(late),
@@ -276,7 +279,7 @@ def test_killed_driver_keeps_each_late_record_once(spark: SparkSession, tmp_path
     assert emitted_finals(out) == hourly_finals(hours, lambda h: at(h * 3600).isoformat())
     records = spark.read.parquet(str(late)).collect()
     assert sorted((r.window.start, r.user, r.ts) for r in records) == [
-        (at((h - 3) * 3600), "z", at((h - 3) * 3600 + 100)) for h in range(3, hours)]
+        (at((h - 4) * 3600), "z", at((h - 4) * 3600 + 100)) for h in range(4, hours)]
 
 
 def test_spark_connect_message_carries_late_records(spark: SparkSession) -> None:
