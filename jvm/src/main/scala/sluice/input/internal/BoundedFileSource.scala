@@ -57,8 +57,9 @@ private[sluice] final class BoundedFileSource(val inner: FileStreamSource, budge
 
   override def getBatch(start: Option[Offset], end: Offset): DataFrame = {
     val df = inner.getBatch(start, end)
-    val files = df.queryExecution.logical.collect {
-      case LogicalRelation(fs: HadoopFsRelation, _, _, _, _) => fs.location
+    // By field, not by position: LogicalRelation's arity has changed between Spark releases.
+    val files = df.queryExecution.logical.collect { case r: LogicalRelation => r.relation }.collect {
+      case fs: HadoopFsRelation => fs.location
     }.flatMap {
       case index: PartitioningAwareFileIndex => index.allFiles().map(_.getLen)
       case other => Seq(other.sizeInBytes)
