@@ -1,6 +1,7 @@
-"""The tests' fixtures and the markers their folders give them. What tests share besides fixtures is
-in the support package (support/__init__.py says which module holds what); no test module imports
-another."""
+"""The tests' fixtures and the markers their folders give them; a folder's conftest.py adds fixtures of
+its own (suppress's and the session windows' `run` and `provider`, defined in support.suppress). What
+tests share besides fixtures is in the support package (support/__init__.py says which module holds
+what); no test module imports another."""
 from __future__ import annotations
 
 from pathlib import Path

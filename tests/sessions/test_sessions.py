@@ -29,22 +29,11 @@ from support.children import kill_after_batches
 from support.session import session_conf
 from support.sessions import BATCHES, GAP, append_mode_finals, feed_all, is_retraction, key, sessions, table_of
 from support.sinks import drain_to_files
-from support.suppress import PROVIDERS, Run, at
+from support.suppress import PROVIDERS, CrashOnce, Run, at
 
 pytestmark = pytest.mark.sessions
 
-
-@pytest.fixture
-def run(spark: SparkSession, tmp_path: Path) -> Any:
-    r = Run(spark, tmp_path)
-    yield r
-    r.stop()
-
-
-@pytest.fixture(params=sorted(PROVIDERS))
-def provider(request: pytest.FixtureRequest, spark: SparkSession) -> Any:
-    with session_conf(spark, {"spark.sql.streaming.stateStore.providerClass": PROVIDERS[request.param]}):
-        yield request.param
+# `run` and `provider`: tests/sessions/conftest.py
 
 
 def test_update_mode_emits_changes_and_retracts_merged_sessions(spark: SparkSession, run: Run, provider: str,
@@ -85,26 +74,19 @@ def test_random_sequences_build_the_append_mode_result(spark: SparkSession, run:
 def test_restart_and_replayed_batch(spark: SparkSession, run: Run, provider: str, tmp_path: Path) -> None:
     """A query stopped and restarted on its checkpoint continues its sessions; a batch that failed
     in the sink after the operator committed is replayed with exactly the rows it emitted before."""
-    crashed: list[int] = []
-
-    def crash_once(batch_id: int, rows: list) -> bool:
-        if any(is_retraction(r) for r in rows) and not crashed:
-            crashed.append(batch_id)
-            return True
-        return False
-
+    crash = CrashOnce(when=lambda rows: any(is_retraction(r) for r in rows))
     df = sessions(run.events())
-    run.start(df, fail_when=crash_once)
+    run.start(df, fail_when=crash)
     feed_all(run, BATCHES[:2])
     run.stop()
-    run.start(df, fail_when=crash_once)
+    run.start(df, fail_when=crash)
     with pytest.raises(StreamingQueryException, match="simulated crash"):
         run.feed(*BATCHES[2])
     run.query = None
-    first = [rows for b, rows in run.attempts if b == crashed[0]][0]
+    first = [rows for b, rows in run.attempts if b == crash.batch][0]
     run.start(df)
     run.query.processAllAvailable()
-    assert Counter(map(str, run.batches[crashed[0]])) == Counter(map(str, first))
+    assert Counter(map(str, run.batches[crash.batch])) == Counter(map(str, first))
     feed_all(run, BATCHES[3:])
     assert table_of(run) == append_mode_finals(spark, run.src, tmp_path)
 

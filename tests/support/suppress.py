@@ -1,14 +1,19 @@
 """suppress's query harness, shared by the suppress and session window tests: input files fed one per
-micro-batch, the query's checkpoint and output by batch id, and the state store providers suppress
-keeps its buffer in."""
+micro-batch, the query's checkpoint and output by batch id (`Run`), a sink failing once to make a
+batch replay (`CrashOnce`), and the state store providers suppress keeps its buffer in. Their
+fixtures, `run` and `provider`, are defined here; tests/suppress/conftest.py and
+tests/sessions/conftest.py give them to those folders' tests."""
 from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
+import pytest
 from pyspark.sql import DataFrame, SparkSession
+
+from support.session import session_conf
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 METRICS = ["suppressionEmitTotal", "intermediateResultSuppressionTotal", "suppressionBufferRecords",
@@ -78,6 +83,23 @@ class Run:
         return [op for p in self.query.recentProgress for op in p["stateOperators"] if op["operatorName"] == name]
 
 
+class CrashOnce:
+    """A `Run.start` fail_when that fails one batch, the first whose rows `when` holds for (by
+    default, the first with any row), so the restarted query replays it; `batch` is its id, to
+    compare the replay with the first attempt (`Run.attempts`). One instance crashes once across
+    every start it is given to."""
+
+    def __init__(self, when: Callable[[list[dict]], bool] = bool) -> None:
+        self.when = when
+        self.batch: Optional[int] = None
+
+    def __call__(self, batch_id: int, rows: list[dict]) -> bool:
+        if self.batch is None and self.when(rows):
+            self.batch = batch_id
+            return True
+        return False
+
+
 def windowed(r: dict) -> tuple:
     return (r["window"]["start"].replace(tzinfo=None), r["user"], r["count"])
 
@@ -85,8 +107,25 @@ def windowed(r: dict) -> tuple:
 def at(seconds: float) -> datetime:
     return (T0 + timedelta(seconds=seconds)).replace(tzinfo=None)
 
+
 PROVIDERS = {
     "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "windowstore": "sluice.windowstore.InMemoryWindowStoreProvider",
 }
+
+
+@pytest.fixture
+def run(spark: SparkSession, tmp_path: Path) -> Iterator[Run]:
+    """A `Run` in the test's temporary folder, its query stopped after the test."""
+    r = Run(spark, tmp_path)
+    yield r
+    r.stop()
+
+
+@pytest.fixture(params=sorted(PROVIDERS))
+def provider(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[str]:
+    """Runs a test once per state store provider suppress keeps its buffer in (recorded in the
+    checkpoint): Spark's two and sluice's in-memory window store."""
+    with session_conf(spark, {"spark.sql.streaming.stateStore.providerClass": PROVIDERS[request.param]}):
+        yield request.param

@@ -23,7 +23,7 @@ from sluice import BufferConfig, SluiceSuppressError, Suppressed, suppress
 from sluice._connect import encode
 from support import suppress as suppress_harness
 from support.session import session_conf
-from support.suppress import T0, at
+from support.suppress import T0, CrashOnce, at
 
 DELAY = "10 minutes"
 GRACE = timedelta(seconds=30)
@@ -174,23 +174,16 @@ def test_replayed_batch_emits_the_same_finals(spark: SparkSession, run: Run) -> 
     """A crash in the batch that emits the finals closed by stream time: the restarted query replays
     it (the same watermark from the offset log, so the same stream time) and emits the same rows."""
     final = suppress(per_minute(run.events()), Suppressed.until_window_closes(BufferConfig.unbounded(), grace=GRACE))
-    crashed: list[int] = []
-
-    def crash_once(batch_id: int, rows: list) -> bool:
-        if rows and not crashed:
-            crashed.append(batch_id)
-            return True
-        return False
-
-    run.start(final, fail_when=crash_once)
+    crash = CrashOnce()
+    run.start(final, fail_when=crash)
     run.feed((10, "a"), (20, "b"), (40, "a"))
     with pytest.raises(StreamingQueryException, match="simulated crash"):
         run.feed((95, "a"))
     run.query = None
-    first_attempt = [rows for b, rows in run.attempts if b == crashed[0]][0]
+    first_attempt = [rows for b, rows in run.attempts if b == crash.batch][0]
     run.start(final)
     run.query.processAllAvailable()
-    assert sorted(map(windowed, run.batches[crashed[0]])) == sorted(map(windowed, first_attempt)) == [
+    assert sorted(map(windowed, run.batches[crash.batch])) == sorted(map(windowed, first_attempt)) == [
         (at(0), "a", 2), (at(0), "b", 1)]
     run.feed((50, "a"))  # late
     run.feed((151, "c"))

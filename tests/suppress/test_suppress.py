@@ -20,22 +20,9 @@ from sluice import BufferConfig, SluiceBufferFullError, SluiceSuppressError, Sup
 from sluice._errors import translate
 from sluice.suppress import EagerBufferConfig, StrictBufferConfig
 from support.session import session_conf
-from support.suppress import METRICS, PROVIDERS, Run, at, ts, windowed
+from support.suppress import METRICS, CrashOnce, Run, at, ts, windowed
 
-
-@pytest.fixture
-def run(spark: SparkSession, tmp_path: Path) -> Any:
-    r = Run(spark, tmp_path)
-    yield r
-    r.stop()
-
-
-@pytest.fixture(params=sorted(PROVIDERS))
-def provider(request: pytest.FixtureRequest, spark: SparkSession) -> Any:
-    """Runs a test once per state store provider suppress keeps its buffer in (recorded in the
-    checkpoint): Spark's two and sluice's in-memory window store."""
-    with session_conf(spark, {"spark.sql.streaming.stateStore.providerClass": PROVIDERS[request.param]}):
-        yield request.param
+# `run` and `provider`: tests/suppress/conftest.py
 
 
 @pytest.fixture
@@ -209,24 +196,17 @@ def test_replayed_batch_emits_the_same_rows_and_no_final_result_twice(spark: Spa
     """A crash after suppress committed its state but before the batch committed: the restarted
     query replays the batch, emitting the same rows; no final result is lost or duplicated."""
     final = suppress(hourly_counts(run.events()), Suppressed.until_window_closes(BufferConfig.unbounded()))
-    crashed: list[int] = []
-
-    def crash_once(batch_id: int, rows: list) -> bool:
-        if rows and not crashed:
-            crashed.append(batch_id)
-            return True
-        return False
-
-    run.start(final, fail_when=crash_once)
+    crash = CrashOnce()
+    run.start(final, fail_when=crash)
     run.feed((10, "a"), (20, "b"), (30, "a"))
     with pytest.raises(StreamingQueryException, match="simulated crash"):
         run.feed((4300, "c"))  # closes hour 0 (in this batch or the no-data batch after it)
     run.query = None
-    first_attempt = [rows for b, rows in run.attempts if b == crashed[0]]
+    first_attempt = [rows for b, rows in run.attempts if b == crash.batch]
 
     run.start(final)
     run.query.processAllAvailable()
-    replay = run.batches[crashed[0]]
+    replay = run.batches[crash.batch]
     assert sorted(map(windowed, replay)) == sorted(map(windowed, first_attempt[0]))
     run.feed((8000, "d"))  # closes hour 1
     got = Counter(windowed(r) for r in run.rows())
@@ -316,15 +296,8 @@ def test_ties_evict_the_same_keys_after_a_store_reload(spark: SparkSession, run:
     users = [f"u{i:02d}" for i in range(30)]  # same length: byte order is string order
     limited = suppress(per_user_table(run), Suppressed.until_time_limit(3600, BufferConfig.max_records(20)),
                        time_col="ts")
-    crashed: list[int] = []
-
-    def crash_on_first_eviction(batch_id: int, rows: list) -> bool:
-        if reload != "restart" and rows and not crashed:
-            crashed.append(batch_id)
-            return True
-        return False
-
-    run.start(limited, fail_when=crash_on_first_eviction)
+    crash = CrashOnce()  # on the first eviction
+    run.start(limited, fail_when=None if reload == "restart" else crash)
     run.feed(*[(5, u) for u in reversed(users[:20])])
     if reload == "restart":
         run.stop()
@@ -333,12 +306,12 @@ def test_ties_evict_the_same_keys_after_a_store_reload(spark: SparkSession, run:
     else:
         with pytest.raises(StreamingQueryException, match="simulated crash"):
             run.feed(*[(5, u) for u in users[20:25]])
-        first_attempt = [r["user"] for b, rows in run.attempts if b == crashed[0] for r in rows]
+        first_attempt = [r["user"] for b, rows in run.attempts if b == crash.batch for r in rows]
         assert sorted(first_attempt) == users[:5]
         run.query = None
         run.start(limited)  # replays the batch from the state version before it
         run.query.processAllAvailable()
-        assert [r["user"] for r in run.batches[crashed[0]]] == first_attempt
+        assert [r["user"] for r in run.batches[crash.batch]] == first_attempt
     run.feed(*[(5, u) for u in users[25:30]])
     assert sorted(r["user"] for r in run.rows()) == users[:10]
     ops = run.progress_of()

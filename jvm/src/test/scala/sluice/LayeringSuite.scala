@@ -235,7 +235,8 @@ object LayeringSuite {
     "conf" -> Set(),
     "spark" -> Set("conf"),
     Bridge -> Set(),
-    "state" -> Set("conf", "spark", Bridge),
+    "rewrites" -> Set(),
+    "state" -> Set("conf", "spark", Bridge, "rewrites"),
     "windowstore" -> Set("conf", "spark", Bridge, "state"),
     "suppress" -> Set("conf", "spark", Bridge, "state"),
     // suppress: rewrites the suppress right above a session aggregation (retractions, fused final results)
@@ -243,9 +244,9 @@ object LayeringSuite {
     // windowstore: the record cache over a window store, the emission cache's rows kept in one;
     // suppress, sessions: the emission cache's rule tells the operator below the sink by its node
     "cache" -> Set("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions"),
-    "input" -> Set("conf", "spark", Bridge, "state"),
-    "json" -> Set("conf", "spark"),
-    "aggregate" -> Set("conf", "spark"),
+    "input" -> Set("conf", "spark", Bridge, "state", "rewrites"),
+    "json" -> Set("conf", "spark", "rewrites"),
+    "aggregate" -> Set("conf", "spark", "rewrites"),
     // aggregate: window slicing is a rewrite of Spark's aggregation plans, switched on as aggregate's are
     // (SwitchedRewrite)
     "slicing" -> Set("conf", "spark", Bridge, "state", "aggregate"),
@@ -382,6 +383,8 @@ object LayeringSuite {
     "conf" -> "every setting, read by every layer",
     "spark" -> "the seam: Spark's internals in sluice's terms, for every layer",
     Bridge -> "Spark's private[sql] and private[spark] APIs, for every layer",
+    "rewrites" -> ("what the experimental rewrites share (the plan rules of json, aggregate, slicing and input, and " +
+      "state's checkpoint file manager): why a rewrite left a plan alone, logged once per query run"),
     "state" -> ("what the stores and operators of several features share (keyed rows and their grouping " +
       "columns, side stores, store files, file formats, sidecars, index caches): a layer below the features, " +
       "none of which owns it; " +

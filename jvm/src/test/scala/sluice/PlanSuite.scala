@@ -15,7 +15,7 @@ import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
- * What the plan-rule suites share (issue #60: each rule's rewrite, the plans it leaves alone, and why):
+ * What the plan-rule suites share (each tests its rule's rewrite, the plans it leaves alone, and why):
  * one local session per suite with sluice's extensions, as a user installs them, and helpers to set a
  * `spark.sluice.*` key for one test, to capture the `sluice.rewrites` lines saying why a rule left a plan
  * alone, and to plan a streaming query's micro-batch. Suites in the test JVM run one at a time and each

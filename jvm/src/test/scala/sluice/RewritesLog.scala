@@ -10,7 +10,7 @@ import org.apache.logging.log4j.core.{LogEvent, Logger => CoreLogger}
 import org.apache.logging.log4j.core.appender.AbstractAppender
 import org.apache.logging.log4j.core.config.{Configurator, Property}
 
-import sluice.spark.NotApplied
+import sluice.rewrites.NotApplied
 
 /** What the logger `sluice.rewrites` ([[NotApplied]]) says while a test's code runs. */
 object RewritesLog {

@@ -9,9 +9,10 @@ import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.{FileStatus, FSDataInputStream, Path, PathFilter}
 
 import sluice.conf.SluiceConf
+import sluice.rewrites.NotApplied
 import sluice.spark.CancellableOutputStream
 import sluice.spark.CheckpointTypes.{CancellableFSDataOutputStream, CheckpointFileManager}
-import sluice.spark.{NotApplied, SparkSessionConf}
+import sluice.spark.SparkSessionConf
 
 /**
  * Spark's checkpoint file manager with the local file system's files written by [[LocalFiles]]

@@ -4,7 +4,7 @@ import org.apache.spark.sql.DataFrame
 import org.apache.spark.sql.catalyst.expressions.aggregate.Partial
 import org.apache.spark.sql.execution.SortExec
 import org.apache.spark.sql.execution.aggregate.{ObjectHashAggregateExec, SortAggregateExec}
-import org.apache.spark.sql.functions.{col, count_distinct, max, struct, sum}
+import org.apache.spark.sql.functions.{col, count_distinct, first, max, struct, sum}
 
 import sluice.PlanSuite
 import sluice.aggregate.internal.PartialHashRule
@@ -13,7 +13,8 @@ import sluice.aggregate.internal.PartialHashRule
  * Partial aggregation by hash (`spark.sluice.aggregate.partial.hash`, [[PartialHashRule]]): the
  * map-side sort and sort aggregation Spark plans for a buffer its hash aggregation cannot hold (`max`
  * of a struct, Nexmark q7's highest bid) become one object-hash aggregation; the merge side, a global
- * aggregation (nothing sorted for it) and the setting off keep Spark's plan.
+ * aggregation (nothing sorted for it), a sort the query asked for (global, or by more than the keys)
+ * and the setting off keep Spark's plan.
  */
 class PartialHashRuleSuite extends PlanSuite {
   private val On = "spark.sluice.aggregate.partial.hash" -> "true"
@@ -62,6 +63,29 @@ class PartialHashRuleSuite extends PlanSuite {
     assert(nodes[SortAggregateExec](plan).exists(_.aggregateExpressions.exists(_.isDistinct)), plan)
     assert(lines.size == 1 && lines.head.endsWith(PartialHashRule.Why.NotAllPartial), lines)
     assert(withConf(On)(sorted(distinct().collect().toSeq)) == sorted(distinct().collect().toSeq))
+  }
+
+  // An aggregate function whose result depends on the order of its rows (`first`) keeps the sorts below
+  // the aggregation, so Spark adds none: the partial sort aggregation reads the order the query sorted.
+  private def highestAfter(ordered: DataFrame): DataFrame =
+    ordered.groupBy("k").agg(max(struct(col("w"), col("v"))).as("top"), first("k").as("first"))
+
+  test("leaves a partial sort aggregation over a global sort alone, saying why, with Spark's rows") {
+    // by more than the keys: a global sort by the keys alone partitions the rows by them, and Spark
+    // aggregates them in one phase, with no partial aggregation
+    val overGlobal = () => highestAfter(events.orderBy("k", "w"))
+    val (plan, lines) = logged(withConf(On)(shape(overGlobal())))
+    assert(plan == shape(overGlobal()))
+    assert(lines.size == 1 && lines.head.endsWith(PartialHashRule.Why.GlobalSort), lines)
+    assert(withConf(On)(sorted(overGlobal().collect().toSeq)) == sorted(overGlobal().collect().toSeq))
+  }
+
+  test("leaves a partial sort aggregation over a sort by more than its keys alone, saying why, with Spark's rows") {
+    val overOther = () => highestAfter(events.sortWithinPartitions("k", "w"))
+    val (plan, lines) = logged(withConf(On)(shape(overOther())))
+    assert(plan == shape(overOther()))
+    assert(lines.size == 1 && lines.head.endsWith(PartialHashRule.Why.OtherOrder), lines)
+    assert(withConf(On)(sorted(overOther().collect().toSeq)) == sorted(overOther().collect().toSeq))
   }
 
   test("leaves hash aggregations alone, silently: nothing sorted to save") {

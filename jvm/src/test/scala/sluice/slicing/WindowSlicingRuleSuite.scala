@@ -1,11 +1,13 @@
 package sluice.slicing
 
+import scala.jdk.CollectionConverters._
+
 import org.apache.spark.sql.DataFrame
 import org.apache.spark.sql.catalyst.expressions.aggregate.{Partial, PartialMerge}
 import org.apache.spark.sql.execution.{ExpandExec, InputAdapter, SparkPlan, WholeStageCodegenExec}
 import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
 import org.apache.spark.sql.execution.aggregate.HashAggregateExec
-import org.apache.spark.sql.functions.{col, count, max, sum, window}
+import org.apache.spark.sql.functions.{col, count, count_distinct, max, sum, window}
 
 import sluice.PlanSuite
 import sluice.slicing.internal.SlicingRule
@@ -13,7 +15,8 @@ import sluice.slicing.internal.SlicingRule
 /**
  * Window slicing (`spark.sluice.window.slicing`, [[SlicingRule]]) on batch plans: the map side of a
  * sliding-window aggregation aggregates per (first window, keys), then forms the windows, then merges;
- * tumbling windows, a slide that does not divide the size, and the setting off keep Spark's plan.
+ * tumbling windows, a slide that does not divide the size, the setting off, and each aggregation by a
+ * window that the rule leaves alone (with why: [[SlicingRule.Why]]) keep Spark's plan.
  */
 class WindowSlicingRuleSuite extends PlanSuite {
   private val On = "spark.sluice.window.slicing" -> "true"
@@ -90,6 +93,69 @@ class WindowSlicingRuleSuite extends PlanSuite {
     assert(sliced == unsliced)
     assert(lines.size == 1 && lines.head.endsWith(SlicingRule.Why.ProjectionReadsWindow), lines)
     assert(withConf(On)(sorted(readsWindow().collect().toSeq)) == sorted(readsWindow().collect().toSeq))
+  }
+
+  /**
+   * `query` (a builder, called once per planning) planned with the setting on: its plan is Spark's and
+   * the rule logs one line, ending in `why`; its rows are Spark's.
+   */
+  private def leftAlone(query: () => DataFrame, why: String): Unit = {
+    val (sliced, lines) = logged(withConf(On)(shape(query())))
+    assert(sliced == shape(query()))
+    assert(lines.size == 1 && lines.head.endsWith(why), lines)
+    assert(withConf(On)(sorted(query().collect().toSeq)) == sorted(query().collect().toSeq))
+  }
+
+  test("leaves an aggregation by a window column read from data alone, saying why, with Spark's rows") {
+    // windowed results kept as rows and aggregated again: no windows of Spark's below the aggregation
+    val windowed = byWindow("10 seconds", "10 seconds").select(col("window").as("w"), col("k"), col("n"))
+    val kept = windowed.collect().toSeq.asJava
+    leftAlone(() => spark.createDataFrame(kept, windowed.schema).groupBy(col("w")).agg(sum("n")),
+      SlicingRule.Why.NoWindows)
+  }
+
+  test("leaves an aggregation over another Expand than the windows' (a rollup) alone, saying why, with Spark's rows") {
+    leftAlone(
+      () =>
+        events.select(window(col("ts"), "10 seconds").as("w"), col("k"), col("v")).rollup(col("w"), col("k"))
+          .agg(sum("v")),
+      SlicingRule.Why.NotSparksWindows)
+  }
+
+  test("leaves an aggregation by another window than the sliding ones below it alone, saying why, with Spark's rows") {
+    // grouped by a tumbling window, counting the sliding windows the Expand below forms (the whole
+    // column: a field of it would be read in a projection between them)
+    leftAlone(
+      () =>
+        events.select(window(col("ts"), "20 seconds").as("t"), col("ts"), col("k"))
+          .select(window(col("ts"), "10 seconds", "5 seconds"), col("t"), col("k"))
+          .groupBy(col("t"), col("k")).agg(count(col("window"))),
+      SlicingRule.Why.NotByTheWindows)
+  }
+
+  test("leaves an aggregation by the windows that reads them in a function alone, saying why, with Spark's rows") {
+    leftAlone(
+      () =>
+        events.select(window(col("ts"), "10 seconds", "5 seconds"), col("k"), col("v"))
+          .groupBy(col("window"), col("k")).agg(max(col("window.start")), sum("v")),
+      SlicingRule.Why.WindowReadElsewhere)
+  }
+
+  test("with a distinct aggregate: slices the plain partial layer, leaves the distinct one alone, saying why") {
+    // Spark plans two map-side layers: by (window, k, v) with no function over the windows' Expand, then
+    // the merge of its rows and partial_count(distinct v) by (window, k)
+    val distinct = () =>
+      events.groupBy(window(col("ts"), "10 seconds", "5 seconds"), col("k"))
+        .agg(count_distinct(col("v")).as("d"))
+    val (plan, lines) = logged(withConf(On)(distinct().queryExecution.executedPlan))
+    assert(nodes[HashAggregateExec](plan).exists(_.aggregateExpressions.exists(_.isDistinct)), plan)
+    // the plain layer sliced: its rows merged by (window, k, v) over the windows formed from the slices
+    assert(
+      nodes[HashAggregateExec](plan).exists(a =>
+        a.requiredChildDistributionExpressions.isEmpty && a.aggregateExpressions.isEmpty &&
+        below(a).isInstanceOf[ExpandExec] && below(below(a)).isInstanceOf[HashAggregateExec]), plan)
+    assert(lines.size == 1 && lines.head.endsWith(SlicingRule.Why.NotAllPartial), lines)
+    assert(withConf(On)(sorted(distinct().collect().toSeq)) == sorted(distinct().collect().toSeq))
   }
 
   test("rewrites a streaming micro-batch's map side too, with the same updates") {

@@ -37,7 +37,7 @@ private[sluice] object PartialHashRule {
 
   /**
    * Why a partial sort aggregation stays as Spark plans it: the texts of the INFO line
-   * ([[sluice.spark.NotApplied]]) for the aggregations the rule examines, the map-side sort
+   * ([[sluice.rewrites.NotApplied]]) for the aggregations the rule examines, the map-side sort
    * aggregations (no distribution required of their input).
    */
   object Why {

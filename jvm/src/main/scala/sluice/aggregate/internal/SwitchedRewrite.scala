@@ -8,7 +8,8 @@ import org.apache.spark.sql.catalyst.rules.Rule
 import org.slf4j.LoggerFactory
 
 import sluice.conf.{ConfEntry, SluiceConf}
-import sluice.spark.{NotApplied, RealTimePlans}
+import sluice.rewrites.NotApplied
+import sluice.spark.RealTimePlans
 import sluice.spark.PlanTypes.{ColumnarRule, SparkPlan}
 
 /**

@@ -7,9 +7,10 @@ import org.apache.spark.sql.catalyst.streaming.StreamingRelationV2
 import org.apache.spark.sql.connector.catalog.SupportsRead
 
 import sluice.conf.{SluiceConf, SluiceConfException}
+import sluice.rewrites.NotApplied
 import sluice.spark.SourceTypes.{DataSource, FileFormat}
 import sluice.spark.SourceTypes.StreamingRelation
-import sluice.spark.{NotApplied, SourceTypes, SparkNodes}
+import sluice.spark.{SourceTypes, SparkNodes}
 
 /**
  * KIP-770's `input.buffer.max.bytes` for Structured Streaming: an analyzer rule that puts every

@@ -9,7 +9,7 @@ import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.trees.TreeNodeTag
 
 import sluice.conf.SluiceConf
-import sluice.spark.NotApplied
+import sluice.rewrites.NotApplied
 
 /**
  * With `spark.sluice.json.decoder=sluice`, every `from_json` that [[DirectJsonToStructs.supports]]

@@ -48,7 +48,7 @@ private[sluice] object SlicingRule {
 
   /**
    * Why a map-side aggregation by a window stays as Spark plans it: the texts of the INFO line
-   * ([[sluice.spark.NotApplied]]) for the aggregations the rule examines, the partial ones grouping
+   * ([[sluice.rewrites.NotApplied]]) for the aggregations the rule examines, the partial ones grouping
    * by a window column (a struct of timestamps `start` and `end`).
    */
   object Why {

@@ -1,4 +1,4 @@
-package sluice.spark
+package sluice.rewrites
 
 import org.apache.spark.sql.SparkSession
 import org.slf4j.LoggerFactory
