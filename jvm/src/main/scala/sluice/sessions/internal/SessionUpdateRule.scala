@@ -6,7 +6,7 @@ import org.apache.spark.sql.catalyst.expressions.{
   NamedExpression, SessionWindow
 }
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
-import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, AnalysisHelper, LeafNode, LogicalPlan, Project}
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, AnalysisHelper, LeafNode, LogicalPlan}
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.streaming.WriteToStreamStatement
 import org.apache.spark.sql.streaming.OutputMode
@@ -64,12 +64,14 @@ private[sluice] case class SessionUpdateRule(session: SparkSession) extends Rule
           // until_window_closes and is forwarded (rate-limited) under the time limits. Its late
           // records are taken out of the sessions' input, where the records are.
           case s: SuppressNode if s.retracted.isEmpty && s.child.output.exists(o => flags(o.exprId)) =>
-            val child = (LateRecordsExec.of(s.suppressed), s.child) match {
-              case (Some(late), p @ Project(_, u: SessionUpdateNode)) =>
-                p.copy(child = u.copy(late = Some(late), earlyMs = s.earlyMs))
-              case _ => s.child
+            val flag = s.child.output.find(o => flags(o.exprId))
+            val child = LateRecordsExec.of(s.suppressed).fold(s.child) { late =>
+              s.child.transformDown {
+                case u: SessionUpdateNode if flag.exists(_.exprId == u.retracted.exprId) =>
+                  u.copy(late = Some(late), earlyMs = s.earlyMs)
+              }
             }
-            s.copy(retracted = s.child.output.find(o => flags(o.exprId)), child = child)
+            s.copy(retracted = flag, child = child)
         }
       }
       // The flag goes no further than the query's own columns (a projection above drops it already).
