@@ -10,9 +10,9 @@ import org.apache.spark.sql.streaming.OutputMode
 
 import sluice.PlanSuite
 import sluice.sessions.internal.{SessionUpdateExec, SessionUpdateNode, SessionUpdateRule}
-import sluice.spark.PlanTypes.SessionWindowStateStoreSaveExec
+import sluice.spark.PlanTypes.{SessionWindowStateStoreRestoreExec, SessionWindowStateStoreSaveExec}
 import sluice.suppress.{BufferConfig, Suppress, Suppressed}
-import sluice.suppress.internal.SuppressExec
+import sluice.suppress.internal.{LateRecordsCounted, LateRecordsExec, SuppressExec}
 
 /**
  * Session windows in update mode ([[SessionUpdateRule]] in the analyzer, `SessionUpdateStrategy` in
@@ -23,7 +23,7 @@ import sluice.suppress.internal.SuppressExec
  */
 class SessionUpdateRuleSuite extends PlanSuite {
 
-  private def run(mode: String, suppressed: Option[Suppressed] = None)(
+  private def run(mode: String, suppressed: Option[Suppressed] = None, lateBatch: Boolean = false)(
       conf: (String, String)*): (IncrementalExecution, Seq[Row]) = {
     val s = spark
     import s.implicits._
@@ -34,10 +34,12 @@ class SessionUpdateRuleSuite extends PlanSuite {
     val query = suppressed.fold(sessions)(Suppress(sessions, _))
     def at(k: String, sec: Long) = (k, new Timestamp(sec * 1000))
     withConf(conf: _*)(lastBatch(query, mode)(Seq(
-          () => input.addData(at("a", 1), at("a", 3), at("b", 2)),
-          // a's session grows; the watermark (12 s) closes b's session [2, 7) and a's [1, 12) stays open
-          () => input.addData(at("a", 7), at("b", 12)),
-          () => input.addData(at("b", 30)))))
+        () => input.addData(at("a", 1), at("a", 3), at("b", 2)),
+        // a's session grows; the watermark (12 s) closes b's session [2, 7) and a's [1, 12) stays open
+        () => input.addData(at("a", 7), at("b", 12)),
+        () => input.addData(at("b", 30))) ++
+        // a's own session [4, 9) ends before the watermark (30 s): late
+        (if (lateBatch) Seq(() => input.addData(at("a", 4))) else Nil)))
   }
 
   private def saves(plan: SparkPlan) = nodes[SessionWindowStateStoreSaveExec](plan)
@@ -77,6 +79,27 @@ class SessionUpdateRuleSuite extends PlanSuite {
     val plan = exec.executedPlan
     assert(nodes[SuppressExec](plan).size == 1 && nodes[SessionUpdateExec](plan).size == 1, plan)
     assert(closed(rows) == closed(run("append")()._2), rows)
+  }
+
+  test("late records over sessions: taken out below the session restore, fused and unfused, written without the flag") {
+    def lateRecords(conf: (String, String)*) = {
+      val dir = tempDir("sluice-session-late").resolve("late").toString
+      val until = Suppressed.untilWindowCloses(BufferConfig.unbounded()).withLateRecords(dir, "json")
+      (run("update", Some(until), lateBatch = true)(conf: _*)._1.executedPlan, dir)
+    }
+    val (fused, fusedDir) = lateRecords()
+    assert(nodes[SuppressExec](fused).isEmpty && nodes[LateRecordsCounted](fused).size == 1, fused)
+    val (unfused, unfusedDir) = lateRecords("spark.sluice.suppress.fused" -> "false")
+    assert(nodes[SuppressExec](unfused).size == 1 && nodes[LateRecordsCounted](unfused).isEmpty, unfused)
+    Seq(fused, unfused).foreach { plan =>
+      val restores = nodes[SessionWindowStateStoreRestoreExec](plan)
+      assert(restores.size == 1 && nodes[LateRecordsExec](restores.head).size == 1, plan)
+    }
+    Seq(fusedDir, unfusedDir).foreach { dir =>
+      val late = spark.read.option("recursiveFileLookup", "true").json(dir)
+      assert(late.columns.sorted.toSeq == Seq("k", "late_by_ms", "session_window", "ts"), late.columns.toSeq)
+      assert(late.count() == 1, dir)
+    }
   }
 
   test("leaves an aggregation without a session window alone in update mode") {

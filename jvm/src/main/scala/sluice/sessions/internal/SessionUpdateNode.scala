@@ -5,6 +5,7 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.sluice.SluiceStatefulNode
 
 import sluice.conf.SluiceConf
+import sluice.suppress.LateRecords
 
 /**
  * A session-window aggregation run in update mode by sluice: the user's `Aggregate`, with the same
@@ -14,6 +15,9 @@ import sluice.conf.SluiceConf
  * planning keeps it beside each session's aggregates; [[SessionUpdateExec]] sets it on the rows it
  * retracts. Built by [[SessionUpdateRule]] only. `finalOnly`: `suppress(until_window_closes(unbounded()))`
  * fused into it, which Spark's append-mode save of the same state gives (see [[SessionUpdateStrategy]]).
+ * `late`: the late records of the `until_window_closes` right above (fused or not) that keeps them,
+ * taken out of this node's input (see [[sluice.suppress.internal.LateRecordsExec]]), closed
+ * `earlyMs` after the watermark (its grace below the delay).
  *
  * Spark allows aggregate functions only in its own `Aggregate` and strips the aliases of nodes it
  * does not know, so the output expressions are held out of the analyzer's and optimizer's sight
@@ -27,7 +31,9 @@ private[sluice] case class SessionUpdateNode(
     override val output: Seq[Attribute],
     retracted: Attribute,
     child: LogicalPlan,
-    finalOnly: Boolean = false)
+    finalOnly: Boolean = false,
+    late: Option[LateRecords] = None,
+    earlyMs: Long = 0L)
   extends SluiceStatefulNode {
   override def producedAttributes: AttributeSet = AttributeSet(output)
 
@@ -61,9 +67,9 @@ private[sluice] final case class SessionAggregates(expressions: Seq[NamedExpress
 
 private[sluice] object SessionUpdateNode {
   def apply(grouping: Seq[Expression], aggregates: Seq[NamedExpression], retracted: Attribute,
-      child: LogicalPlan, finalOnly: Boolean): SessionUpdateNode = {
+      child: LogicalPlan, finalOnly: Boolean, late: Option[LateRecords]): SessionUpdateNode = {
     val inputs = AttributeSet(aggregates.flatMap(_.references)).toSeq
     SessionUpdateNode(grouping, SessionAggregates(aggregates, inputs), inputs, aggregates.map(_.toAttribute), retracted,
-      child, finalOnly)
+      child, finalOnly, late)
   }
 }

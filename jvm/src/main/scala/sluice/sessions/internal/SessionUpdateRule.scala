@@ -13,8 +13,8 @@ import org.apache.spark.sql.streaming.OutputMode
 
 import sluice.conf.SluiceConf
 import sluice.spark.SparkNodes
-import sluice.suppress.UntilWindowCloses
-import sluice.suppress.internal.SuppressNode
+import sluice.suppress.{LateRecords, UntilWindowCloses}
+import sluice.suppress.internal.{LateRecordsExec, SuppressNode}
 
 /**
  * Session-window aggregations in update mode (KIP-328's last scenario): Spark plans them only in
@@ -51,18 +51,27 @@ private[sluice] case class SessionUpdateRule(session: SparkSession) extends Rule
         // save emits; the suppress node goes, the aggregation is marked.
         val fused = if (!fuse) w.inputQuery
         else w.inputQuery.transformDown {
-          case s: SuppressNode if fusable(s) => s.child match { case a: Aggregate => FusedMark(a) }
+          case s: SuppressNode if fusable(s) =>
+            s.child match { case a: Aggregate => FusedMark(a, LateRecordsExec.of(s.suppressed)) }
         }
         fused.transformUp {
-          case FusedMark(a) => rewrite(a, finalOnly = true)._1
+          case FusedMark(a, late) => rewrite(a, finalOnly = true, late)._1
           case a: Aggregate if isSessionAggregate(a) =>
-            val (replaced, retracted) = rewrite(a, finalOnly = false)
+            val (replaced, retracted) = rewrite(a, finalOnly = false, None)
             flags += retracted.exprId
             replaced
           // suppress right above reads the flag: a retraction drops a buffered session under
-          // until_window_closes and is forwarded (rate-limited) under the time limits.
+          // until_window_closes and is forwarded (rate-limited) under the time limits. Its late
+          // records are taken out of the sessions' input, where the records are.
           case s: SuppressNode if s.retracted.isEmpty && s.child.output.exists(o => flags(o.exprId)) =>
-            s.copy(retracted = s.child.output.find(o => flags(o.exprId)))
+            val flag = s.child.output.find(o => flags(o.exprId))
+            val child = LateRecordsExec.of(s.suppressed).fold(s.child) { late =>
+              s.child.transformDown {
+                case u: SessionUpdateNode if flag.exists(_.exprId == u.retracted.exprId) =>
+                  u.copy(late = Some(late), earlyMs = s.earlyMs)
+              }
+            }
+            s.copy(retracted = flag, child = child)
         }
       }
       // The flag goes no further than the query's own columns (a projection above drops it already).
@@ -100,7 +109,7 @@ private[sluice] case class SessionUpdateRule(session: SparkSession) extends Rule
   private def fromKeysOnly(e: NamedExpression): Boolean = !e.exists(_.isInstanceOf[AggregateExpression])
 
   /** The replacement of `a`, its output with `retracted` last, and `retracted`. */
-  private def rewrite(a: Aggregate, finalOnly: Boolean): (LogicalPlan, Attribute) = {
+  private def rewrite(a: Aggregate, finalOnly: Boolean, late: Option[LateRecords]): (LogicalPlan, Attribute) = {
     val flag = Alias(Literal(false), RetractedColumn)()
     val retracted = flag.toAttribute
     val input = SparkNodes.project(a.child.output :+ flag, a.child)
@@ -110,7 +119,8 @@ private[sluice] case class SessionUpdateRule(session: SparkSession) extends Rule
       case al: Alias => Alias(al.child, al.name)(qualifier = al.qualifier, explicitMetadata = al.explicitMetadata)
       case e => Alias(e, e.name)()
     }
-    val node = SessionUpdateNode(a.groupingExpressions :+ retracted, inner :+ retracted, retracted, input, finalOnly)
+    val node =
+      SessionUpdateNode(a.groupingExpressions :+ retracted, inner :+ retracted, retracted, input, finalOnly, late)
     val columns = a.aggregateExpressions.zip(inner).map {
       case (outer, in) if outer eq in => outer.toAttribute
       case (outer, in) =>
@@ -130,7 +140,7 @@ private[sluice] object SessionUpdateRule {
    * A session aggregation suppress(until_window_closes(unbounded())) is fused into, for one rewrite:
    * held as a field, not a child, so that the rewrite of unfused aggregations passes it by.
    */
-  private final case class FusedMark(aggregate: Aggregate) extends LeafNode {
+  private final case class FusedMark(aggregate: Aggregate, late: Option[LateRecords]) extends LeafNode {
     override def output: Seq[Attribute] = aggregate.output
   }
 }

@@ -1,11 +1,11 @@
 package sluice.sessions.internal
 
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.expressions.{NamedExpression, RuntimeReplaceable, SessionWindow}
+import org.apache.spark.sql.catalyst.expressions.{Attribute, NamedExpression, RuntimeReplaceable, SessionWindow}
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
 import org.apache.spark.sql.catalyst.planning.PhysicalAggregation
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
-import org.apache.spark.sql.sluice.StatefulOperatorSupport
+import org.apache.spark.sql.sluice.{StatefulOperatorSupport, StreamContext}
 import org.apache.spark.sql.streaming.OutputMode
 
 import sluice.spark.PlanTypes.{
@@ -13,7 +13,7 @@ import sluice.spark.PlanTypes.{
 }
 import sluice.conf.RealTimeMode
 import sluice.spark.{RealTimePlans, SparkSessionConf, SparkSessions, SparkNodes}
-import sluice.suppress.internal.SuppressNode
+import sluice.suppress.internal.{LateRecordsCounted, LateRecordsExec, SuppressNode}
 
 /**
  * Plans a [[SessionUpdateNode]] as Spark plans a session-window aggregation (partial aggregation,
@@ -34,9 +34,10 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
       val aggregates = n.aggregates.over(n.inputs).map(_.transformUp {
         case r: RuntimeReplaceable => r.replacement
       }.asInstanceOf[NamedExpression])
-      SparkNodes.aggregate(n.groupingExpressions, aggregates, n.child) match {
+      val ctx = StatefulOperatorSupport.streamContext(session, n)
+      SparkNodes.aggregate(n.groupingExpressions, aggregates, withLateRecords(n, ctx)) match {
         case PhysicalAggregation(grouping, aggregates, results, child) =>
-          planned(n, grouping, aggregates, results, child)
+          planned(n, ctx, grouping, aggregates, results, child)
         case _ => Nil
       }
     case _ => Nil
@@ -47,13 +48,28 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
     StatefulOperatorSupport.currentStream(session).flatMap(s => Option(s.lastExecution)).exists(
       RealTimePlans.isRealTime)
 
+  /**
+   * `n`'s input, with the late records of the suppress above taken out and kept (the retraction
+   * flag, not an input column, is left out of them); fused, closed at the watermark as Spark's
+   * restore drops them.
+   */
+  private def withLateRecords(n: SessionUpdateNode, ctx: Option[StreamContext]): LogicalPlan =
+    (n.late, ctx) match {
+      case (Some(late), Some(c)) =>
+        val window = n.groupingExpressions.collectFirst {
+          case a: Attribute if a.metadata.contains(SessionWindow.marker) => a
+        }.get
+        LateRecordsExec.above(n.child, late, window, n.earlyMs, c, hidden = Seq(n.retracted))
+      case _ => n.child
+    }
+
   private def planned(
       n: SessionUpdateNode,
+      ctx: Option[StreamContext],
       grouping: Seq[NamedExpression],
       aggregates: Seq[org.apache.spark.sql.catalyst.expressions.Expression],
       results: Seq[NamedExpression],
       child: LogicalPlan): Seq[SparkPlan] = {
-    val ctx = StatefulOperatorSupport.streamContext(session, n)
     ctx.foreach(SessionPlanRecord.check(session, _, n.finalOnly))
     val conf = SparkSessions.classic(session).sessionState.conf
     val keys = grouping.map(StatefulOperatorSupport.normalizedGroupingKey)
@@ -68,6 +84,7 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
     val sparkPlan = AggUtils.planStreamingAggregationForSession(
       keys, sessionWindow, aggregates.map(_.asInstanceOf[AggregateExpression]), results,
       SparkSessionConf.sessionWindowStateFormat(conf), mergeBeforeShuffle, planLater(child))
+    val counted = n.finalOnly && n.late.isDefined && ctx.isDefined
     sparkPlan.map(_.transformUp {
       case r: SessionWindowStateStoreRestoreExec => ctx.fold(r)(c => SparkNodes.sessionRestoreWith(r, c.stateInfo))
       // Fused final results: Spark's own save in append mode emits each session once, when the
@@ -78,7 +95,7 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
       case s: SessionWindowStateStoreSaveExec =>
         SessionUpdateExec(s.keyWithoutSessionExpressions, s.sessionExpression, n.retracted, s.stateFormatVersion,
           ctx, s.child)
-    })
+    }).map(p => if (counted) LateRecordsCounted(p) else p) // suppress counts them when it is not fused
   }
 }
 

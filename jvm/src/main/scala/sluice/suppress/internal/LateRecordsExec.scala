@@ -5,13 +5,15 @@ import org.apache.hadoop.fs.Path
 import org.apache.spark.TaskContext
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{Attribute, JoinedRow}
+import org.apache.spark.sql.catalyst.expressions.{Attribute, JoinedRow, UnsafeProjection}
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.sluice.{BatchFiles, StatefulOperatorSupport, StreamContext}
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
 
-import sluice.spark.PlanTypes.{SQLMetric, SQLMetrics, SparkPlan, StateStoreSaveExec, UnaryExecNode}
+import sluice.spark.PlanTypes.{
+  SQLMetric, SQLMetrics, SessionWindowStateStoreRestoreExec, SparkPlan, StateStoreSaveExec, UnaryExecNode
+}
 import sluice.spark.SparkNodes
 import sluice.suppress.{LateRecords, SuppressUsageException}
 
@@ -27,20 +29,28 @@ import sluice.suppress.{LateRecords, SuppressUsageException}
  * a record to several windows: it is late, and written, once per closed window (as Kafka Streams
  * drops it per window).
  *
+ * A session window (`F.session_window`) is the row's own session, `[ts, ts + gap]`, before any
+ * merging: Spark's session restore drops a row at the watermark by that window's end, and with a
+ * grace the row's session has closed when that end is at or before the closing time, whatever it
+ * would have merged with. `hidden` are columns of the input that are not the user's (the session
+ * update's retraction flag): left out of the written records.
+ *
  * Exactly once: the set of late rows of a batch is fixed by its input and its late-events watermark
  * (in the offset log), so a replayed batch writes the same rows; the driver first removes what an
  * earlier attempt of the batch wrote, and each task writes its file under a hidden name and renames
  * it into place.
  */
 private[sluice] case class LateRecordsNode(
-    late: LateRecords, window: Attribute, earlyMs: Long, context: StreamContext, child: LogicalPlan)
+    late: LateRecords, window: Attribute, earlyMs: Long, context: StreamContext, child: LogicalPlan,
+    hidden: Seq[Attribute] = Nil)
   extends UnaryNode {
   override def output: Seq[Attribute] = child.output
   override protected def withNewChildInternal(newChild: LogicalPlan): LateRecordsNode = copy(child = newChild)
 }
 
 private[sluice] case class LateRecordsExec(
-    late: LateRecords, window: Attribute, earlyMs: Long, context: StreamContext, child: SparkPlan)
+    late: LateRecords, window: Attribute, earlyMs: Long, context: StreamContext, child: SparkPlan,
+    hidden: Seq[Attribute] = Nil)
   extends UnaryExecNode {
   override def output: Seq[Attribute] = child.output
   override def outputPartitioning = child.outputPartitioning
@@ -62,15 +72,20 @@ private[sluice] case class LateRecordsExec(
   override protected def doExecute(): RDD[InternalRow] = {
     val batchId = context.batchId
     val closeWm = SuppressExec.closeTime(context.lateEventsWatermarkMs, earlyMs)
-    val writer = LateRecordsExec.writer(session, late, child.output, context)
+    val input = child.output
+    val written = input.filterNot(a => hidden.exists(_.exprId == a.exprId))
+    val writer = LateRecordsExec.writer(session, late, written, context)
     val dir = new Path(late.path, s"${LateRecords.BatchColumn}=$batchId")
     val prefix = s"part-op${context.stateInfo.operatorId}-"
     writer.removeWritten(dir, prefix) // an earlier attempt of this batch, if any
     val dirName = dir.toString
     val counters = longMetric("numLateRecords") +: dropCounters
-    val ord = child.output.indexWhere(_.exprId == window.exprId)
+    val ord = input.indexWhere(_.exprId == window.exprId)
+    val projected = written.size != input.size
     child.execute().mapPartitions(iter => {
         val partition = TaskContext.getPartitionId()
+        val project: InternalRow => InternalRow =
+          if (projected) UnsafeProjection.create(written, input) else identity
         var file: Option[BatchFiles.File] = None
         var kept = 0L
         val lateBy = new org.apache.spark.sql.catalyst.expressions.GenericInternalRow(1)
@@ -80,8 +95,8 @@ private[sluice] case class LateRecordsExec(
           if (end > closeWm) true
           else {
             lateBy.setLong(0, closeWm - end)
-            file.getOrElse { val f = writer.open(dirName, prefix, partition); file = Some(f); f }.write(joined(row,
-                lateBy))
+            file.getOrElse { val f = writer.open(dirName, prefix, partition); file = Some(f); f }.write(joined(
+                project(row), lateBy))
             kept += 1
             false
           }
@@ -98,9 +113,10 @@ private[sluice] case class LateRecordsExec(
 
 /**
  * The top of a fused final-results plan that keeps its late records: before its child runs (on the
- * driver) it hands the aggregation's state save's `numRowsDroppedByWatermark`, which the query's
- * progress reports, to the [[LateRecordsExec]] below, so that the records it keeps count as the late
- * drops they replace. Rows pass through.
+ * driver) it hands the `numRowsDroppedByWatermark` the query's progress reports for the
+ * aggregation to the [[LateRecordsExec]] below, so that the records it keeps count as the late drops
+ * they replace: the state save's for a time window, the session restore's for a session window
+ * (Spark's session save reports its restore's drops). Rows pass through.
  */
 private[sluice] case class LateRecordsCounted(child: SparkPlan) extends UnaryExecNode {
   override def output: Seq[Attribute] = child.output
@@ -108,7 +124,10 @@ private[sluice] case class LateRecordsCounted(child: SparkPlan) extends UnaryExe
   override def outputOrdering = child.outputOrdering
 
   override protected def doExecute(): RDD[InternalRow] = {
-    val dropped = child.collectFirst { case s: StateStoreSaveExec => s.longMetric("numRowsDroppedByWatermark") }
+    val dropped = child.collectFirst {
+      case s: StateStoreSaveExec => s.longMetric("numRowsDroppedByWatermark")
+      case r: SessionWindowStateStoreRestoreExec => r.longMetric("numRowsDroppedByWatermark")
+    }
     child.foreach {
       case l: LateRecordsExec => l.countInto(dropped.toSeq)
       case _ =>
@@ -161,12 +180,22 @@ private[sluice] object LateRecordsExec {
    * `agg` with a [[LateRecordsNode]] on its input, which also carries the event-time column when the
    * plan lets it through; fails when the window is not a column of that input.
    */
-  def placeOn(agg: Aggregate, late: LateRecords, window: Attribute, earlyMs: Long, ctx: StreamContext): Aggregate = {
-    val w = agg.child.output.find(_.exprId == window.exprId).getOrElse(refuse(s"the window column ${window.name} " +
-        "is computed inside the aggregation, not on its input (late records are kept for windows assigned by F.window)"))
-    val eventTime = agg.child.collectFirst { case e: EventTimeWatermark => e.eventTime.exprId }
-    val withTime = eventTime.flatMap(keep(agg.child, _)).getOrElse(agg.child)
-    SparkNodes.aggregateWith(agg)(child = LateRecordsNode(late, w, earlyMs, ctx, withTime))
+  def placeOn(agg: Aggregate, late: LateRecords, window: Attribute, earlyMs: Long, ctx: StreamContext): Aggregate =
+    SparkNodes.aggregateWith(agg)(child = above(agg.child, late, window, earlyMs, ctx))
+
+  /**
+   * A [[LateRecordsNode]] on `input`, an aggregation's input, which also carries the event-time
+   * column when the plan lets it through; `hidden` columns of `input` are not written. Fails when
+   * the window is not a column of `input`.
+   */
+  def above(input: LogicalPlan, late: LateRecords, window: Attribute, earlyMs: Long, ctx: StreamContext,
+      hidden: Seq[Attribute] = Nil): LateRecordsNode = {
+    val w = input.output.find(_.exprId == window.exprId).getOrElse(refuse(s"the window column ${window.name} " +
+        "is computed inside the aggregation, not on its input (late records are kept for windows assigned by " +
+        "F.window or F.session_window)"))
+    val eventTime = input.collectFirst { case e: EventTimeWatermark => e.eventTime.exprId }
+    val withTime = eventTime.flatMap(keep(input, _)).getOrElse(input)
+    LateRecordsNode(late, w, earlyMs, ctx, withTime, hidden)
   }
 
   private def refuse(why: String): Nothing =

@@ -55,7 +55,7 @@ private[sluice] object SuppressPlanner {
             "\"<delay>\")).")
         }
         earlyMs = delayMs - graceMs
-        u.lateRecords.foreach(checkLateRecords(df.sparkSession, _, agg, w))
+        u.lateRecords.foreach(checkLateRecords(df.sparkSession, _, agg))
       case _ =>
     }
     val time = (suppressed, timeCol) match {
@@ -88,11 +88,7 @@ private[sluice] object SuppressPlanner {
     build(DatasetAccess.ofRows(session, child), suppressed, timeCol).queryExecution.analyzed
 
   /** Fails unless `late` can be written for `agg`'s input records. */
-  private def checkLateRecords(session: SparkSession, late: LateRecords, agg: Aggregate, window: Attribute): Unit = {
-    if (!window.metadata.contains(TimeWindow.marker)) {
-      fail(s"suppress keeps late records for time windows (F.window); ${window.name} is a session window, whose " +
-        "late records are counted (lateRecordDropTotal) but not kept. Remove with_late_records, or group by F.window.")
-    }
+  private def checkLateRecords(session: SparkSession, late: LateRecords, agg: Aggregate): Unit = {
     val taken = agg.child.output.map(_.name).filter(n =>
       n.equalsIgnoreCase(LateRecords.LateByColumn) || n.equalsIgnoreCase(LateRecords.BatchColumn))
     if (taken.nonEmpty) {

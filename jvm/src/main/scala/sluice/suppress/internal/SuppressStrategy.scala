@@ -25,13 +25,19 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
         SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, ctx, planLater(withLateRecords(n, ctx)),
           retracted = n.retracted, earlyMs = n.earlyMs)
       } :: Nil
-    case l: LateRecordsNode => LateRecordsExec(l.late, l.window, l.earlyMs, l.context, planLater(l.child)) :: Nil
+    case l: LateRecordsNode =>
+      LateRecordsExec(l.late, l.window, l.earlyMs, l.context, planLater(l.child), l.hidden) :: Nil
     case _ => Nil
   }
 
-  /** `n`'s input, with its late records taken out and kept where `n` keeps them. */
+  /**
+   * `n`'s input, with its late records taken out and kept where `n` keeps them. Over session windows
+   * (`n` reads their retraction flag) the session update below takes them out of its own input: its
+   * rule hands it `n`'s late records.
+   */
   private def withLateRecords(n: SuppressNode, ctx: Option[StreamContext]): LogicalPlan =
     (LateRecordsExec.of(n.suppressed), ctx) match {
+      case (Some(_), _) if n.retracted.isDefined => n.child
       case (Some(late), Some(c)) => LateRecordsExec.place(n.child, late, n.window.get, n.earlyMs, c)
       case _ => n.child
     }
