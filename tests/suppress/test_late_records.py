@@ -230,6 +230,9 @@ def test_misuse_fails_when_the_dataframe_is_built(spark: SparkSession, tmp_path:
     with pytest.raises(SluiceSuppressError, match="format 'text' cannot hold column"):
         suppress(sessions, final.with_late_records(str(tmp_path), "text"))
     assert suppress(sessions, final.with_late_records(str(tmp_path))).isStreaming
+    with pytest.raises(SluiceSuppressError, match="only when sessions close at the watermark, not with a grace"):
+        suppress(sessions, Suppressed.until_window_closes(BufferConfig.unbounded(), grace=GRACE)
+                 .with_late_records(str(tmp_path)))
     clash = events.withColumn("late_by_ms", F.lit(1)).withWatermark("ts", DELAY)
     with pytest.raises(SluiceSuppressError, match="column named late_by_ms"):
         suppress(clash.groupBy(F.window("ts", "1 minute"), "user", "late_by_ms").count(),
@@ -326,8 +329,8 @@ def test_late_records_turned_on_and_off_on_a_running_checkpoint(spark: SparkSess
 GAP = timedelta(seconds=30)
 
 
-def session_results(late: Path | None, grace: timedelta | None) -> Any:
-    suppressed = Suppressed.until_window_closes(BufferConfig.unbounded(), grace=grace)
+def session_results(late: Path | None) -> Any:
+    suppressed = Suppressed.until_window_closes(BufferConfig.unbounded())
     if late is not None:
         suppressed = suppressed.with_late_records(str(late))
 
@@ -352,9 +355,9 @@ def kept_sessions(spark: SparkSession, path: Path) -> list[tuple]:
     return sorted((r.batch_id, r.ts, r.user, r.late_by_ms) for r in rows)
 
 
-# (name, grace, spark.sluice.suppress.fused): fused final results and suppress's buffer close a
-# session at the watermark; with a grace below the delay the buffer closes it at stream time.
-SESSION_PLANS = [("fused", None, "true"), ("buffered", None, "false"), ("grace", GRACE, "true")]
+# (name, spark.sluice.suppress.fused): fused final results and suppress's buffer, each closing a
+# session at the watermark (with a grace, a session's late records are refused).
+SESSION_PLANS = [("fused", "true"), ("buffered", "false")]
 
 
 @pytest.mark.parametrize("plan", SESSION_PLANS, ids=[p[0] for p in SESSION_PLANS])
@@ -365,35 +368,25 @@ def test_session_window_late_records_kept_exactly_once_across_a_restart(spark: S
     batch is kept with its lateness, in the batch that dropped it, once across a restart; per batch
     the records kept are the late-drop count; the finals are those of the same query without late
     records."""
-    name, grace, fused = plan
-    if grace is None:  # closed at the watermark: 10 minutes behind the largest event time
-        script = [[(10, "a"), (20, "b")],
-                  [(700, "a")],  # watermark 100 s: a [10, 40] and b [20, 50] close
-                  [(30, "a"), (65, "c"), (110, "b"), (75, "d")],  # 30 and 65: late; 110 and 75: on time
-                  None,  # restart
-                  [(1000, "x")],  # watermark 400 s
-                  [(350, "e")],  # late by 20 s
-                  [(2000, "y")]]
-        expected_finals = {(10, 40, "a", 1), (20, 50, "b", 1), (110, 140, "b", 1), (75, 105, "d", 1),
-                           (700, 730, "a", 1), (1000, 1030, "x", 1)}
-        expected_kept = [(30, "a", 40_000), (65, "c", 5_000), (350, "e", 20_000)]
-    else:  # closed at its end plus the 30 s grace of stream time
-        script = [[(10, "a"), (20, "b"), (30, "a")],
-                  [(100, "a")],  # stream time 100 s: a [10, 60] and b [20, 50] close
-                  [(15, "a"), (35, "c")],  # late: a's reaches into the closed [10, 60]
-                  None,  # restart
-                  [(200, "d")],  # stream time 200 s: a [100, 130] closes
-                  [(120, "a")],  # late by 20 s, into the closed [100, 130]
-                  [(1000, "z")]]
-        expected_finals = {(10, 60, "a", 2), (20, 50, "b", 1), (100, 130, "a", 1), (200, 230, "d", 1)}
-        expected_kept = [(15, "a", 25_000), (35, "c", 5_000), (120, "a", 20_000)]
+    name, fused = plan
+    # Closed at the watermark: 10 minutes behind the largest event time.
+    script = [[(10, "a"), (20, "b")],
+              [(700, "a")],  # watermark 100 s: a [10, 40] and b [20, 50] close
+              [(30, "a"), (65, "c"), (110, "b"), (75, "d")],  # 30 and 65: late; 110 and 75: on time
+              None,  # restart
+              [(1000, "x")],  # watermark 400 s
+              [(350, "e")],  # late by 20 s
+              [(2000, "y")]]
+    expected_finals = {(10, 40, "a", 1), (20, 50, "b", 1), (110, 140, "b", 1), (75, 105, "d", 1),
+                       (700, 730, "a", 1), (1000, 1030, "x", 1)}
+    expected_kept = [(30, "a", 40_000), (65, "c", 5_000), (350, "e", 20_000)]
     results, drops = [], []
     late = tmp_path / "late"
     conf = {"spark.sluice.suppress.fused": fused,
             "spark.sql.streaming.stateStore.providerClass": PROVIDERS[provider_name]}
     with session_conf(spark, conf):
         for run, path in [("plain", None), ("kept", late)]:
-            with PipelineDriver(spark, session_results(path, grace), SCHEMA, checkpoint=tmp_path / run) as driver:
+            with PipelineDriver(spark, session_results(path), SCHEMA, checkpoint=tmp_path / run) as driver:
                 for events in script:
                     if events is None:
                         driver.restart()
