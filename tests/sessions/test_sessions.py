@@ -53,6 +53,22 @@ def test_update_mode_emits_changes_and_retracts_merged_sessions(spark: SparkSess
     assert ops and ops[-1]["numRowsTotal"] == 1  # only c's latest session is open; the rest evicted
 
 
+def test_late_events_are_dropped_and_counted_in_the_progress(spark: SparkSession, run: Run, provider: str) -> None:
+    """An event whose own session ended at or before the watermark changes nothing and is counted
+    as the session update's numRowsDroppedByWatermark, where Spark's own session save counts it."""
+    run.start(sessions(run.events()))
+    run.feed((0, "a"), (1, "b"))
+    run.feed((100, "c"))  # watermark 90 s: a's and b's sessions close
+    run.feed((20, "a"), (30, "b"), (95, "c"))  # a [20, 25) and b [30, 35): late; c on time
+    emitted = [sorted((key(r), is_retraction(r)) for r in run.batches[b]) for b in sorted(run.batches) if run.batches[b]]
+    assert emitted == [[(("a", at(0), at(5)), False), (("b", at(1), at(6)), False)],
+                       [(("c", at(100), at(105)), False)],
+                       [(("c", at(95), at(105)), False), (("c", at(100), at(105)), True)]]  # c's merged: no a, no b
+    dropped = [(p["numInputRows"], op["numRowsDroppedByWatermark"]) for p in run.query.recentProgress
+               for op in p["stateOperators"] if op["operatorName"] == "sluiceSessionUpdate"]
+    assert [d for d in dropped if d[1]] == [(3, 2)]
+
+
 def test_random_sequences_build_the_append_mode_result(spark: SparkSession, run: Run, tmp_path: Path) -> None:
     """Random arrivals, late ones and bridging ones included, over two partitions."""
     rng = random.Random(7)

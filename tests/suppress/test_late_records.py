@@ -404,5 +404,4 @@ def test_session_window_late_records_kept_exactly_once_across_a_restart(spark: S
     assert [r[1:] for r in records] == [(at(t), u, by) for t, u, by in expected_kept]
     assert kept_by_batch(records) == drops[1]
     assert len(drops[1]) == 2
-    if name != "buffered":  # unfused without a grace, Spark's session restore drops them uncounted
-        assert drops[0] == drops[1]
+    assert drops[0] == drops[1]

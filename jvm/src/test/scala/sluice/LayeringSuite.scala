@@ -307,7 +307,8 @@ object LayeringSuite {
     "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric",
     "SizeOperatorMetric",
     "DatasetAccess", "DirectReads", "DirectReaderFactory", "DirectReader", "RealTimeReads",
-    "DrivenQueries", "DrivenSource", "DrivenClock", "DrivenSink", "BatchFiles", "DelegatedReplay", "ReplayedChanges")
+    "DrivenQueries", "DrivenSource", "DrivenClock", "DrivenSink", "BatchFiles", "DelegatedReplay", "ReplayedChanges",
+    "ProgressCopy")
 
   /** The seam's package, in class file form. */
   val SeamPackage = "sluice/spark/"

@@ -11,7 +11,9 @@ import org.apache.spark.sql.catalyst.plans.logical.EventTimeWatermark
 import org.apache.spark.sql.sluice.{SluiceStateStoreExec, StatefulOperatorSupport, StreamContext}
 import org.apache.spark.sql.types.StructType
 
-import sluice.spark.PlanTypes.{SessionWindowStateStoreRestoreExec, SparkPlan, StreamingSessionWindowStateManager}
+import sluice.spark.PlanTypes.{
+  SQLMetric, SessionWindowStateStoreRestoreExec, SparkPlan, StreamingSessionWindowStateManager
+}
 import sluice.spark.StateStoreTypes.StateSchemaValidationResult
 import sluice.spark.StateStoreTypes.StateStore
 
@@ -45,9 +47,13 @@ private[sluice] case class SessionUpdateExec(
   // does: the same validation here (Spark's own save and restore agree on it the same way).
   override def validateAndMaybeEvolveStateSchema(
       hadoopConf: Configuration, batchId: Long, stateSchemaVersion: Int): List[StateSchemaValidationResult] =
-    child.collectFirst { case r: SessionWindowStateStoreRestoreExec => r }
-      .getOrElse(throw new IllegalStateException("a session update without its restore: " + child.treeString))
+    restore.getOrElse(throw new IllegalStateException("a session update without its restore: " + child.treeString))
       .validateAndMaybeEvolveStateSchema(hadoopConf, batchId, stateSchemaVersion)
+
+  override protected def droppedBelow: Option[SQLMetric] = restore.map(_.longMetric("numRowsDroppedByWatermark"))
+
+  private def restore: Option[SessionWindowStateStoreRestoreExec] =
+    child.collectFirst { case r: SessionWindowStateStoreRestoreExec => r }
 
   private def evicts: Boolean = sessionAttribute.metadata.contains(EventTimeWatermark.delayKey)
 

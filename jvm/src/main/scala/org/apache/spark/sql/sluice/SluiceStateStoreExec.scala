@@ -11,7 +11,9 @@ import org.apache.spark.sql.execution.streaming.operators.stateful.{
   StatefulOperatorPartitioning, StatefulOperatorStateInfo,
   StatefulOpStateStoreCheckpointInfo, StateStoreWriter
 }
+import org.apache.spark.sql.execution.metric.SQLMetric
 import org.apache.spark.sql.execution.streaming.state._
+import org.apache.spark.sql.streaming.StateOperatorProgress
 import org.apache.spark.sql.types.StructType
 
 /**
@@ -27,6 +29,18 @@ trait SluiceStateStoreExec extends UnaryExecNode with StateStoreWriter {
   def keyAttributes: Seq[Attribute]
   def stateKeySchema: StructType
   def stateValueSchema: StructType
+
+  /**
+   * Late rows an operator below drops for this one, which the query's progress reports as this
+   * operator's `numRowsDroppedByWatermark` (Spark's session restore drops a session window's late
+   * rows before the operator that saves its sessions; Spark's own session save reports them so).
+   */
+  protected def droppedBelow: Option[SQLMetric] = None
+
+  override def getProgress(): StateOperatorProgress = {
+    val progress = super.getProgress()
+    droppedBelow.fold(progress)(d => ProgressCopy.withDroppedByWatermark(progress, d.value))
+  }
 
   /** The name [[nextDue]] is registered under. */
   protected def nextDueName: String
