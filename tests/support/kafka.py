@@ -216,7 +216,12 @@ def produce(spark: SparkSession, bootstrap: str, topic: str, count: int, partiti
                  "cast(lpad(cast(id as string), 8, '0') as binary) as key",
                  f"cast(repeat('x', {size}) as binary) as value")
      .write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-     .option("kafka.max.request.size", str(8 << 20)).save())
+     .option("kafka.max.request.size", str(8 << 20))
+     # One request in flight per connection: on a topic just created, the broker can answer the first
+     # request NOT_LEADER_OR_FOLLOWER while the idempotent producer's later ones, already sent, get
+     # OUT_OF_ORDER_SEQUENCE_NUMBER, which it retries until the delivery timeout fails the write.
+     .option("kafka.max.in.flight.requests.per.connection", "1")
+     .save())
 
 
 def kafka_session(conf: dict[str, str] | None = None, **options: Any) -> SparkSession:
