@@ -16,8 +16,8 @@ import sluice.suppress.LateRecords
  * retracts. Built by [[SessionUpdateRule]] only. `finalOnly`: `suppress(until_window_closes(unbounded()))`
  * fused into it, which Spark's append-mode save of the same state gives (see [[SessionUpdateStrategy]]).
  * `late`: the late records of the `until_window_closes` right above (fused or not) that keeps them,
- * taken out of this node's input (see [[sluice.suppress.internal.LateRecordsExec]]), closed
- * `earlyMs` after the watermark (its grace below the delay).
+ * taken out of this node's input (see [[sluice.suppress.internal.LateRecordsExec]]), closed at the
+ * watermark (suppress refuses a session's late records with a grace below the delay).
  *
  * Spark allows aggregate functions only in its own `Aggregate` and strips the aliases of nodes it
  * does not know, so the output expressions are held out of the analyzer's and optimizer's sight
@@ -32,8 +32,7 @@ private[sluice] case class SessionUpdateNode(
     retracted: Attribute,
     child: LogicalPlan,
     finalOnly: Boolean = false,
-    late: Option[LateRecords] = None,
-    earlyMs: Long = 0L)
+    late: Option[LateRecords] = None)
   extends SluiceStatefulNode {
   override def producedAttributes: AttributeSet = AttributeSet(output)
 

@@ -68,7 +68,7 @@ private[sluice] case class SessionUpdateRule(session: SparkSession) extends Rule
             val child = LateRecordsExec.of(s.suppressed).fold(s.child) { late =>
               s.child.transformDown {
                 case u: SessionUpdateNode if flag.exists(_.exprId == u.retracted.exprId) =>
-                  u.copy(late = Some(late), earlyMs = s.earlyMs)
+                  u.copy(late = Some(late))
               }
             }
             s.copy(retracted = flag, child = child)

@@ -50,8 +50,8 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
 
   /**
    * `n`'s input, with the late records of the suppress above taken out and kept (the retraction
-   * flag, not an input column, is left out of them); fused, closed at the watermark as Spark's
-   * restore drops them.
+   * flag, not an input column, is left out of them), closed at the watermark as Spark's restore
+   * drops them.
    */
   private def withLateRecords(n: SessionUpdateNode, ctx: Option[StreamContext]): LogicalPlan =
     (n.late, ctx) match {
@@ -59,7 +59,7 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
         val window = n.groupingExpressions.collectFirst {
           case a: Attribute if a.metadata.contains(SessionWindow.marker) => a
         }.get
-        LateRecordsExec.above(n.child, late, window, n.earlyMs, c, hidden = Seq(n.retracted))
+        LateRecordsExec.above(n.child, late, window, 0L, c, hidden = Seq(n.retracted))
       case _ => n.child
     }
 
