@@ -32,7 +32,7 @@ bounded: one batch of ~100 MB of updates into a 10 MB max_bytes buffer (one part
     largest in-memory size ever reached (suppressionBufferBytesMax) over the bound (<= 1.1x), for
     emit-early and spill-to-disk.
 
-    .venv/bin/python bench/suppress/bench_suppress.py [--case all|throughput|fused|sessions|held|bounded]
+    .venv/bin/python bench/suppress/bench_suppress.py [--case all|throughput|fused|sessions|grace|late|held|bounded|release]
         [--rows 2000000] [--files 20] [--rounds 3]                       (throughput, fused, sessions)
         [--held 10000,5000000] [--updates 10000] [--batches 6] [--repeats 2]
         [--providers windowstore,rocksdb]                                (held)
