@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from datetime import datetime, timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, for `support`
@@ -27,7 +28,9 @@ from sluice import BufferConfig, Suppressed, late_records, suppress  # noqa: E40
 from support.session import sluice_session  # noqa: E402
 
 T0 = datetime(2024, 1, 1)
-EVENTS = {"1": [[(10, "a"), (20, "b"), (40, "a")], [(95, "a")], [(50, "a"), (55, "c")]],
+# A batch judges lateness by the watermark of the batch before it, which holds the event times of the
+# batches before that: each late file comes two files after the one that closes its window.
+EVENTS = {"1": [[(10, "a"), (20, "b"), (40, "a")], [(95, "a")], [(96, "z")], [(50, "a"), (55, "c")]],
           "2": [[(151, "c")], [(152, "c")], [(70, "d")], [(800, "e")]]}
 
 
@@ -36,10 +39,14 @@ def keep_late_records(spark) -> None:
     src = f"{root}/in"
     os.makedirs(src, exist_ok=True)
     first = len(os.listdir(src))
+    now = time.time()
     for i, batch in enumerate(EVENTS[run]):
-        with open(f"{src}/{first + i:05d}.json", "w") as f:
+        path = f"{src}/{first + i:05d}.json"
+        with open(path, "w") as f:
             for s, u in batch:
                 f.write(json.dumps({"ts": str(T0 + timedelta(seconds=s)), "user": u}) + "\n")
+        # The file source takes files in modification time order: a second apart, not in one tick.
+        os.utime(path, (now + i, now + i))
     events = spark.readStream.schema("ts timestamp, user string").option("maxFilesPerTrigger", 1).json(src)
     counts = events.withWatermark("ts", "10 minutes").groupBy(F.window("ts", "1 minute"), "user").count()
     late = Suppressed.until_window_closes(BufferConfig.unbounded(), grace=timedelta(seconds=30))
