@@ -17,7 +17,7 @@ from sluice._errors import (
     SluiceSuppressError,
     SluiceUnsupportedSparkError,
 )
-from sluice.suppress import BufferConfig, Suppressed, suppress
+from sluice.suppress import BufferConfig, Suppressed, late_records, suppress
 from sluice.windowstore import InMemoryWindowStoreSupplier, Stores
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "Stores",
     "InMemoryWindowStoreSupplier",
     "suppress",
+    "late_records",
     "Suppressed",
     "BufferConfig",
     "SluiceSuppressError",

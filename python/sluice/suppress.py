@@ -11,12 +11,21 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, cast
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
-from sluice import _connect, _handles
+from sluice import _conf, _connect, _handles
 from sluice._errors import SluiceSuppressError, translating
 
-__all__ = ["suppress", "Suppressed", "BufferConfig", "StrictBufferConfig", "EagerBufferConfig", "SluiceSuppressError"]
+__all__ = [
+    "suppress",
+    "Suppressed",
+    "BufferConfig",
+    "StrictBufferConfig",
+    "EagerBufferConfig",
+    "SluiceSuppressError",
+    "late_records",
+]
 
 _UNBOUNDED = (1 << 63) - 1
 Duration = timedelta | int | float
@@ -183,8 +192,8 @@ class Suppressed:
         each micro-batch's under ``path/batch_id=<id>/``, exactly once across restarts and replays.
         A record carries the aggregation's input columns (window, keys, event time, values) and
         ``late_by_ms``, how far stream time was past the window's close when it came. Read them
-        with ``spark.read.format(format).load(path)``. Micro-batch triggers only; time windows
-        (``F.window``) only."""
+        with ``spark.read.format(format).load(path)``, or as a stream with :func:`late_records`.
+        Micro-batch triggers only; time windows (``F.window``) only."""
         if self.kind != "until_window_closes":
             raise ValueError(
                 "late records are kept by until_window_closes, whose windows close; "
@@ -267,3 +276,49 @@ def suppress(df: DataFrame, suppressed: Suppressed, *, time_col: str | None = No
         jdf = _handles.jdf(df)
         out = entry.apply(jdf, jsup) if time_col is None else entry.apply(jdf, jsup, time_col)
     return cast(DataFrame, _handles.dataframe(out, spark))
+
+
+def late_records(
+    spark: SparkSession,
+    path: str,
+    checkpoint: str,
+    format: str = "parquet",
+    options: dict[str, str] | None = None,
+    schema: StructType | str | None = None,
+) -> DataFrame:
+    """The late records kept at ``path`` (``Suppressed.with_late_records``) as a streaming DataFrame.
+
+    ``checkpoint`` is the checkpoint location of the query that keeps them; ``format`` and
+    ``options`` are the ones it writes them with. Each micro-batch of the stream has the records of
+    the batches that query committed since the stream's last micro-batch, with their columns and
+    ``batch_id`` (a long: the query's batch that kept them). A batch is offered only once that
+    query has committed it, so no record is read that a rerun of its batch could rewrite. Write the
+    stream with ``writeStream.foreachBatch(fn)`` or ``writeStream.format("delta")`` under its own
+    checkpoint location, and each record is delivered once across restarts of either query.
+
+    The columns come from a file the keeping query writes beside the records before its first
+    batch; until that query has run a batch, give them as ``schema``. Raises
+    :class:`SluiceSuppressError` when ``checkpoint`` is no streaming checkpoint location, when the
+    records at ``path`` are written in another format or by another query, or when ``schema`` is
+    not theirs.
+    """
+    if not isinstance(path, str) or not path:
+        raise ValueError("late records need a path (a non-empty string)")
+    if not isinstance(checkpoint, str) or not checkpoint:
+        raise ValueError("the late records stream needs the checkpoint location of the query that keeps them")
+    if not isinstance(format, str) or not format:
+        raise ValueError("late records need a format (a non-empty string such as 'parquet')")
+    opts = {} if options is None else options
+    if not isinstance(opts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in opts.items()):
+        raise TypeError("options must be a dict of strings to strings")
+    names = _conf.contract()["late_records"]
+    reader = (
+        spark.readStream.format(names["source"])
+        .options(**opts)
+        .option(names["checkpoint_option"], checkpoint)
+        .option(names["format_option"], format)
+    )
+    if schema is not None:
+        reader = reader.schema(schema)
+    with translating():
+        return reader.load(path)

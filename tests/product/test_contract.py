@@ -35,7 +35,7 @@ def contract_names(spec: dict[str, Any]) -> set[str]:
     the prefix, so a copy of one would not be a literal of the file)."""
     c = spec["contract"]
     names = {spec["caching_provider"], *spec["providers"].values(), c["connect_type_url"], c["provider_class_key"],
-             *c["classes"].values(), *_strings(c["input"])}
+             *c["classes"].values(), *_strings(c["input"]), *_strings(c["late_records"])}
     return names
 
 

@@ -192,6 +192,15 @@ object SluiceConf {
   /** The key of a Kafka source's metrics counting the batch's records read by the direct reader. */
   val SourceDirectRecordsMetric: String = contract.get("input").get("direct_records_metric").asText()
 
+  /**
+   * The streaming source of kept late records: its short name, its options naming the main query's
+   * checkpoint and the records' format, and the file beside the records that carries their columns.
+   */
+  val LateRecordsSource: String = contract.get("late_records").get("source").asText()
+  val LateRecordsCheckpointOption: String = contract.get("late_records").get("checkpoint_option").asText()
+  val LateRecordsFormatOption: String = contract.get("late_records").get("format_option").asText()
+  val LateRecordsSchemaFile: String = contract.get("late_records").get("schema_file").asText()
+
   // --- suppress (sluice.suppress) ---
   /**
    * Whether an unbounded `untilWindowCloses` directly above a windowed aggregation (the query's only

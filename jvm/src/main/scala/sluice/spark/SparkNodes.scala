@@ -2,7 +2,7 @@ package sluice.spark
 
 import org.apache.spark.sql.catalyst.expressions.{Attribute, Expression, NamedExpression}
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
-import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Expand, Filter, LogicalPlan, Project}
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Expand, Filter, LocalRelation, LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.streaming.StreamingRelationV2
 import org.apache.spark.sql.connector.catalog.Table
 import org.apache.spark.sql.streaming.OutputMode
@@ -12,7 +12,7 @@ import sluice.spark.PlanTypes.{
   SessionWindowStateStoreSaveExec, SortAggregateExec, SparkPlan, StateStoreRestoreExec, StateStoreSaveExec,
   StatefulOperatorStateInfo
 }
-import sluice.spark.SourceTypes.{DataSource, StreamingRelation}
+import sluice.spark.SourceTypes.{DataSource, LogicalRelation, StreamingRelation}
 
 /**
  * Every Spark plan node feature code builds or copies, one method each (as spark-rapids has a shim
@@ -97,4 +97,14 @@ object SparkNodes {
 
   /** The v2 streaming relation `r` reading `table`. */
   def streamingRelationV2With(r: StreamingRelationV2, table: Table): StreamingRelationV2 = r.copy(table = table)
+
+  /**
+   * The file relation `r` as one micro-batch of a v1 streaming source reads it (as Spark's file
+   * source's `getBatch` does): the same relation, marked streaming.
+   */
+  def streamingFileRelationOf(r: LogicalRelation): LogicalRelation = r.copy(isStreaming = true)
+
+  /** A micro-batch without rows of a v1 streaming source whose columns are `output`. */
+  def emptyStreamingRelation(output: Seq[Attribute]): LocalRelation =
+    LocalRelation(output, Nil, isStreaming = true)
 }

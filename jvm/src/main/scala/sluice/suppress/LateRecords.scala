@@ -2,6 +2,11 @@ package sluice.suppress
 
 import scala.jdk.CollectionConverters._
 
+import org.apache.spark.sql.{DataFrame, SparkSession}
+import org.apache.spark.sql.types.StructType
+
+import sluice.conf.SluiceConf
+
 /**
  * Where `untilWindowCloses` keeps the records it drops as late (Flink's `sideOutputLateData`,
  * SPARK-24634): every input record of the aggregation whose window had already closed when it
@@ -33,4 +38,24 @@ object LateRecords {
 
   def of(path: String, format: String, options: java.util.Map[String, String]): LateRecords =
     LateRecords(path, format, Option(options).map(_.asScala.toMap).getOrElse(Map.empty))
+
+  /**
+   * The records kept at `path` by the query whose checkpoint location is `checkpoint`, as a
+   * streaming DataFrame (`format` and `options` as the query writes them): each of its
+   * micro-batches has the records of the query's batches committed since its last one, with their
+   * columns and [[BatchColumn]], the query's batch that kept them. A batch is offered only once
+   * the query has committed it, so no record is read that a rerun could rewrite. Write it with
+   * `writeStream.foreachBatch` or to Delta, under its own checkpoint, for exactly-once delivery.
+   *
+   * The columns come from the file the query writes beside the records before its first batch;
+   * until that query has run a batch, give them as `schema`. Fails here when `checkpoint` is no
+   * streaming checkpoint, when the records at `path` are another format or kept by another query,
+   * or when `schema` is not theirs.
+   */
+  def stream(spark: SparkSession, path: String, checkpoint: String, format: String = "parquet",
+      options: Map[String, String] = Map.empty, schema: Option[StructType] = None): DataFrame = {
+    val reader = spark.readStream.format(SluiceConf.LateRecordsSource).options(options)
+      .option(SluiceConf.LateRecordsCheckpointOption, checkpoint).option(SluiceConf.LateRecordsFormatOption, format)
+    schema.fold(reader)(reader.schema).load(path)
+  }
 }

@@ -150,7 +150,11 @@ private[sluice] object LateRecordsExec {
       _ => {
         val format =
           BatchFiles.fileFormat(session, late.format).fold(e => throw new SuppressUsageException(e), identity)
-        BatchFiles.prepare(session, format, late.options, schema(input), new Path(late.path))
+        val records = schema(input)
+        // The records' columns beside them, before the run's first batch writes any (see LateRecordsSchema).
+        LateRecordsSchema.write(BatchFiles.hadoopConf(session, late.options), late, records,
+          new Path(ctx.stateInfo.checkpointLocation).getParent)
+        BatchFiles.prepare(session, format, late.options, records, new Path(late.path))
       })
   }
 

@@ -39,6 +39,10 @@ object BatchFiles {
     }
   }
 
+  /** The Hadoop configuration of `session` with the data source `options` applied, for file system calls. */
+  def hadoopConf(session: SparkSession, options: Map[String, String]): Configuration =
+    session.sessionState.newHadoopConfWithOptions(options)
+
   /** The first field of `schema` (name and type) that `format` cannot write, if any. */
   def unsupportedField(format: FileFormat, schema: StructType): Option[(String, DataType)] =
     schema.fields.find(f => !format.supportDataType(f.dataType)).map(f => (f.name, f.dataType))
