@@ -27,7 +27,7 @@ FEATURES = ("suppress", "sessions", "cache", "windowstore", "input", "realtime",
 # has nothing left to take. Their tests are marked `slow`.
 LONG_FILES = ("test_sessions.py", "test_composition.py", "test_suppress.py", "test_crash_soak.py",
               "test_install.py", "test_spark_upgrade.py", "test_cache_writebehind.py", "test_multi_executor.py",
-              "test_realtime.py", "test_connect.py")
+              "test_realtime.py", "test_connect.py", "test_late_records_delta.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-pytestmark = pytest.mark.every_minor
+pytestmark = pytest.mark.delta
 
 # The newest delta-spark release built for each Spark minor sluice supports: Maven Central's
 # io.delta:delta-spark_<minor>_2.13 (delta-spark 4.4.0 for 4.1 and 4.2; none for 4.3, and the newest
