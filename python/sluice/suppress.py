@@ -199,13 +199,7 @@ class Suppressed:
                 "late records are kept by until_window_closes, whose windows close; "
                 f"{self.kind} drops no record as late"
             )
-        if not isinstance(path, str) or not path:
-            raise ValueError("late records need a path (a non-empty string)")
-        if not isinstance(format, str) or not format:
-            raise ValueError("late records need a format (a non-empty string such as 'parquet')")
-        opts = {} if options is None else options
-        if not isinstance(opts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in opts.items()):
-            raise TypeError("options must be a dict of strings to strings")
+        opts = _late_location(path, format, options)
         return replace(self, late_path=path, late_format=format, late_options=tuple(sorted(opts.items())))
 
     def with_name(self, name: str) -> Suppressed:
@@ -278,6 +272,19 @@ def suppress(df: DataFrame, suppressed: Suppressed, *, time_col: str | None = No
     return cast(DataFrame, _handles.dataframe(out, spark))
 
 
+def _late_location(path: object, format: object, options: object) -> dict[str, str]:
+    """Where late records are kept, checked as `with_late_records` and `late_records` both take it: the
+    options, a dict of strings."""
+    if not isinstance(path, str) or not path:
+        raise ValueError("late records need a path (a non-empty string)")
+    if not isinstance(format, str) or not format:
+        raise ValueError("late records need a format (a non-empty string such as 'parquet')")
+    opts = {} if options is None else options
+    if not isinstance(opts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in opts.items()):
+        raise TypeError("options must be a dict of strings to strings")
+    return opts
+
+
 def late_records(
     spark: SparkSession,
     path: str,
@@ -302,15 +309,9 @@ def late_records(
     records at ``path`` are written in another format or by another query, or when ``schema`` is
     not theirs.
     """
-    if not isinstance(path, str) or not path:
-        raise ValueError("late records need a path (a non-empty string)")
+    opts = _late_location(path, format, options)
     if not isinstance(checkpoint, str) or not checkpoint:
         raise ValueError("the late records stream needs the checkpoint location of the query that keeps them")
-    if not isinstance(format, str) or not format:
-        raise ValueError("late records need a format (a non-empty string such as 'parquet')")
-    opts = {} if options is None else options
-    if not isinstance(opts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in opts.items()):
-        raise TypeError("options must be a dict of strings to strings")
     names = _conf.contract()["late_records"]
     reader = (
         spark.readStream.format(names["source"])
