@@ -13,6 +13,15 @@ or as `--name LABEL:SIDE=NAME` says. A ratio takes the other engine's side from 
 that file has none (a file of sluice runs only), from the first file that has it, and says so. Other
 benchmarks' files get a section each: settings, the median of every figure per side, the targets.
 
+Each section of RESULTS.md sits between marker comments, so that a benchmark run again rewrites its own
+section alone: `--update` keeps the file's other sections. `--section KEY=TITLE` puts the bench/peers
+files in a section of their own (bench/peers' one-rewrite-at-a-time runs: `--section rewrites=...`),
+whose plots are named after KEY; a run with `sluice+<flag>` sides also gets each rewrite's ratio to the
+product defaults, within or beyond the run-to-run spread.
+
+    .venv/bin/python bench/report.py --update --section "rewrites=bench/peers: each rewrite alone" \
+        --run rewrites=bench/results/peers-C.json
+
 Plots (PNG, matplotlib) go to bench/plots/ and are linked from RESULTS.md; `--no-plots` skips them.
 RESULTS.md holds only what the files give (no time of writing), so `--check` can compare it.
 """
@@ -28,8 +37,14 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 SLUICE_SIDES = ("sluice", "sluice-exp", "sluice-rt")
+# bench/peers' sides with one experimental rewrite on, `sluice+<flag>`, each against the `sluice` side.
+ONE_REWRITE = "sluice+"
 COMPARATORS = ("flink", "flink-sql", "kafka-streams", "ks-lowlat")
 SIDE_ORDER = ("flink", "flink-sql", "kafka-streams", "ks-lowlat", "sluice", "sluice-exp", "sluice-rt")
+
+
+def is_sluice(side: str) -> bool:
+    return side in SLUICE_SIDES or side.startswith(ONE_REWRITE)
 QUERY_ORDER = ("count", "q5", "q7", "q8", "q11")
 # The bound of every sluice / other-engine drain ratio (bench/peers/bench.py's targets).
 RATIO_BOUND = 1.0
@@ -118,7 +133,7 @@ def side_settings(r: Run, side: str) -> str:
     if structured:
         text = "; ".join(f"{k}: {json.dumps(v) if isinstance(v, (dict, list)) else v}" for k, v in structured.items())
         keys = {k: v for c in started for k, v in ((c.get("spark") or {}).get("spark.sluice.* keys set") or {}).items()}
-        if started and side in SLUICE_SIDES:
+        if started and is_sluice(side):
             text += f"; spark.sluice.* keys of its sessions: {json.dumps(keys) if keys else 'none'}"
         return text
     return str(r.settings().get(side, "not recorded"))
@@ -127,8 +142,9 @@ def side_settings(r: Run, side: str) -> str:
 # ---------------------------------------------------------------- bench/peers
 
 
-def peers_section(runs: list[Run], plots: Path | None, md_dir: Path) -> list[str]:
-    out = ["## bench/peers: sluice against Flink and Kafka Streams", ""]
+def peers_section(runs: list[Run], plots: Path | None, md_dir: Path, section: str = "peers",
+                  title: str = "bench/peers: sluice against Flink and Kafka Streams") -> list[str]:
+    out = [f"## {title}", ""]
     out += ["What is measured and how: [bench/peers/README.md](peers/README.md). Drain throughput = backlog "
             "events / (the last result's broker append time − the side's start call); every side in its own "
             "process with two cores' worth of parallelism, on the same broker, sides alternating.", ""]
@@ -171,10 +187,11 @@ def peers_section(runs: list[Run], plots: Path | None, md_dir: Path) -> list[str
         met = sum(1 for q in queries for v in summary[q].values() if v[0] >= RATIO_BOUND)
         total = sum(len(summary[q]) for q in queries)
         out += ["", f"{met} of {total} met.", ""]
+    out += rewrite_summary(table, queries)
     if queries:
         out += ["### Drain throughput", ""]
         if plots is not None:
-            out += [f"![drain throughput per query and side]({rel(plots / 'peers-throughput.png', md_dir)})", ""]
+            out += [f"![drain throughput per query and side]({rel(plots / f'{section}-throughput.png', md_dir)})", ""]
     for q in queries:
         sides = sorted(table[q], key=lambda n: (order_key(table[q][n][1], SIDE_ORDER), runs.index(table[q][n][0])))
         out += [f"#### {q}", "", "| side | run | drains | median events/s | min – max events/s | median warm events/s "
@@ -193,8 +210,38 @@ def peers_section(runs: list[Run], plots: Path | None, md_dir: Path) -> list[str
         out.append("")
         out += ratio_table(q, table[q], runs)
     out += targets(runs)
-    out += latency_section(runs, plots, md_dir)
+    out += latency_section(runs, plots, md_dir, section)
     return out
+
+
+def rewrite_summary(table: dict[str, dict[str, tuple[Run, str, list[dict[str, Any]]]]],
+                    queries: list[str]) -> list[str]:
+    """Each one-rewrite side's median drain throughput over the `sluice` side's of the same run, per query,
+    and whether the gain is beyond the spread: the larger relative range (max - min) / median of the two
+    sides' drains (bench/peers/bench.py prints the same as a target)."""
+    cells: dict[str, dict[str, str]] = {}
+    for q in queries:
+        for n, (r, side, rs) in table[q].items():
+            base = [m for m, (r2, s2, _) in table[q].items() if r2 is r and s2 == "sluice"]
+            if not side.startswith(ONE_REWRITE) or not base:
+                continue
+            mine = [x.get("events_per_s") or 0 for x in rs]
+            theirs = [x.get("events_per_s") or 0 for x in table[q][base[0]][2]]
+            if not min(mine) or not min(theirs):
+                continue
+            ratio = statistics.median(mine) / statistics.median(theirs)
+            spread = max((max(xs) - min(xs)) / statistics.median(xs) for xs in (mine, theirs))
+            verdict = "beyond" if ratio >= 1 + spread else "within"
+            cells.setdefault(n, {})[q] = f"{ratio:.3f} (spread {spread:.3f}: {verdict})"
+    if not cells:
+        return []
+    out = ["### Summary: each rewrite alone / the product defaults, drain throughput", "",
+           "Median drain events/s of the side with one experimental rewrite on over the side at sluice's product "
+           "defaults, in the same run, on the queries the rewrite changes; the spread is the larger relative "
+           "range (max − min) / median of the two sides' drains, and a gain counts only beyond it.", "",
+           "| side | " + " | ".join(queries) + " |", "|---|" + "---|" * len(queries)]
+    out += [f"| {n} | " + " | ".join(cells[n].get(q, "–") for q in queries) + " |" for n in cells]
+    return out + [""]
 
 
 def ratios(sides: dict[str, tuple[Run, str, list[dict[str, Any]]]], runs: list[Run]) \
@@ -203,7 +250,7 @@ def ratios(sides: dict[str, tuple[Run, str, list[dict[str, Any]]]], runs: list[R
     from another run, whether a run of either lost or changed rows or ended incomplete) for every
     micro-batch sluice side of a query: the other engine's side from the same run, else from the first
     run that has it."""
-    mine = [n for n in sides if sides[n][1] in SLUICE_SIDES and sides[n][1] != "sluice-rt"]
+    mine = [n for n in sides if is_sluice(sides[n][1]) and sides[n][1] != "sluice-rt"]
     theirs: dict[str, list[str]] = {}
     for n, (_, side, _) in sides.items():
         if side in COMPARATORS:
@@ -278,7 +325,7 @@ def latency_points(runs: list[Run]) -> dict[str, dict[str, list[tuple[str, dict[
     return pts
 
 
-def latency_section(runs: list[Run], plots: Path | None, md_dir: Path) -> list[str]:
+def latency_section(runs: list[Run], plots: Path | None, md_dir: Path, section: str = "peers") -> list[str]:
     pts = latency_points(runs)
     if not pts:
         return ["### Latency", "", "These runs have no fixed-rate runs (`--rate 0`) and no rate search.", ""]
@@ -289,7 +336,7 @@ def latency_section(runs: list[Run], plots: Path | None, md_dir: Path) -> list[s
     for q in sorted(pts, key=lambda q: order_key(q, QUERY_ORDER)):
         out += [f"#### {q}", ""]
         if plots is not None:
-            out += [f"![latency percentiles per rate, {q}]({rel(plots / f'peers-latency-{q}.png', md_dir)})", ""]
+            out += [f"![latency percentiles per rate, {q}]({rel(plots / f'{section}-latency-{q}.png', md_dir)})", ""]
         out += ["| side | kind | rate /s | achieved /s | p50 ms | p99 ms | max ms | from ack p50 / p99 ms | results timed "
                 "| differing | complete |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for n in sorted(pts[q]):
@@ -309,7 +356,7 @@ def latency_section(runs: list[Run], plots: Path | None, md_dir: Path) -> list[s
     return out
 
 
-def peers_plots(runs: list[Run], plots: Path) -> None:
+def peers_plots(runs: list[Run], plots: Path, section: str = "peers") -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -334,11 +381,11 @@ def peers_plots(runs: list[Run], plots: Path) -> None:
                 ax.plot([x] * len(table[q][n][1]), table[q][n][1], "k.", markersize=3)
         ax.set_xticks(range(len(queries)), queries)
         ax.set_ylabel("drain events/s (bar: median; dots: runs)")
-        ax.set_title("bench/peers: drain throughput per query and side")
+        ax.set_title(f"bench/peers ({section}): drain throughput per query and side")
         ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3)
         fig.tight_layout()
-        fig.savefig(plots / "peers-throughput.png", dpi=110)
+        fig.savefig(plots / f"{section}-throughput.png", dpi=110)
         plt.close(fig)
     for q, sides in latency_points(runs).items():
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
@@ -356,7 +403,7 @@ def peers_plots(runs: list[Run], plots: Path) -> None:
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        fig.savefig(plots / f"peers-latency-{q}.png", dpi=110)
+        fig.savefig(plots / f"{section}-latency-{q}.png", dpi=110)
         plt.close(fig)
 
 
@@ -394,18 +441,44 @@ def rel(p: Path, md_dir: Path) -> str:
         return str(p.resolve())
 
 
-def render(runs: list[Run], plots: Path | None, md: Path) -> str:
-    out = ["# Benchmark results", "",
-           "Written by `bench/report.py` from the result files named below (`bench/results/*.json`, not "
-           "committed); how each benchmark measures is in its README (`bench/*/README.md`). Every figure here "
-           "is from the machine its run names: compare ratios, not rates, across machines.", ""]
+HEADER = ["# Benchmark results", "",
+          "Written by `bench/report.py` from the result files named below (`bench/results/*.json`, not "
+          "committed); how each benchmark measures is in its README (`bench/*/README.md`). Every figure here "
+          "is from the machine its run names: compare ratios, not rates, across machines. Each section comes "
+          "from its own runs and is rewritten when they are run again.", ""]
+
+
+def marks(key: str) -> tuple[str, str]:
+    """The lines around a section in RESULTS.md, so that one section can be rewritten alone (--update)."""
+    return f"<!-- section {key} -->", f"<!-- end of section {key} -->"
+
+
+def sections(runs: list[Run], plots: Path | None, md: Path, key: str, title: str) -> dict[str, str]:
+    """Section key -> its text: the bench/peers files together under `key`, every other file on its own."""
+    out: dict[str, list[str]] = {}
     peers = [r for r in runs if r.bench == "peers"]
     if peers:
-        out += peers_section(peers, plots, md.parent)
+        out[key] = peers_section(peers, plots, md.parent, key, title)
     for r in runs:
         if r.bench != "peers":
-            out += generic_section(r)
-    return "\n".join(out).rstrip() + "\n"
+            out[r.bench if r.bench not in out else f"{r.bench}-{r.label}"] = generic_section(r)
+    return {k: "\n".join([marks(k)[0], *v]).rstrip() + "\n" + marks(k)[1] + "\n" for k, v in out.items()}
+
+
+def render(parts: dict[str, str], existing: str | None) -> str:
+    """The whole file: the given sections, or with `existing` (--update) that file with the given sections
+    put in place of their earlier text and the other sections kept."""
+    if existing is None:
+        return "\n".join(HEADER) + "\n" + "\n".join(parts.values())
+    text = existing
+    for k, part in parts.items():
+        begin, end = marks(k)
+        i, j = text.find(begin), text.find(end)
+        if i >= 0 and j > i:
+            text = text[:i] + part + text[j + len(end) + 1:]
+        else:
+            text = text.rstrip() + "\n\n" + part
+    return text
 
 
 def main() -> None:
@@ -419,6 +492,10 @@ def main() -> None:
     ap.add_argument("--out", default=str(BENCH / "RESULTS.md"))
     ap.add_argument("--plots", default=str(BENCH / "plots"))
     ap.add_argument("--no-plots", action="store_true", help="no PNGs, and no links to them")
+    ap.add_argument("--section", default="peers", metavar="KEY[=TITLE]",
+                    help="the section the bench/peers files go to, and its heading (plots are named after KEY)")
+    ap.add_argument("--update", action="store_true",
+                    help="rewrite only the sections these files give; keep the other sections of --out")
     ap.add_argument("--check", action="store_true",
                     help="write nothing: exit 1 unless --out is what the files give (and its plots exist)")
     a = ap.parse_args()
@@ -443,7 +520,10 @@ def main() -> None:
 
     md = Path(a.out)
     plots = None if a.no_plots else Path(a.plots)
-    text = render(runs, plots, md)
+    key, _, title = a.section.partition("=")
+    parts = sections(runs, plots, md, key, title or ("bench/peers: sluice against Flink and Kafka Streams"
+                                                      if key == "peers" else f"bench/peers: {key}"))
+    text = render(parts, md.read_text() if a.update and md.exists() else None)
     if a.check:
         problems = []
         if not md.exists() or md.read_text() != text:
@@ -455,7 +535,7 @@ def main() -> None:
         sys.exit(1 if problems else 0)
     if plots is not None:
         if any(r.bench == "peers" for r in runs):
-            peers_plots([r for r in runs if r.bench == "peers"], plots)
+            peers_plots([r for r in runs if r.bench == "peers"], plots, key)
     md.write_text(text)
     print(f"wrote {md}" + (f" and plots under {plots}" if plots is not None else ""))
 

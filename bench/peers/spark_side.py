@@ -12,15 +12,11 @@ the aggregation (each window emitted once, when the watermark passes its end); q
 step (the auctions with the most bids in each window) runs on each micro-batch's final counts in
 ``foreachBatch``: a window's counts are all released in the same micro-batch. State store: sluice's
 in-memory window store (``state_store="in_memory_window"``). Everything else is sluice's product
-default: no other ``spark.sluice.*`` key is set unless one of the five experimental rewrites is turned
-on (bench.py's `sluice-exp` side turns on all five):
+default: no other ``spark.sluice.*`` key is set unless one of the three experimental rewrites is turned
+on (bench.py's `sluice-exp` side turns on all three):
 
 - ``--json-decoder sluice`` (``json_decoder="sluice"``): ``from_json`` decoded by sluice from the
   record's bytes instead of Spark's parser;
-- ``--window-slicing on`` (``window_slicing=True``): q5's sliding windows formed from per-slice
-  partial aggregates;
-- ``--partial-hash on`` (``aggregate_partial_hash=True``): q7's ``max(struct)`` aggregated by hash
-  before the shuffle, not sorted;
 - ``--kafka-direct on`` (``input_kafka_direct=True``): Kafka records read by sluice's direct reader,
   without Spark's copies into a generic and an unsafe row;
 - ``--checkpoint-direct on`` (``checkpoint_local_direct=True``): the checkpoint's files written by
@@ -180,12 +176,6 @@ def main() -> None:
     # The experimental rewrites, each off (sluice's product default) unless given.
     ap.add_argument("--json-decoder", default="spark", choices=["sluice", "spark"],
                     help="experimental, sluice's json_decoder option: who parses from_json's input")
-    ap.add_argument("--window-slicing", default="off", choices=["on", "off"],
-                    help="experimental, sluice's window_slicing option: sliding windows (q5) formed from per-slice "
-                         "partial aggregates")
-    ap.add_argument("--partial-hash", default="off", choices=["on", "off"],
-                    help="experimental, sluice's aggregate_partial_hash option: q7's max(struct) aggregated by hash "
-                         "before the shuffle")
     ap.add_argument("--kafka-direct", default="off", choices=["on", "off"],
                     help="experimental, sluice's input_kafka_direct option: Kafka records read as rows over their own "
                          "fields")

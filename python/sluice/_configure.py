@@ -77,8 +77,6 @@ def configure(
     state_store_cache: bool | None = None,
     statestore_cache_delegate: Provider | None = None,
     json_decoder: Literal["spark", "sluice"] | None = None,
-    window_slicing: bool | None = None,
-    aggregate_partial_hash: bool | None = None,
     input_kafka_direct: bool | None = None,
     checkpoint_local_direct: bool | None = None,
 ) -> SparkSession.Builder:
@@ -112,10 +110,6 @@ def configure(
             record cache wraps (default ``"rocksdb"``).
         json_decoder: experimental; ``"sluice"`` decodes ``from_json`` from the record's bytes where
             it can (``spark.sluice.json.decoder``).
-        window_slicing: experimental; sliding windows formed from per-slice partial aggregates
-            (``spark.sluice.window.slicing``).
-        aggregate_partial_hash: experimental; partial aggregations Spark would sort run by hash
-            (``spark.sluice.aggregate.partial.hash``).
         input_kafka_direct: experimental; micro-batches read Kafka records without Spark's copies
             (``spark.sluice.input.kafka.direct``).
         checkpoint_local_direct: experimental; checkpoint files on the local file system written

@@ -1,12 +1,13 @@
-"""The rewrites outside the KIPs: the two removed ones (sliced state, state merged per row) and the
-five labelled experimental (conf.json's "removed" and "status").
+"""The rewrites outside the KIPs: the four removed ones (sliced state, state merged per row, window
+slicing, partial aggregation by hash) and the three labelled experimental (conf.json's "removed" and
+"status").
 
 - A removed key or configure() option fails before any Spark work (Python) and at session start
   (the JVM), saying when and why it went, not as an unknown name.
 - A checkpoint whose aggregation sliced state wrote its marker into fails when the query starts.
 - The driver names the experimental rewrites that are on in one warning at SparkContext start, and a
-  rewrite that is on names a plan it leaves alone in one INFO line (here: the window slicing of a
-  streaming query's tumbling windows, once for all its micro-batches; the Scala suite
+  rewrite that is on names a plan it leaves alone in one INFO line (here: the JSON decoder, on a
+  streaming query's from_json with an option, once for all its micro-batches; the Scala suite
   sluice.plugin.ExperimentalRewritesSuite covers every rewrite).
 """
 from __future__ import annotations
@@ -26,34 +27,37 @@ from support.session import BASE_CONF, driver_log, fresh_builder, session_conf, 
 # dev/test: run on every supported Spark minor
 pytestmark = pytest.mark.every_minor
 
-REMOVED = {"spark.sluice.window.slicing.state": "window_slicing_state",
-           "spark.sluice.aggregate.state.merge": "aggregate_state_merge"}
+# each removed key: its configure() option, the release that removed it, a phrase of its reason
+REMOVED = {"spark.sluice.window.slicing.state": ("window_slicing_state", "0.1.0", "does not promise"),
+           "spark.sluice.aggregate.state.merge": ("aggregate_state_merge", "0.1.0", "does not promise"),
+           "spark.sluice.window.slicing": ("window_slicing", "0.2.0", "no gain beyond the run-to-run spread"),
+           "spark.sluice.aggregate.partial.hash": ("aggregate_partial_hash", "0.2.0",
+                                                   "no gain beyond the run-to-run spread")}
 MARKER = "_sluice_sliced_state"
 
 
 def test_the_removed_keys_are_conf_jsons_and_no_longer_keys() -> None:
-    removed = {_conf.spec()["prefix"] + r["name"]: r["option"] for r in _conf.removed()}
-    assert removed == REMOVED
+    removed = {_conf.spec()["prefix"] + r["name"]: (r["option"], r["version"]) for r in _conf.removed()}
+    assert removed == {key: (option, version) for key, (option, version, _) in REMOVED.items()}
     keys = {_conf.spec()["prefix"] + k["name"] for k in _conf.spec()["keys"]}
     assert not keys & set(REMOVED)
-    assert not set(REMOVED.values()) & set(_conf.options())
+    assert not {option for option, _, _ in REMOVED.values()} & set(_conf.options())
     assert _conf.experimental_keys() == [
-        "spark.sluice.input.kafka.direct", "spark.sluice.checkpoint.local.direct", "spark.sluice.json.decoder",
-        "spark.sluice.window.slicing", "spark.sluice.aggregate.partial.hash"]
+        "spark.sluice.input.kafka.direct", "spark.sluice.checkpoint.local.direct", "spark.sluice.json.decoder"]
 
 
 @pytest.mark.parametrize("key", sorted(REMOVED))
 def test_configure_refuses_a_removed_option_or_key_saying_when_and_why(key: str) -> None:
-    option = REMOVED[key]
+    option, version, why = REMOVED[key]
     with pytest.raises(ValueError) as info:
         sluice.configure(SparkSession.builder, **{option: True})
     message = str(info.value)
-    assert message.startswith(f"configure() option {option} was removed in sluice 0.1.0 ({key}): "), message
-    assert message.endswith("; remove the option") and "does not promise" in message, message
+    assert message.startswith(f"configure() option {option} was removed in sluice {version} ({key}): "), message
+    assert message.endswith("; remove the option") and why in message, message
     with pytest.raises(ValueError) as info:
         sluice.configure(SparkSession.builder.config(key, "false"))
     message = str(info.value)
-    assert message.startswith(f"{key} was removed in sluice 0.1.0: ") and message.endswith("; remove the setting")
+    assert message.startswith(f"{key} was removed in sluice {version}: ") and message.endswith("; remove the setting")
     assert "did you mean" not in message
 
 
@@ -81,18 +85,17 @@ def _session_start_log(conf: dict[str, str]) -> list[str]:
 
 
 def test_one_warning_at_start_names_the_experimental_rewrites_that_are_on() -> None:
-    assert _session_start_log({"spark.sluice.window.slicing": "true", "spark.sluice.json.decoder": "sluice",
-                               "spark.sluice.aggregate.partial.hash": "false"}) == [
-        "WARN sluice: experimental rewrites on: spark.sluice.json.decoder, spark.sluice.window.slicing "
+    assert _session_start_log({"spark.sluice.input.kafka.direct": "true", "spark.sluice.json.decoder": "sluice",
+                               "spark.sluice.checkpoint.local.direct": "false"}) == [
+        "WARN sluice: experimental rewrites on: spark.sluice.input.kafka.direct, spark.sluice.json.decoder "
         "(see docs/features/experimental.md)"]
-    assert _session_start_log({"spark.sluice.window.slicing": "false"}) == []
+    assert _session_start_log({"spark.sluice.input.kafka.direct": "false"}) == []
     stop_session()
 
 
-def _counts(spark: SparkSession, src: Path, window: str = "") -> object:
+def _counts(spark: SparkSession, src: Path) -> object:
     events = spark.readStream.schema("ts timestamp, k string").json(str(src))
-    keys = [F.window("ts", window), "k"] if window else ["k"]
-    return events.withWatermark("ts", "0 seconds").groupBy(*keys).count()
+    return events.withWatermark("ts", "0 seconds").groupBy("k").count()
 
 
 def _write(src: Path, name: str, rows: list[dict]) -> None:
@@ -138,28 +141,32 @@ def test_a_checkpoint_written_with_sliced_state_fails_at_start_naming_its_marker
     assert rows == [("a", 1)]
 
 
-def test_window_slicing_names_a_streaming_tumbling_window_aggregation_once_per_run(tmp_path: Path) -> None:
-    """Three micro-batches, each planned anew: one INFO line for the run, naming the aggregation and why."""
+def test_the_json_decoder_names_a_streaming_from_json_it_leaves_to_spark_once_per_run(tmp_path: Path) -> None:
+    """Three micro-batches, each planned anew: one INFO line for the run, naming the from_json and why
+    (an option, which only Spark's parser reads); the rows are Spark's."""
     spark = sluice_session()
     src = tmp_path / "in"
-    _write(src, "0.json", [{"ts": "2024-01-01 00:00:01", "k": "a"}])
+    src.mkdir()
+    (src / "0.txt").write_text('{"k": "a"}\n')
     jvm = spark.sparkContext._jvm
     jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
         "sluice.rewrites", jvm.org.apache.logging.log4j.Level.INFO)
     with driver_log("sluice.rewrites") as lines:
-        with session_conf(spark, {"spark.sluice.window.slicing": "true"}):
-            q = (_counts(spark, src, "10 seconds").writeStream.format("memory").queryName("tumbling")
-                 .outputMode("update").option("checkpointLocation", str(tmp_path / "ckpt")).start())
+        with session_conf(spark, {"spark.sluice.json.decoder": "sluice"}):
+            parsed = spark.readStream.text(str(src)).select(
+                F.from_json("value", "k string", {"mode": "PERMISSIVE"}).alias("e")).select("e.k")
+            q = (parsed.writeStream.format("memory").queryName("json_with_an_option")
+                 .option("checkpointLocation", str(tmp_path / "ckpt")).start())
         try:
             q.processAllAvailable()
             for i in (1, 2):
-                _write(src, f"{i}.json", [{"ts": f"2024-01-01 00:00:{10 * i + 1}", "k": "b"}])
+                (src / f"{i}.txt").write_text(f'{{"k": "{"bc"[i - 1]}"}}\n')
                 q.processAllAvailable()
             assert q.lastProgress["batchId"] >= 2
         finally:
             q.stop()
         logged = lines()
     assert len(logged) == 1, logged
-    assert logged[0].startswith("INFO sluice: window slicing did not apply to HashAggregate(keys=["), logged
-    assert logged[0].endswith(": the windows are tumbling (slide == size): each row is in one window, "
-                              "so there is nothing to slice"), logged
+    assert logged[0].startswith("INFO sluice: the JSON decoder did not apply to from_json("), logged
+    assert logged[0].endswith(": it has options (mode), which only Spark's parser reads"), logged
+    assert sorted(r[0] for r in spark.sql("select k from json_with_an_option").collect()) == ["a", "b", "c"]

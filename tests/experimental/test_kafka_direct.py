@@ -20,7 +20,7 @@ from sluice._conf import spec, state_store_providers
 from support import kafka as kh
 from support.kafka import kafka_session
 from support.session import driver_log, session_conf, stop_session
-from support.slicing import BATCHES, DELAY, SIZE, T0, Run, final, model, ts
+from support.window_model import BATCHES, DELAY, SIZE, T0, Run, final, model, ts
 
 # dev/test: run on every supported Spark minor
 pytestmark = [pytest.mark.every_minor, pytest.mark.kafka]
@@ -242,7 +242,7 @@ def test_records_lost_to_retention_are_skipped_or_fail_the_query_as_in_sparks_re
 
 
 class KafkaRun(Run):
-    """support.slicing's Run over a Kafka topic: each feed produces its events (key the user, value the
+    """support.window_model's Run over a Kafka topic: each feed produces its events (key the user, value the
     event time and v as JSON), and the query reads them in one micro-batch; the direct reader is
     on or off per start."""
 

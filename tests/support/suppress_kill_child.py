@@ -3,8 +3,8 @@
 argv: input folder, checkpoint, output folder, state store provider class[, slide (may be empty)[,
 key=value ...]].
 Each batch's rows go to <output>/<batch id>.json, replaced atomically (an idempotent sink keyed by
-batch id). With a slide the hour-long windows slide by it, formed by window slicing
-(spark.sluice.window.slicing); each key=value after it is a further session setting.
+batch id). With a slide the hour-long windows slide by it; each key=value after it is a further
+session setting.
 """
 from __future__ import annotations
 
@@ -18,9 +18,6 @@ from pyspark.sql import functions as F  # noqa: E402
 from sluice import BufferConfig, Suppressed, suppress  # noqa: E402
 from support.session import parse_settings, sluice_session  # noqa: E402
 from support.sinks import batch_file_sink  # noqa: E402
-
-SLICING_KEY = "spark.sluice.window.slicing"
-
 
 def final_results(spark, src, slide=None):
     events = spark.readStream.schema("ts timestamp, user string, v long").option("maxFilesPerTrigger", 1).json(src)
@@ -36,8 +33,7 @@ if __name__ == "__main__":
     src, ckpt, out, provider = sys.argv[1:5]
     slide = (sys.argv[5] if len(sys.argv) > 5 else "") or None
     settings = parse_settings(sys.argv[6:])
-    spark = sluice_session(conf={"spark.sql.streaming.stateStore.providerClass": provider,
-                                 **({SLICING_KEY: "true"} if slide else {}), **settings})
+    spark = sluice_session(conf={"spark.sql.streaming.stateStore.providerClass": provider, **settings})
     q = (final_results(spark, src, slide).writeStream.outputMode("update").foreachBatch(file_sink(out))
          .option("checkpointLocation", ckpt).start())
     q.awaitTermination()

@@ -140,7 +140,7 @@ class LayeringSuite extends AnyFunSuite {
     val shims = sparkConstructions(classes(SeamPackage + "SparkNodes$"))
     Seq("org/apache/spark/sql/execution/ProjectExec.<init>",
       "org/apache/spark/sql/catalyst/plans/logical/Project.<init>",
-      "StateStoreSaveExec.copy", "ObjectHashAggregateExec.<init>").foreach(c =>
+      "StateStoreSaveExec.copy", "StateStoreRestoreExec.copy").foreach(c =>
       assert(shims.exists(_.startsWith(c)) || shims.exists(_.contains(c)), s"$c not found in $shims"))
     // A sluice node calls its Spark base's no-argument constructor only.
     assert(sparkConstructions(classes("sluice/cache/internal/EmitCacheSkippedExec")).isEmpty)
@@ -246,10 +246,8 @@ object LayeringSuite {
     "cache" -> Set("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions"),
     "input" -> Set("conf", "spark", Bridge, "state", "rewrites"),
     "json" -> Set("conf", "spark", "rewrites"),
-    "aggregate" -> Set("conf", "spark", "rewrites"),
-    // aggregate: window slicing is a rewrite of Spark's aggregation plans, switched on as aggregate's are
-    // (SwitchedRewrite)
-    "slicing" -> Set("conf", "spark", Bridge, "state", "aggregate"),
+    // what remains of window slicing: the refusal of a checkpoint written with sliced state (removed)
+    "slicing" -> Set("conf", Bridge, "state"),
     // windowstore, suppress, cache: reads each feature's state layout in a checkpoint
     "inspect" -> Set("spark", "state", "windowstore", "suppress", "cache"),
     // suppress: Spark Connect's form of suppress, built with suppress's user API and planner
@@ -257,7 +255,7 @@ object LayeringSuite {
     // every feature but inspect, connect and testing: installs their rules, strategies and checks, and
     // refuses at start what their state store providers would
     "plugin" -> Set("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions", "cache", "input", "json",
-      "slicing", "aggregate"),
+      "slicing"),
     "testing" -> Set(Bridge))
 
   /** The heading of ARCHITECTURE.md's section holding the package map. */
@@ -369,7 +367,6 @@ object LayeringSuite {
     "input" -> Set(),
     "json" -> Set(),
     "slicing" -> Set(),
-    "aggregate" -> Set(),
     // read from Python's sluice.inspect
     "inspect" -> Set("StateInspector"),
     // spark.connect.extensions.relation.classes; the message's schema, documented for clients
@@ -384,7 +381,7 @@ object LayeringSuite {
     "conf" -> "every setting, read by every layer",
     "spark" -> "the seam: Spark's internals in sluice's terms, for every layer",
     Bridge -> "Spark's private[sql] and private[spark] APIs, for every layer",
-    "rewrites" -> ("what the experimental rewrites share (the plan rules of json, aggregate, slicing and input, and " +
+    "rewrites" -> ("what the experimental rewrites share (the plan rule of json, input's Kafka reader and " +
       "state's checkpoint file manager): why a rewrite left a plan alone, logged once per query run"),
     "state" -> ("what the stores and operators of several features share (keyed rows and their grouping " +
       "columns, side stores, store files, file formats, sidecars, index caches): a layer below the features, " +

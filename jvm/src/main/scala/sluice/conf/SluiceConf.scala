@@ -225,21 +225,12 @@ object SluiceConf {
   val JsonDecoder: ConfEntry[String] = choice("json.decoder")
   val JsonDecoderSluice: String = "sluice"
 
-  // --- window slicing (sluice.slicing) ---
-  /** Whether sliding-window aggregations aggregate each slice of event time once before the windows are formed. */
-  val WindowSlicing: ConfEntry[Boolean] = boolean("window.slicing")
-
-  // --- aggregation plans (sluice.aggregate) ---
-  /** Whether a partial aggregation Spark would sort for runs as an object-hash aggregation instead. */
-  val AggregatePartialHash: ConfEntry[Boolean] = boolean("aggregate.partial.hash")
-
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
     Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes, InputKafkaDirect,
       CheckpointLocalDirect,
       CommitIntervalMs) ++
-      Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder, WindowSlicing,
-        AggregatePartialHash)
+      Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder)
   require(entries.map(_.key).toSet == spec.get("keys").elements().asScala.map(Prefix + _.get("name").asText()).toSet,
     "every key of sluice/conf.json has an entry here, and no other")
 

@@ -6,10 +6,9 @@ import sluice.plugin.internal.{CheckpointProviderCheck, RealTimeAllowlist}
 
 /**
  * `spark.sql.extensions=sluice.plugin.SluiceExtensions`: installs sluice's planner strategies
- * (suppress, emission cache), source rules (input bound), window slicing, partial aggregation by hash,
- * sluice's from_json decoding (the last three experimental), the refusal of checkpoints written
- * with sliced state, and the check that refuses a checkpoint of another state store provider when
- * either is sluice's, into every session.
+ * (suppress, emission cache), source rules (input bound), sluice's from_json decoding
+ * (experimental), the refusal of checkpoints written with sliced state, and the check that refuses
+ * a checkpoint of another state store provider when either is sluice's, into every session.
  */
 class SluiceExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(ext: SparkSessionExtensions): Unit = {
@@ -32,10 +31,6 @@ class SluiceExtensions extends (SparkSessionExtensions => Unit) {
     ext.injectResolutionRule(session => new sluice.input.internal.InputBoundRule(session))
     // a checkpoint written with sliced state (spark.sluice.window.slicing.state, removed) fails at start
     ext.injectColumnar(sluice.slicing.internal.SlicedStateMarker.rule(_))
-    // window slicing: the map side of sliding-window aggregations (spark.sluice.window.slicing)
-    ext.injectColumnar(sluice.slicing.internal.SlicingRule.rule(_))
-    // partial aggregations by hash where Spark would sort (spark.sluice.aggregate.partial.hash)
-    ext.injectColumnar(sluice.aggregate.internal.PartialHashRule.rule(_))
     // from_json decoded from the record's bytes (spark.sluice.json.decoder=sluice)
     ext.injectOptimizerRule(sluice.json.internal.JsonDecodeRule(_))
   }

@@ -9,13 +9,9 @@ object PlanTypes {
   type SparkStrategy = org.apache.spark.sql.execution.SparkStrategy
   type UnaryExecNode = org.apache.spark.sql.execution.UnaryExecNode
   type ProjectExec = org.apache.spark.sql.execution.ProjectExec
-  type FilterExec = org.apache.spark.sql.execution.FilterExec
   type ColumnarRule = org.apache.spark.sql.execution.ColumnarRule
   type SQLMetric = org.apache.spark.sql.execution.metric.SQLMetric
   val SQLMetrics = org.apache.spark.sql.execution.metric.SQLMetrics
-
-  /** spark-4.3: a fourth field with a default (`useSingleTask`); built by [[SparkNodes.expandExec]]. */
-  type ExpandExec = org.apache.spark.sql.execution.ExpandExec
 
   /** spark-4.3: a fifth field with a default. */
   type ShuffleExchangeExec = org.apache.spark.sql.execution.exchange.ShuffleExchangeExec
@@ -31,12 +27,8 @@ object PlanTypes {
   val StreamingSessionWindowStateManager =
     org.apache.spark.sql.execution.streaming.operators.stateful.StreamingSessionWindowStateManager
 
-  /** Spark's hash, object-hash and sort aggregation operators. */
+  /** Spark's aggregation operators (hash, object-hash and sort). */
   type BaseAggregateExec = org.apache.spark.sql.execution.aggregate.BaseAggregateExec
-  type HashAggregateExec = org.apache.spark.sql.execution.aggregate.HashAggregateExec
-  type SortAggregateExec = org.apache.spark.sql.execution.aggregate.SortAggregateExec
-  type ObjectHashAggregateExec = org.apache.spark.sql.execution.aggregate.ObjectHashAggregateExec
-  type SortExec = org.apache.spark.sql.execution.SortExec
 
   /** Spark's planning of a streaming aggregation (`planStreamingAggregationForSession`). */
   val AggUtils = org.apache.spark.sql.execution.aggregate.AggUtils

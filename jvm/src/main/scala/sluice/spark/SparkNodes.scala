@@ -1,16 +1,14 @@
 package sluice.spark
 
 import org.apache.spark.sql.catalyst.expressions.{Attribute, Expression, NamedExpression}
-import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Expand, Filter, LocalRelation, LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.streaming.StreamingRelationV2
 import org.apache.spark.sql.connector.catalog.Table
 import org.apache.spark.sql.streaming.OutputMode
 
 import sluice.spark.PlanTypes.{
-  ExpandExec, HashAggregateExec, ObjectHashAggregateExec, ProjectExec, SessionWindowStateStoreRestoreExec,
-  SessionWindowStateStoreSaveExec, SortAggregateExec, SparkPlan, StateStoreRestoreExec, StateStoreSaveExec,
-  StatefulOperatorStateInfo
+  ProjectExec, SessionWindowStateStoreRestoreExec, SessionWindowStateStoreSaveExec, SparkPlan, StateStoreRestoreExec,
+  StateStoreSaveExec, StatefulOperatorStateInfo
 }
 import sluice.spark.SourceTypes.{DataSource, LogicalRelation, StreamingRelation}
 
@@ -28,29 +26,6 @@ object SparkNodes {
   /** Spark's physical projection of `projectList` over `child`. */
   def projectExec(projectList: Seq[NamedExpression], child: SparkPlan): ProjectExec =
     org.apache.spark.sql.execution.ProjectExec(projectList, child)
-
-  /** Spark's physical Expand: each input row once per projection. spark-4.3: `useSingleTask` keeps its default. */
-  def expandExec(projections: Seq[Seq[Expression]], output: Seq[Attribute], child: SparkPlan): ExpandExec =
-    org.apache.spark.sql.execution.ExpandExec(projections = projections, output = output, child = child)
-
-  /** The object-hash aggregation computing what the sort aggregation `agg` computes, over `child`. */
-  def objectHashAggregate(agg: SortAggregateExec, child: SparkPlan): ObjectHashAggregateExec =
-    org.apache.spark.sql.execution.aggregate.ObjectHashAggregateExec(
-      requiredChildDistributionExpressions = agg.requiredChildDistributionExpressions,
-      isStreaming = agg.isStreaming,
-      numShufflePartitions = agg.numShufflePartitions,
-      groupingExpressions = agg.groupingExpressions,
-      aggregateExpressions = agg.aggregateExpressions,
-      aggregateAttributes = agg.aggregateAttributes,
-      initialInputBufferOffset = agg.initialInputBufferOffset,
-      resultExpressions = agg.resultExpressions,
-      child = child)
-
-  /** `agg` with other aggregate expressions, read from its input at another buffer offset, over `child`. */
-  def hashAggregateWith(agg: HashAggregateExec, aggregateExpressions: Seq[AggregateExpression],
-      initialInputBufferOffset: Int, child: SparkPlan): HashAggregateExec =
-    agg.copy(aggregateExpressions = aggregateExpressions, initialInputBufferOffset = initialInputBufferOffset,
-      child = child)
 
   /** `save` with its state info and output mode set (as Spark's StateOpIdRule sets them). */
   def stateSaveWith(save: StateStoreSaveExec, stateInfo: StatefulOperatorStateInfo, outputMode: OutputMode)

@@ -71,19 +71,23 @@ class SluiceConfSuite extends AnyFunSuite {
   }
 
   test("a removed key fails with when and why it was removed, not as an unknown key") {
-    for (key <- Seq("spark.sluice.window.slicing.state", "spark.sluice.aggregate.state.merge")) {
+    // each key with the release that removed it and a phrase of its reason
+    for ((key, version, why) <- Seq(("spark.sluice.window.slicing.state", "0.1.0", "does not promise"),
+        ("spark.sluice.aggregate.state.merge", "0.1.0", "does not promise"),
+        ("spark.sluice.window.slicing", "0.2.0", "no gain beyond the run-to-run spread"),
+        ("spark.sluice.aggregate.partial.hash", "0.2.0", "no gain beyond the run-to-run spread"))) {
       val e = intercept[SluiceConfException](conf(key -> "true"))
-      assert(e.getMessage.startsWith(s"$key was removed in sluice 0.1.0: "), e.getMessage)
+      assert(e.getMessage.startsWith(s"$key was removed in sluice $version: "), e.getMessage)
       assert(e.getMessage.endsWith("; remove the setting"), e.getMessage)
-      assert(e.getMessage.contains("does not promise") && !e.getMessage.contains("did you mean"), e.getMessage)
+      assert(e.getMessage.contains(why) && !e.getMessage.contains("did you mean"), e.getMessage)
       assert(!e.getMessage.contains("\n"))
     }
     // "false" too: the key is gone, whatever its value
     val both = intercept[SluiceConfException](conf("spark.sluice.aggregate.state.merge" -> "false",
-        "spark.sluice.window.slicing.state" -> "false", "spark.sluice.window.slicing" -> "true"))
+        "spark.sluice.window.slicing.state" -> "false", "spark.sluice.json.decoder" -> "sluice"))
     assert(both.getMessage.split("; remove the setting").length == 2, both.getMessage)
     assert(SluiceConf.removed.map(_.key).toSet == Set("spark.sluice.window.slicing.state",
-      "spark.sluice.aggregate.state.merge"))
+      "spark.sluice.aggregate.state.merge", "spark.sluice.window.slicing", "spark.sluice.aggregate.partial.hash"))
     assert(SluiceConf.removedKey("window.slicing.state").marker.contains("_sluice_sliced_state"))
     assert(SluiceConf.removedKey("window.slicing.state").markerRefusal(0, "/c", "/c/state/0") ==
       "sluice: state operator 0 of the checkpoint at /c was written with sliced state (spark.sluice.window.slicing.state; " +
@@ -92,16 +96,15 @@ class SluiceConfSuite extends AnyFunSuite {
   }
 
   test("the experimental keys are conf.json's, and the warning names those set to other than their default") {
-    assert(SluiceConf.experimental.map(_.key).toSet == Set("spark.sluice.json.decoder", "spark.sluice.window.slicing",
-      "spark.sluice.aggregate.partial.hash", "spark.sluice.input.kafka.direct", "spark.sluice.checkpoint.local.direct"))
+    assert(SluiceConf.experimental.map(_.key).toSet == Set("spark.sluice.json.decoder",
+      "spark.sluice.input.kafka.direct", "spark.sluice.checkpoint.local.direct"))
     assert(SluiceConf.experimentalWarning(Map.empty).isEmpty)
-    assert(SluiceConf.experimentalWarning(Map("spark.sluice.window.slicing" -> "false",
+    assert(SluiceConf.experimentalWarning(Map("spark.sluice.input.kafka.direct" -> "false",
           "spark.sluice.json.decoder" -> "spark", "spark.sluice.suppress.fused" -> "true")).isEmpty)
-    assert(SluiceConf.experimentalWarning(Map("spark.sluice.window.slicing" -> "TRUE",
-          "spark.sluice.json.decoder" -> "sluice",
-          "spark.sluice.checkpoint.local.direct" -> "true", "spark.sluice.aggregate.partial.hash" -> "false")).contains(
-        "sluice: experimental rewrites on: spark.sluice.checkpoint.local.direct, spark.sluice.json.decoder, " +
-          "spark.sluice.window.slicing (see docs/features/experimental.md)"))
+    assert(SluiceConf.experimentalWarning(Map("spark.sluice.input.kafka.direct" -> "TRUE",
+          "spark.sluice.json.decoder" -> "sluice", "spark.sluice.checkpoint.local.direct" -> "false")).contains(
+        "sluice: experimental rewrites on: spark.sluice.input.kafka.direct, spark.sluice.json.decoder " +
+          "(see docs/features/experimental.md)"))
   }
 
   test("keys outside spark.sluice. are ignored and every problem is reported at once") {

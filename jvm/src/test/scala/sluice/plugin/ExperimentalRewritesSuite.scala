@@ -6,15 +6,13 @@ import java.nio.file.Files
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.{FilterFileSystem, Path, RawLocalFileSystem}
 import org.apache.spark.sql.{DataFrame, SparkSession}
-import org.apache.spark.sql.functions.{col, concat, from_json, lit, max, struct, window}
+import org.apache.spark.sql.functions.{col, concat, from_json, lit}
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
-import sluice.aggregate.internal.PartialHashRule
 import sluice.input.internal.InputBoundRule
 import sluice.json.internal.JsonDecodeRule
-import sluice.slicing.internal.SlicingRule
 import sluice.state.LocalCheckpointFileManager
 
 /**
@@ -43,40 +41,6 @@ class ExperimentalRewritesSuite extends AnyFunSuite with BeforeAndAfterAll {
   }
 
   private def planned(df: DataFrame): String = df.queryExecution.executedPlan.toString
-
-  private def events: DataFrame = spark.range(40).selectExpr("timestamp_seconds(id) as ts", "id % 3 as k", "id as v")
-
-  test("window slicing names a tumbling-window aggregation it leaves alone, once per plan") {
-    val tumbling = events.groupBy(window(col("ts"), "10 seconds"), col("k")).count()
-    val lines = logged(withConf("spark.sluice.window.slicing" -> "true")(planned(tumbling)))
-    assert(lines.size == 1, lines)
-    assert(lines.head.startsWith(s"INFO sluice: ${SlicingRule.Name} did not apply to HashAggregate(keys=["), lines)
-    assert(lines.head.endsWith(s": ${SlicingRule.Why.Tumbling}"), lines)
-    // off: nothing examined, nothing said
-    assert(logged(planned(events.groupBy(window(col("ts"), "10 seconds"), col("k")).count())).isEmpty)
-  }
-
-  test("window slicing names a sliding-window aggregation whose slide does not divide the size") {
-    val uneven = events.groupBy(window(col("ts"), "10 seconds", "3 seconds"), col("k")).count()
-    val lines = logged(withConf("spark.sluice.window.slicing" -> "true")(planned(uneven)))
-    assert(lines.size == 1 && lines.head.endsWith(s": ${SlicingRule.Why.SlideNotDividingSize}"), lines)
-    // what it rewrites it does not name
-    val sliding = events.groupBy(window(col("ts"), "10 seconds", "5 seconds"), col("k")).count()
-    val rewritten = logged(withConf("spark.sluice.window.slicing" -> "true")(planned(sliding)))
-    assert(rewritten.isEmpty, rewritten)
-  }
-
-  test("partial aggregation by hash names a partial sort aggregation with no sort below it") {
-    // max of a struct: Spark's hash aggregation cannot hold the buffer, so it plans sort aggregations;
-    // a global one has nothing to sort
-    val global = events.select(struct(col("v"), col("k")).as("s")).agg(max("s"))
-    val lines = logged(withConf("spark.sluice.aggregate.partial.hash" -> "true")(planned(global)))
-    assert(lines.size == 1, lines)
-    assert(lines.head.startsWith(s"INFO sluice: ${PartialHashRule.Name} did not apply to SortAggregate("), lines)
-    assert(lines.head.endsWith(s": ${PartialHashRule.Why.NoSort}"), lines)
-    val keyed = events.groupBy("k").agg(max(struct(col("v"), col("k"))))
-    assert(logged(withConf("spark.sluice.aggregate.partial.hash" -> "true")(planned(keyed))).isEmpty)
-  }
 
   test("the JSON decoder names a from_json it leaves to Spark's parser, once however often the optimizer meets it") {
     val schema = StructType(Seq(StructField("a", LongType)))

@@ -17,6 +17,7 @@ import org.apache.spark.sql.sources.{DataSourceRegister, StreamSourceProvider}
 import org.apache.spark.sql.types.{ArrayType, DataType, LongType, MapType, StructField, StructType}
 
 import sluice.conf.SluiceConf
+import sluice.spark.CheckpointTypes.CheckpointFileManager
 import sluice.spark.SourceTypes.{LogicalRelation, LongOffset, Offset, Source}
 import sluice.spark.SparkNodes
 import sluice.suppress.{LateRecords, SuppressUsageException}
@@ -43,8 +44,9 @@ private[sluice] object LateRecordsSchema {
 
   /**
    * Writes the file of the records `late` keeps with columns `schema` for the query of checkpoint
-   * `checkpoint`, unless the same is there: under a hidden name, then renamed into place, so a
-   * reader sees the earlier file or this one whole.
+   * `checkpoint`, unless the same is there: through Spark's checkpoint file manager, which writes
+   * under a hidden name and renames over the earlier file (atomically where the file system can), so
+   * a reader sees the earlier file or this one whole, as Spark's own checkpoint files.
    */
   def write(conf: Configuration, late: LateRecords, schema: StructType, checkpoint: Path): Unit = {
     val base = new Path(late.path)
@@ -57,13 +59,16 @@ private[sluice] object LateRecordsSchema {
     node.put("format", stored.format)
     node.put("checkpoint", stored.checkpoint)
     node.set[ObjectNode]("schema", mapper.readTree(schema.json))
-    fs.mkdirs(base)
-    val hidden = new Path(base, s".${target.getName}.${java.util.UUID.randomUUID()}.tmp")
-    val out = fs.create(hidden, true)
+    val fm = CheckpointFileManager.create(base, conf)
+    fm.mkdirs(base)
+    val out = fm.createAtomic(target, overwriteIfPossible = true)
     try out.write(mapper.writerWithDefaultPrettyPrinter().writeValueAsBytes(node))
-    finally out.close()
-    if (fs.exists(target)) fs.delete(target, false)
-    if (!fs.rename(hidden, target)) throw new java.io.IOException(s"could not rename $hidden to $target")
+    catch {
+      case e: Throwable =>
+        out.cancel()
+        throw e
+    }
+    out.close()
   }
 
   /** The file at `base`, if there is one; fails on a file this sluice cannot read. */

@@ -6,7 +6,6 @@ import java.nio.file.Files
 import scala.jdk.CollectionConverters._
 
 import org.apache.spark.sql.QueryTest
-import org.apache.spark.sql.functions.{col, window}
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.streaming.Trigger
 import org.apache.spark.sql.test.SharedSparkSession
@@ -16,9 +15,7 @@ import org.apache.spark.sql.test.SharedSparkSession
  * sessions Spark's own suites run in (SharedSparkSession's TestSparkSession): runs one stateful query
  * and looks at the provider that served it (its custom metrics), the session's planner strategies
  * (sluice's extensions) and the plugin setting. `-Dsluice.probe.expect=` names what must be found:
- * `spark` (Spark's default provider, no sluice), `cache-hdfs`, `cache-rocksdb`, `windowstore`,
- * `rewrites` (Spark's default provider, window slicing and partial aggregation by hash on: a batch
- * sliding-window count must run sliced);
+ * `spark` (Spark's default provider, no sluice), `cache-hdfs`, `cache-rocksdb`, `windowstore`;
  * `-Dsluice.probe.commitIntervalMs=` the commit interval the session must have, if any. Not run by
  * `sbt test` (build.sbt filters it out): it only means something with those properties.
  */
@@ -55,16 +52,6 @@ class SessionDefaultsProbe extends QueryTest with SharedSparkSession {
       case "cache-hdfs" => assert(cache && !rocksdb, s"not the record cache over HDFS: $metrics")
       case "cache-rocksdb" => assert(cache && rocksdb, s"not the record cache over RocksDB: $metrics")
       case "windowstore" => assert(windowStore && !cache, s"not the window store: $metrics")
-      case "rewrites" =>
-        assert(!cache && !windowStore, s"not Spark's own provider: $metrics")
-        val sliding = spark.range(100).selectExpr("timestamp_seconds(id) as ts")
-          .groupBy(window(col("ts"), "10 seconds", "5 seconds")).count()
-        assert(sliding.collect().map(_.getLong(1)).sum == 200, "a sliding-window count lost rows")
-        // merge_count: the partial merge of the sliced map side (unsliced, a count is partial or final)
-        val plan = sliding.queryExecution.executedPlan.toString
-        assert(plan.contains("merge_count"), s"window slicing did not reach the session: $plan")
-        println(s"sluice-probe: rewrites slicing=${spark.conf.get("spark.sluice.window.slicing")} " +
-          s"partialHash=${spark.conf.get("spark.sluice.aggregate.partial.hash")}")
       case other => fail(s"unknown sluice.probe.expect: $other")
     }
     if (expect != "spark") {

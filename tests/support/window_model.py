@@ -1,26 +1,22 @@
-"""What the window slicing tests share with the other experimental rewrites' tests (partial
-aggregation by hash, both rewrites together, Kafka records read directly): the input, one JSON file
-per micro-batch (maxFilesPerTrigger=1), each batch's rows recorded by batch id; a small model of
-sliding windows and the watermark the final results are checked against; the plan's map side (below
-the aggregation's exchange), which shows whether it was sliced."""
+"""Windowed input and its model, for the experimental rewrites' tests (Kafka records read directly):
+the input, one JSON file per micro-batch (maxFilesPerTrigger=1), each batch's rows recorded by batch
+id; and a small model of sliding (or tumbling) windows and the watermark the final results are checked
+against."""
 from __future__ import annotations
 
 import json
 import math
 import os
-import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sluice import BufferConfig, Suppressed, suppress
-from support.session import session_conf
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
-SLICING_KEY = "spark.sluice.window.slicing"
 DELAY = 10  # watermark delay, seconds
 SIZE = 60   # window size, seconds
 SLIDE = 20
@@ -80,25 +76,6 @@ def model(size: int = SIZE, slide: int = SLIDE, feeds: Optional[list[int]] = Non
     return {k: (len(vs), sum(vs), max(vs)) for k, vs in values.items() if k[0] + size <= wm}
 
 
-def map_side(plan: str) -> list[str]:
-    """The map side of the aggregation, top down, from its physical plan: each hash aggregation
-    (`partial` or `merge`) and Expand below the first exchange."""
-    below = plan.split("Exchange", 1)[1]
-    return [agg or "Expand" for agg, _ in
-            re.findall(r"HashAggregate\(keys=\[[^\]]*\], functions=\[(partial|merge)_|(Expand) \[", below)]
-
-
-SLICED = ["merge", "Expand", "partial"]
-UNSLICED = ["partial", "Expand"]
-
-
-def aggregates(df: DataFrame, window: Column, user: Optional[Column] = None) -> DataFrame:
-    """Count, sum and max per window and user; `user` may be an expression of the user (Spark then
-    computes it in a projection between the windows and the aggregation)."""
-    return (df.withWatermark("ts", f"{DELAY} seconds").groupBy(window, (F.col("user") if user is None else user).alias("user"))
-            .agg(F.count("*").alias("n"), F.sum("v").alias("total"), F.max("v").alias("top")))
-
-
 class Run:
     """One query over its own input folder and checkpoint, fed one file per micro-batch; the sink
     keeps every batch's rows by batch id, and what a batch emitted the first time it ran."""
@@ -116,15 +93,14 @@ class Run:
         """How the file source takes its input: one file per micro-batch."""
         return {"maxFilesPerTrigger": "1"}
 
-    def start(self, slicing: bool) -> None:
+    def start(self) -> None:
         def sink(batch: DataFrame, batch_id: int) -> None:
             (self.replayed if batch_id in self.first else self.first)[batch_id] = sorted(result_rows(batch))
 
-        with session_conf(self.spark, {SLICING_KEY: str(slicing).lower()}):
-            events = (self.spark.readStream.schema("ts timestamp, user string, v long")
-                      .options(**self.source_options()).json(str(self.src)))
-            self.query = (self.build(events).writeStream.outputMode(self.mode).foreachBatch(sink)
-                          .option("checkpointLocation", str(self.ckpt)).start())
+        events = (self.spark.readStream.schema("ts timestamp, user string, v long")
+                  .options(**self.source_options()).json(str(self.src)))
+        self.query = (self.build(events).writeStream.outputMode(self.mode).foreachBatch(sink)
+                      .option("checkpointLocation", str(self.ckpt)).start())
 
     def feed(self, *batches: list[tuple]) -> None:
         """Writes a file of each batch's events, in order, then waits until the query has read them."""
@@ -157,49 +133,6 @@ class Run:
                 assert (s, u) not in out, f"window {s} of {u} emitted twice"
                 out[(s, u)] = (n, total, top)
         return out
-
-
-class SwitchedRun(Run):
-    """A Run whose start sets another plan rewrite's boolean setting, `key`, instead of window slicing's."""
-
-    def __init__(self, spark: SparkSession, root: Path, build: Callable[[DataFrame], DataFrame], mode: str,
-                 key: str) -> None:
-        super().__init__(spark, root, build, mode)
-        self.key = key
-
-    def start(self, on: bool) -> None:
-        with session_conf(self.spark, {self.key: str(on).lower()}):
-            super().start(False)
-
-
-def switched(run: Run, plan_of: Callable[[str], Any]) -> list[Any]:
-    """Feeds BATCHES to `run` with its feature on for three batches, off after a restart, on again
-    after another; each stop leaves its last batch uncommitted, so the restart replays it under the
-    other setting. Returns `plan_of` each segment's physical plan."""
-    plans = []
-    try:
-        for segment, (on, batches) in enumerate([(True, BATCHES[:3]), (False, BATCHES[3:5]), (True, BATCHES[5:])]):
-            run.start(on)
-            for events in batches:
-                run.feed(events)
-            plans.append(plan_of(run.plan()))
-            if segment < 2:
-                run.stop(forget_last_commit=True)
-    finally:
-        if run.query is not None:
-            run.stop()
-    return plans
-
-
-def fed_sliced(run: Run) -> str:
-    """Feeds BATCHES to `run` with slicing on, stops it, and returns its last physical plan."""
-    try:
-        run.start(True)
-        for events in BATCHES:
-            run.feed(events)
-        return run.plan()
-    finally:
-        run.stop()
 
 
 def final(df: DataFrame) -> DataFrame:
