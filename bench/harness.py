@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import platform
+import statistics
 import sys
 import time
 from datetime import datetime, timezone
@@ -115,3 +116,9 @@ def _commit() -> str:
 def _cpus() -> int:
     import os
     return os.cpu_count() or 0
+
+
+def spread(*sides: Sequence[float]) -> float:
+    """The run-to-run spread of the sides' measurements: the largest relative range (max - min) / median
+    among them. A gain of one side over another counts only beyond it."""
+    return max((max(xs) - min(xs)) / statistics.median(xs) for xs in sides)

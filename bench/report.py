@@ -35,6 +35,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness import spread  # bench/harness.py, beside this file
+
 BENCH = Path(__file__).resolve().parent
 SLUICE_SIDES = ("sluice", "sluice-exp", "sluice-rt")
 # bench/peers' sides with one experimental rewrite on, `sluice+<flag>`, each against the `sluice` side.
@@ -42,12 +44,13 @@ ONE_REWRITE = "sluice+"
 COMPARATORS = ("flink", "flink-sql", "kafka-streams", "ks-lowlat")
 SIDE_ORDER = ("flink", "flink-sql", "kafka-streams", "ks-lowlat", "sluice", "sluice-exp", "sluice-rt")
 
-
-def is_sluice(side: str) -> bool:
-    return side in SLUICE_SIDES or side.startswith(ONE_REWRITE)
 QUERY_ORDER = ("count", "q5", "q7", "q8", "q11")
 # The bound of every sluice / other-engine drain ratio (bench/peers/bench.py's targets).
 RATIO_BOUND = 1.0
+
+
+def is_sluice(side: str) -> bool:
+    return side in SLUICE_SIDES or side.startswith(ONE_REWRITE)
 
 
 class Run:
@@ -230,9 +233,9 @@ def rewrite_summary(table: dict[str, dict[str, tuple[Run, str, list[dict[str, An
             if not min(mine) or not min(theirs):
                 continue
             ratio = statistics.median(mine) / statistics.median(theirs)
-            spread = max((max(xs) - min(xs)) / statistics.median(xs) for xs in (mine, theirs))
-            verdict = "beyond" if ratio >= 1 + spread else "within"
-            cells.setdefault(n, {})[q] = f"{ratio:.3f} (spread {spread:.3f}: {verdict})"
+            sp = spread(mine, theirs)
+            verdict = "beyond" if ratio >= 1 + sp else "within"
+            cells.setdefault(n, {})[q] = f"{ratio:.3f} (spread {sp:.3f}: {verdict})"
     if not cells:
         return []
     out = ["### Summary: each rewrite alone / the product defaults, drain throughput", "",

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from support import kafka as kh  # noqa: E402
 from cpu_split import CpuSplit  # noqa: E402  (beside this file)
-from harness import Harness  # noqa: E402
+from harness import Harness, spread  # noqa: E402
 from pyspark.version import __version__ as PYSPARK_VERSION  # noqa: E402
 
 import sluice  # noqa: E402
@@ -881,11 +881,10 @@ def run(a: argparse.Namespace, queries: list[str], sides: list[str], search: lis
             for one in [s for s in ONE_REWRITE if s in qsides and SL in qsides and med[f"{q}/{SL}"] > 0]:
                 # A rewrite's decision asks for a gain beyond the run-to-run spread: the larger relative
                 # range (max - min) / median of its side's drains and of the defaults' in this run.
-                spread = max((max(xs) - min(xs)) / statistics.median(xs) for xs in
-                             ([r["events_per_s"] for r in runs[f"{q}/{n}"]] for n in (SL, one)))
+                sp = spread(*([r["events_per_s"] for r in runs[f"{q}/{n}"]] for n in (SL, one)))
                 h.target(f"{q}: {one} / {SL} drain throughput beyond the spread (median events/s "
-                         f"{med[f'{q}/{one}']:.0f} / {med[f'{q}/{SL}']:.0f}, spread {spread:.3f})",
-                         med[f"{q}/{one}"] / med[f"{q}/{SL}"], ">=", round(1 + spread, 3))
+                         f"{med[f'{q}/{one}']:.0f} / {med[f'{q}/{SL}']:.0f}, spread {sp:.3f})",
+                         med[f"{q}/{one}"] / med[f"{q}/{SL}"], ">=", round(1 + sp, 3))
             h.target(f"{q}: differing rows, worst drain run (vs reference and vs {names[0]})", float(worst), "<=", 0.0)
             comparisons[q] = {n: [d["differing"] for d in cross[n]] for n in names}
             for n in names:
