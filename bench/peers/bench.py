@@ -86,22 +86,20 @@ COMPARATORS = (FL, FLS, KS, KSL)
 
 # sluice's experimental rewrites, opt-in (off in the product defaults): configure() option -> (this
 # bench's flag and spark_side.py's, the flag's value that turns it on, the Spark key). The `sluice` and
-# `sluice-rt` sides set those whose flag is given; `sluice-exp` sets all three.
+# `sluice-rt` sides set those whose flag is given; `sluice-exp` sets both.
 EXPERIMENTAL = {
     "json_decoder": ("json-decoder", "sluice", "spark.sluice.json.decoder"),
-    "input_kafka_direct": ("kafka-direct", "on", "spark.sluice.input.kafka.direct"),
     "checkpoint_local_direct": ("checkpoint-direct", "on", "spark.sluice.checkpoint.local.direct"),
 }
 # Each flag's value at sluice's product default.
-EXPERIMENTAL_OFF = {"json-decoder": "spark", "kafka-direct": "off", "checkpoint-direct": "off"}
+EXPERIMENTAL_OFF = {"json-decoder": "spark", "checkpoint-direct": "off"}
 # One side per rewrite, `sluice+<flag>`: the product defaults with that rewrite alone on, so that each
 # rewrite's own gain is measured against the defaults in the same run (the decision per rewrite).
 ONE_REWRITE = {f"{SL}+{flag}": flag for flag, _, _ in EXPERIMENTAL.values()}
 # The queries whose plan each rewrite changes; on the others its side would measure the defaults again.
-# The JSON decoder: Nexmark's from_json (the count reads the key and timestamp only); the Kafka reader
-# and the checkpoint files: every query.
-ONE_REWRITE_QUERIES = {"json-decoder": ("q5", "q7", "q8", "q11"), "kafka-direct": ("count", "q5", "q7", "q8", "q11"),
-                       "checkpoint-direct": ("count", "q5", "q7", "q8", "q11")}
+# The JSON decoder: Nexmark's from_json (the count reads the key and timestamp only); the checkpoint
+# files: every query.
+ONE_REWRITE_QUERIES = {"json-decoder": ("q5", "q7", "q8", "q11"), "checkpoint-direct": ("count", "q5", "q7", "q8", "q11")}
 SIDES = [FL, FLS, KS, KSL, SL, SLX, *ONE_REWRITE, RT]
 SPARK_SIDES = (SL, SLX, *ONE_REWRITE, RT)
 # The micro-batch sluice sides, each compared with every other engine's side.
@@ -536,7 +534,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--queries", default=",".join(QUERIES), help="comma-separated, of " + ",".join(QUERIES))
     ap.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated, of {','.join(SIDES)} ({SL}: "
-                    f"sluice's product defaults; {SLX}: the same with the three experimental rewrites on; "
+                    f"sluice's product defaults; {SLX}: the same with the two experimental rewrites on; "
                     f"{SL}+FLAG (e.g. {SL}+json-decoder): the defaults with that one rewrite on, on the queries "
                     f"it changes; {RT}: the count, q7 and q8, the other queries run without it)")
     ap.add_argument("--events", type=int, default=10_000_000, help="Nexmark backlog events (and count records)")
@@ -588,13 +586,10 @@ def main() -> None:
     ap.add_argument("--trigger", default="0", help="sluice's processing-time trigger (0: Spark's default)")
     ap.add_argument("--max-offsets", type=int, default=0, help="sluice's maxOffsetsPerTrigger (0: not set)")
     # sluice's experimental rewrites (opt-in), for ad-hoc runs of the `sluice` and `sluice-rt` sides; each
-    # defaults to sluice's product default. The `sluice-exp` side turns all three on whatever these say.
+    # defaults to sluice's product default. The `sluice-exp` side turns both on whatever these say.
     ap.add_argument("--json-decoder", default="spark", choices=["sluice", "spark"],
                     help="experimental, json_decoder (spark.sluice.json.decoder): who parses from_json's input on the "
                          "Nexmark queries, Spark's own parser (the default) or sluice from the record's bytes")
-    ap.add_argument("--kafka-direct", default="off", choices=["on", "off"],
-                    help="experimental, input_kafka_direct (spark.sluice.input.kafka.direct): micro-batches read Kafka "
-                         "records as rows over the records' own fields, without Spark's two copies")
     ap.add_argument("--checkpoint-direct", default="off", choices=["on", "off"],
                     help="experimental, checkpoint_local_direct (spark.sluice.checkpoint.local.direct): the local "
                          "checkpoint's files written with java.nio, without Hadoop's chmod and readlink processes")
@@ -679,7 +674,7 @@ def side_settings(a: argparse.Namespace, sides: list[str]) -> dict[str, dict[str
                          "mode": "real-time" if side == RT else "micro-batch",
                          "master": f"local[{a.rt_cores}]" if side == RT else "local[2]",
                          "configuration": "sluice's product defaults" if not sluice_keys(side, a) else
-                         "the three experimental rewrites on" if side == SLX else
+                         "the two experimental rewrites on" if side == SLX else
                          f"sluice's product defaults with {ONE_REWRITE[side]} alone on" if side in ONE_REWRITE else
                          "experimental rewrites as flagged",
                          "state_store": "Spark's RocksDB (real-time mode's only provider)" if side == RT else
@@ -725,7 +720,7 @@ def settings_of(a: argparse.Namespace, count_records: int, sides: list[str]) -> 
             f"session_window), trigger {'default' if a.trigger == '0' else a.trigger}, maxOffsetsPerTrigger "
             f"{a.max_offsets or 'not set'}, Kafka source options "
             f"{', '.join(a.source_option) or 'none beyond the subscription (Spark defaults)'}",
-        SLX: f"the {SL} pipeline with sluice's three experimental rewrites on ({rewrites}): spark.sluice.* keys set "
+        SLX: f"the {SL} pipeline with sluice's two experimental rewrites on ({rewrites}): spark.sluice.* keys set "
              f"{sluice_keys(SLX, a)} beside state_store=in_memory_window",
         **{side: f"the {SL} pipeline at sluice's product defaults with one experimental rewrite on, "
                  f"{ONE_REWRITE[side]}: spark.sluice.* keys set {sluice_keys(side, a)} beside "

@@ -77,7 +77,6 @@ def configure(
     state_store_cache: bool | None = None,
     statestore_cache_delegate: Provider | None = None,
     json_decoder: Literal["spark", "sluice"] | None = None,
-    input_kafka_direct: bool | None = None,
     checkpoint_local_direct: bool | None = None,
 ) -> SparkSession.Builder:
     """Adds sluice to a SparkSession builder and sets its ``spark.sluice.*`` options.
@@ -110,8 +109,6 @@ def configure(
             record cache wraps (default ``"rocksdb"``).
         json_decoder: experimental; ``"sluice"`` decodes ``from_json`` from the record's bytes where
             it can (``spark.sluice.json.decoder``).
-        input_kafka_direct: experimental; micro-batches read Kafka records without Spark's copies
-            (``spark.sluice.input.kafka.direct``).
         checkpoint_local_direct: experimental; checkpoint files on the local file system written
             without Hadoop's process per file (``spark.sluice.checkpoint.local.direct``).
 

@@ -3,22 +3,20 @@ file and rate source of a query once sluice is configured.
 
 ``MAX_BYTES_PER_TRIGGER`` is the source option overriding ``spark.sluice.input.buffer.max.bytes``
 for one source; ``BYTES_METRIC`` and ``THROTTLED_METRIC`` are the keys sluice adds to each bounded
-source's ``metrics`` in the query progress, and ``DIRECT_RECORDS_METRIC`` the one it adds to a Kafka
-source's where ``input_kafka_direct`` is on (the batch's records read by sluice's direct reader).
+source's ``metrics`` in the query progress.
 """
 
 from __future__ import annotations
 
 from sluice import _conf
 
-__all__ = ["MAX_BYTES_PER_TRIGGER", "BYTES_METRIC", "THROTTLED_METRIC", "DIRECT_RECORDS_METRIC"]  # noqa: F822 (module __getattr__)
+__all__ = ["MAX_BYTES_PER_TRIGGER", "BYTES_METRIC", "THROTTLED_METRIC"]  # noqa: F822 (module __getattr__)
 
 # Where each name is in conf.json's contract.input, which the JVM side reads too.
 _CONTRACT = {
     "MAX_BYTES_PER_TRIGGER": "source_option",
     "BYTES_METRIC": "bytes_metric",
     "THROTTLED_METRIC": "throttled_metric",
-    "DIRECT_RECORDS_METRIC": "direct_records_metric",
 }
 
 

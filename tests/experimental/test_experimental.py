@@ -1,6 +1,6 @@
-"""The rewrites outside the KIPs: the four removed ones (sliced state, state merged per row, window
-slicing, partial aggregation by hash) and the three labelled experimental (conf.json's "removed" and
-"status").
+"""The rewrites outside the KIPs: the five removed ones (sliced state, state merged per row, window
+slicing, partial aggregation by hash, Kafka records read directly) and the two labelled experimental
+(conf.json's "removed" and "status").
 
 - A removed key or configure() option fails before any Spark work (Python) and at session start
   (the JVM), saying when and why it went, not as an unknown name.
@@ -32,7 +32,8 @@ REMOVED = {"spark.sluice.window.slicing.state": ("window_slicing_state", "0.1.0"
            "spark.sluice.aggregate.state.merge": ("aggregate_state_merge", "0.1.0", "does not promise"),
            "spark.sluice.window.slicing": ("window_slicing", "0.2.0", "no gain beyond the run-to-run spread"),
            "spark.sluice.aggregate.partial.hash": ("aggregate_partial_hash", "0.2.0",
-                                                   "no gain beyond the run-to-run spread")}
+                                                   "no gain beyond the run-to-run spread"),
+           "spark.sluice.input.kafka.direct": ("input_kafka_direct", "0.2.0", "no gain beyond the run-to-run spread")}
 MARKER = "_sluice_sliced_state"
 
 
@@ -42,8 +43,7 @@ def test_the_removed_keys_are_conf_jsons_and_no_longer_keys() -> None:
     keys = {_conf.spec()["prefix"] + k["name"] for k in _conf.spec()["keys"]}
     assert not keys & set(REMOVED)
     assert not {option for option, _, _ in REMOVED.values()} & set(_conf.options())
-    assert _conf.experimental_keys() == [
-        "spark.sluice.input.kafka.direct", "spark.sluice.checkpoint.local.direct", "spark.sluice.json.decoder"]
+    assert _conf.experimental_keys() == ["spark.sluice.checkpoint.local.direct", "spark.sluice.json.decoder"]
 
 
 @pytest.mark.parametrize("key", sorted(REMOVED))
@@ -85,11 +85,11 @@ def _session_start_log(conf: dict[str, str]) -> list[str]:
 
 
 def test_one_warning_at_start_names_the_experimental_rewrites_that_are_on() -> None:
-    assert _session_start_log({"spark.sluice.input.kafka.direct": "true", "spark.sluice.json.decoder": "sluice",
-                               "spark.sluice.checkpoint.local.direct": "false"}) == [
-        "WARN sluice: experimental rewrites on: spark.sluice.input.kafka.direct, spark.sluice.json.decoder "
+    assert _session_start_log({"spark.sluice.checkpoint.local.direct": "true",
+                               "spark.sluice.json.decoder": "sluice"}) == [
+        "WARN sluice: experimental rewrites on: spark.sluice.checkpoint.local.direct, spark.sluice.json.decoder "
         "(see docs/features/experimental.md)"]
-    assert _session_start_log({"spark.sluice.input.kafka.direct": "false"}) == []
+    assert _session_start_log({"spark.sluice.checkpoint.local.direct": "false"}) == []
     stop_session()
 
 

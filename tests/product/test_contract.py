@@ -97,7 +97,5 @@ def test_both_sides_read_the_same_file() -> None:
     assert _conf.PROVIDER_CLASS_KEY == contract["provider_class_key"]
 
     from sluice import input as sluice_input
-    assert (sluice_input.MAX_BYTES_PER_TRIGGER, sluice_input.BYTES_METRIC, sluice_input.THROTTLED_METRIC,
-            sluice_input.DIRECT_RECORDS_METRIC) == (
-        contract["input"]["source_option"], contract["input"]["bytes_metric"], contract["input"]["throttled_metric"],
-        contract["input"]["direct_records_metric"])
+    assert (sluice_input.MAX_BYTES_PER_TRIGGER, sluice_input.BYTES_METRIC, sluice_input.THROTTLED_METRIC) == (
+        contract["input"]["source_option"], contract["input"]["bytes_metric"], contract["input"]["throttled_metric"])

@@ -16,7 +16,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sluice
-from sluice import input as sluice_input
 from support import kafka as kh
 from support import realtime_kill_child
 from support.children import kill_when
@@ -547,35 +546,3 @@ def test_the_json_decoder_decodes_in_real_time_too(rt, tmp_path: Path) -> None:
         plans[on] = plan
     assert "sluice_from_json(" in plans[True], plans[True]
     assert "sluice_from_json" not in plans[False] and "from_json(" in plans[False], plans[False]
-
-
-def test_the_direct_kafka_reader_reads_in_real_time_too(rt, tmp_path: Path) -> None:
-    """input.kafka.direct under the real-time trigger: the source loaded with it on reads every record
-    through sluice's direct reader (the source's metrics count them all) and counts each once."""
-    spark, broker = rt
-    with session_conf(spark, {"spark.sluice.input.kafka.direct": "true"}):
-        df = _counts(spark, broker)  # the setting is read when the source is loaded
-    q = _start(spark, broker, df, "direct_rt", tmp_path)
-    try:
-        def emitted() -> list[dict]:
-            return [json.loads(r.value) for r in spark.read.format("kafka")
-                    .option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", "direct_rt")
-                    .option("startingOffsets", "earliest").load().selectExpr("cast(value as string) value").collect()]
-        deadline = time.monotonic() + 120
-        while len(out := emitted()) < RECORDS:  # real-time mode emits one updated row per input row
-            assert q.isActive and time.monotonic() < deadline, q.exception()
-            time.sleep(0.5)
-        latest: dict[str, int] = {}
-        for r in out:
-            latest[r["key"]] = max(latest.get(r["key"], 0), r["count"])
-        assert sum(latest.values()) == RECORDS  # every record counted once
-
-        def direct() -> int:  # a real-time batch's tasks report when the batch ends
-            return sum(int(p["sources"][0]["metrics"][sluice_input.DIRECT_RECORDS_METRIC])
-                       for p in q.recentProgress if p["sources"])
-        while direct() < RECORDS:
-            assert q.isActive and time.monotonic() < deadline + 60, q.exception()
-            time.sleep(0.5)
-        assert direct() == RECORDS
-    finally:
-        q.stop()

@@ -223,9 +223,6 @@ object LayeringSuite {
   val Bridge = "bridge"
   val BridgePackage = "org/apache/spark/sql/sluice"
 
-  /** The bridge's part in Spark's Kafka connector, whose reader parts are private to its package. */
-  val KafkaBridgePackage = "org/apache/spark/sql/kafka010/sluice"
-
   /**
    * Each layer -> the layers its classes may refer to besides its own: every edge a class uses and no
    * other, with no cycle. A shared layer uses no feature; an edge from a feature to another feature
@@ -244,7 +241,7 @@ object LayeringSuite {
     // windowstore: the record cache over a window store, the emission cache's rows kept in one;
     // suppress, sessions: the emission cache's rule tells the operator below the sink by its node
     "cache" -> Set("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions"),
-    "input" -> Set("conf", "spark", Bridge, "state", "rewrites"),
+    "input" -> Set("conf", "spark", Bridge, "state"),
     "json" -> Set("conf", "spark", "rewrites"),
     // what remains of window slicing: the refusal of a checkpoint written with sliced state (removed)
     "slicing" -> Set("conf", Bridge, "state"),
@@ -297,14 +294,11 @@ object LayeringSuite {
     (table.toMap, drawing ++ drawn.flatMap(_._2).filterNot(drawing.contains).map(_ -> Set.empty[String]))
   }
 
-  /**
-   * The bridge's classes: each adapts a Spark API that is `private[sql]` or `private[spark]`, or (in
-   * [[KafkaBridgePackage]]) `private[kafka010]`.
-   */
+  /** The bridge's classes: each adapts a Spark API that is `private[sql]` or `private[spark]`. */
   val BridgeAdapters: Set[String] = Set("StatefulOperatorSupport", "SluiceStatefulNode", "StreamContext",
     "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric",
     "SizeOperatorMetric",
-    "DatasetAccess", "DirectReads", "DirectReaderFactory", "DirectReader", "RealTimeReads",
+    "DatasetAccess",
     "DrivenQueries", "DrivenSource", "DrivenClock", "DrivenSink", "BatchFiles", "DelegatedReplay", "ReplayedChanges",
     "ProgressCopy")
 
@@ -340,7 +334,7 @@ object LayeringSuite {
 
   /** Where Spark's internals may be named: the seam (shared and per-minor folders) and the bridge. */
   val SeamSourceDirs: Seq[String] = Seq("scala/sluice/spark/.*", "spark-[^/]+/sluice/spark/.*",
-    "scala/org/apache/spark/sql/sluice/.*", "(?:scala|spark-[^/]+)/org/apache/spark/sql/kafka010/sluice/.*")
+    "scala/org/apache/spark/sql/sluice/.*")
 
   /** A Spark internal named in source: `sql.execution`, `sql.classic`, `sql.connect` (not the public
    *  `sql.connector`), `SQLConf`. */
@@ -381,8 +375,8 @@ object LayeringSuite {
     "conf" -> "every setting, read by every layer",
     "spark" -> "the seam: Spark's internals in sluice's terms, for every layer",
     Bridge -> "Spark's private[sql] and private[spark] APIs, for every layer",
-    "rewrites" -> ("what the experimental rewrites share (the plan rule of json, input's Kafka reader and " +
-      "state's checkpoint file manager): why a rewrite left a plan alone, logged once per query run"),
+    "rewrites" -> ("what the experimental rewrites share (json's plan rule and state's checkpoint file " +
+      "manager): why a rewrite left a plan alone, logged once per query run"),
     "state" -> ("what the stores and operators of several features share (keyed rows and their grouping " +
       "columns, side stores, store files, file formats, sidecars, index caches): a layer below the features, " +
       "none of which owns it; " +
@@ -391,8 +385,7 @@ object LayeringSuite {
   def layerOf(className: String): Option[String] = {
     val pkg = className.split('/').dropRight(1).toList
     pkg match {
-      case List("org", "apache", "spark", "sql", "sluice") | List("org", "apache", "spark", "sql", "kafka010",
-            "sluice") =>
+      case List("org", "apache", "spark", "sql", "sluice") =>
         Some(Bridge)
       case "sluice" :: feature :: rest if MayUse.contains(feature) && (rest == Nil || rest == List("internal")) =>
         Some(feature)
@@ -443,7 +436,7 @@ object LayeringSuite {
     mayUse.keys.toSeq.sorted.iterator.map(l => from(List(l))).collectFirst { case Some(c) => c }
   }
 
-  private val ClassInDescriptor = """(?:^|[\[(;)<>]L?|^L)((?:org/apache/spark/sql/(?:kafka010/)?)?sluice/[\w/$]+)""".r
+  private val ClassInDescriptor = """(?:^|[\[(;)<>]L?|^L)((?:org/apache/spark/sql/)?sluice/[\w/$]+)""".r
 
   def classNamesIn(s: String): Seq[String] = ClassInDescriptor.findAllMatchIn(s).map(_.group(1)).toSeq
 

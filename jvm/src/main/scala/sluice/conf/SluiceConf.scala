@@ -125,12 +125,6 @@ object SluiceConf {
   val InputFetchMaxBytes: ConfEntry[Long] = bytes("input.fetch.max.bytes")
 
   /**
-   * Whether a micro-batch's Kafka reader hands records over as rows pointing at their own fields,
-   * without Spark's copy into a generic row and then an unsafe row (read when a query starts).
-   */
-  val InputKafkaDirect: ConfEntry[Boolean] = boolean("input.kafka.direct")
-
-  /**
    * Whether Spark's checkpoint files on the local file system are written with java.nio, without
    * Hadoop's process per file (read when the SparkContext starts).
    */
@@ -189,9 +183,6 @@ object SluiceConf {
   val SourceBytesMetric: String = contract.get("input").get("bytes_metric").asText()
   val SourceThrottledMetric: String = contract.get("input").get("throttled_metric").asText()
 
-  /** The key of a Kafka source's metrics counting the batch's records read by the direct reader. */
-  val SourceDirectRecordsMetric: String = contract.get("input").get("direct_records_metric").asText()
-
   /**
    * The streaming source of kept late records: its short name, its options naming the main query's
    * checkpoint and the records' format, and the file beside the records that carries their columns.
@@ -227,7 +218,7 @@ object SluiceConf {
 
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
-    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes, InputKafkaDirect,
+    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes,
       CheckpointLocalDirect,
       CommitIntervalMs) ++
       Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder)

@@ -11,7 +11,6 @@ import org.apache.spark.sql.types.{LongType, StructField, StructType}
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
-import sluice.input.internal.InputBoundRule
 import sluice.json.internal.JsonDecodeRule
 import sluice.state.LocalCheckpointFileManager
 
@@ -54,16 +53,6 @@ class ExperimentalRewritesSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(lines.head.endsWith(s", struct<a:bigint>): it has options (mode), which only Spark's parser reads"), lines)
     assert(withConf("spark.sluice.json.decoder" -> "sluice")(withOptions.collect().map(_.getLong(0)).toSeq) == Seq(0L,
       1L, 2L))
-  }
-
-  test("Kafka records read directly names a source that reads headers when it is loaded") {
-    def load(): DataFrame = spark.readStream.format("kafka").option("kafka.bootstrap.servers", "localhost:9")
-      .option("subscribe", "events").option("includeHeaders", "true").load()
-    val lines = logged(withConf("spark.sluice.input.kafka.direct" -> "true")(load()))
-    assert(
-      lines == Seq(s"INFO sluice: ${InputBoundRule.DirectName} did not apply to the Kafka source (subscribe=events): " +
-        InputBoundRule.DirectWhy.Headers), lines)
-    assert(logged(load()).isEmpty)
   }
 
   test("checkpoint files written directly names a file system that is not the local one, once") {

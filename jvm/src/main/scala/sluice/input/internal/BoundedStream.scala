@@ -9,7 +9,6 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReaderFactory}
 import org.apache.spark.sql.connector.read.streaming._
 
-import org.apache.spark.sql.kafka010.sluice.DirectReads
 
 import sluice.conf.SluiceConf
 import sluice.spark.SourceTypes.LongOffset
@@ -29,9 +28,6 @@ private[sluice] sealed trait Lanes {
   def cap(lane: String, share: Double): Long = Long.MaxValue
   def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory = inner
 
-  /** Real-time reads: nothing to measure (no batch's bytes to bound), a reader of the lane's own. */
-  def realTimeReaderFactory(inner: PartitionReaderFactory): PartitionReaderFactory = inner
-
   /** Bytes of the batch that read from `start` to `end`, when known without measuring. */
   def knownBytes(start: Offset, end: Offset): Option[Long]
 
@@ -40,9 +36,6 @@ private[sluice] sealed trait Lanes {
 
   /** Takes in what tasks measured since the last call; returns its bytes. */
   def absorb(): Long = 0L
-
-  /** Records read by sluice's direct Kafka reader since the last call; None where it is not used. */
-  def directRecords(): Option[Long] = None
 
   /** The stream stops. */
   def close(): Unit = ()
@@ -59,14 +52,10 @@ private[sluice] final class KafkaLanes(
     stream: MicroBatchStream,
     defaultRecordBytes: Long,
     sampler: Option[KafkaSampler] = None,
-    sizeFile: Option[SizeFile] = None,
-    direct: Boolean = false)
+    sizeFile: Option[SizeFile] = None)
   extends Lanes {
   private val acc = new LaneSizeAccumulator
   SparkSession.active.sparkContext.register(acc, "sluice.input.kafkaRecordSizes")
-  private val directAcc = Option.when(direct)(
-    SparkSession.active.sparkContext.longAccumulator("sluice.input.kafkaDirectRecords"))
-  private var directSeen = 0L
   private var seen = Map.empty[String, SizeStats]
   private var estimates: Map[String, SizeStats] = sizeFile.map(_.read()).getOrElse(Map.empty)
   private var samples = Map.empty[String, Sample]
@@ -127,18 +116,7 @@ private[sluice] final class KafkaLanes(
   }
 
   override def readerFactory(inner: PartitionReaderFactory): PartitionReaderFactory =
-    new KafkaMeasuringReaderFactory(reader(inner), acc)
-  override def realTimeReaderFactory(inner: PartitionReaderFactory): PartitionReaderFactory = reader(inner)
-
-  /** The direct reader where `input.kafka.direct` is on, else Spark's (`inner`). */
-  private def reader(inner: PartitionReaderFactory): PartitionReaderFactory =
-    directAcc.map(DirectReads.factory(inner, _)).getOrElse(inner)
-
-  override def directRecords(): Option[Long] = directAcc.map { a =>
-    val now = a.value.longValue
-    try now - directSeen
-    finally directSeen = now
-  }
+    new KafkaMeasuringReaderFactory(inner, acc)
   override def knownBytes(start: Offset, end: Offset): Option[Long] = None
 
   override def absorb(): Long = synchronized {
@@ -248,8 +226,9 @@ private[sluice] final class BoundedMicroBatchStream private[input] (
     inner.planInputPartitions(start, end)
   }
 
+  // Real-time reads: nothing to measure (no batch's bytes to bound), so Spark's reader as it is.
   override def createReaderFactory(): PartitionReaderFactory =
-    if (realTime) lanes.realTimeReaderFactory(inner.createReaderFactory())
+    if (realTime) inner.createReaderFactory()
     else lanes.readerFactory(inner.createReaderFactory())
 
   override def metrics(latestConsumedOffset: Optional[Offset]): ju.Map[String, String] = {
@@ -260,8 +239,7 @@ private[sluice] final class BoundedMicroBatchStream private[input] (
     batchBytes += lanes.absorb()
     val bytes = Option(lastExecuted).flatMap { case (s, e) => lanes.knownBytes(s, e) }
       .getOrElse(batchBytes)
-    val direct = lanes.directRecords().map(n => BoundedMicroBatchStream.DirectRecordsMetric -> n.toString)
-    (own ++ BoundedMicroBatchStream.metricsOf(bytes, lastThrottled) ++ direct).asJava
+    (own ++ BoundedMicroBatchStream.metricsOf(bytes, lastThrottled)).asJava
   }
 
   // Real-time mode reads without batch ends: a byte bound per batch has nothing to bound there. The
@@ -288,7 +266,6 @@ private[sluice] final class BoundedMicroBatchStream private[input] (
 private[sluice] object BoundedMicroBatchStream {
   val BytesMetric: String = SluiceConf.SourceBytesMetric
   val ThrottledMetric: String = SluiceConf.SourceThrottledMetric
-  val DirectRecordsMetric: String = SluiceConf.SourceDirectRecordsMetric
 
   def metricsOf(bytes: Long, throttled: Int): Map[String, String] =
     Map(BytesMetric -> bytes.toString, ThrottledMetric -> throttled.toString)

@@ -39,11 +39,8 @@ private[sluice] sealed trait StreamKind
 
 private[sluice] object StreamKind {
 
-  /**
-   * `fetchBytes`: what one poll of a partition may fetch where the source leaves it (0: Kafka's default);
-   * `direct`: whether micro-batches read through sluice's direct reader (`input.kafka.direct`).
-   */
-  final case class Kafka(defaultRecordBytes: Long, fetchBytes: Long, direct: Boolean) extends StreamKind
+  /** `fetchBytes`: what one poll of a partition may fetch where the source leaves it (0: Kafka's default). */
+  final case class Kafka(defaultRecordBytes: Long, fetchBytes: Long) extends StreamKind
   final case class Rate(rowsPerSecond: Long) extends StreamKind
 }
 
@@ -75,7 +72,7 @@ private[sluice] final class BoundedTable(val inner: Table with SupportsRead, kin
 
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
     val read = kind match {
-      case StreamKind.Kafka(_, fetchBytes, _) => KafkaFetch.withDefaults(options, fetchBytes, BoundedTable.microBatch)
+      case StreamKind.Kafka(_, fetchBytes) => KafkaFetch.withDefaults(options, fetchBytes, BoundedTable.microBatch)
       case _ => options
     }
     val builder = inner.newScanBuilder(read)
@@ -110,10 +107,10 @@ private[sluice] final class BoundedScan(inner: Scan, kind: StreamKind, spec: Bud
   override def toMicroBatchStream(checkpointLocation: String): MicroBatchStream = {
     val stream = inner.toMicroBatchStream(checkpointLocation)
     val lanes: Option[Lanes] = (kind, stream) match {
-      case (StreamKind.Kafka(default, _, direct), s) =>
+      case (StreamKind.Kafka(default, _), s) =>
         val hadoopConf = SparkSession.active.sparkContext.hadoopConfiguration
         Some(new KafkaLanes(s, default, Some(new KafkaSampler(kafkaParams)),
-            Some(new SizeFile(checkpointLocation, hadoopConf)), direct))
+            Some(new SizeFile(checkpointLocation, hadoopConf))))
       case (StreamKind.Rate(rps), _: RateStreamMicroBatchStream) => Some(new RateLanes(rps))
       case _ => None
     }

@@ -7,7 +7,6 @@ import org.apache.spark.sql.catalyst.streaming.StreamingRelationV2
 import org.apache.spark.sql.connector.catalog.SupportsRead
 
 import sluice.conf.{SluiceConf, SluiceConfException}
-import sluice.rewrites.NotApplied
 import sluice.spark.SourceTypes.{DataSource, FileFormat}
 import sluice.spark.SourceTypes.StreamingRelation
 import sluice.spark.{SourceTypes, SparkNodes}
@@ -46,11 +45,7 @@ private[sluice] final class InputBoundRule(session: SparkSession) extends Rule[L
     r.source.map(_.getClass.getName) match {
       case Some(KafkaProvider) =>
         val fetch = KafkaFetch.fetchBytes(conf.inputFetchMaxBytes, bound.bytes)
-        val direct = conf.get(SluiceConf.InputKafkaDirect)
-        if (direct) DirectWhy.of(k => Option(r.extraOptions.get(k))).foreach { why =>
-          NotApplied.log(session, DirectName, Seq(DirectWhy.source(k => Option(r.extraOptions.get(k))) -> why))
-        }
-        Some(StreamKind.Kafka(DefaultKafkaRecordBytes, fetch, direct))
+        Some(StreamKind.Kafka(DefaultKafkaRecordBytes, fetch))
       case Some(RateProvider) =>
         Some(StreamKind.Rate(Option(r.extraOptions.get("rowsPerSecond")).map(_.trim.toLong).getOrElse(1L)))
       case _ => None
@@ -68,27 +63,6 @@ private[sluice] final class InputBoundRule(session: SparkSession) extends Rule[L
 }
 
 private[sluice] object InputBoundRule {
-
-  /** The name of `spark.sluice.input.kafka.direct` in the lines saying why it left a source to Spark's reader. */
-  val DirectName = "Kafka records read directly"
-
-  /**
-   * Why a Kafka source keeps Spark's reader with `input.kafka.direct` on (the texts of its INFO line,
-   * logged when the source is loaded): its partitions are read by Spark's reader, not by
-   * [[org.apache.spark.sql.kafka010.sluice.DirectReads]].
-   */
-  object DirectWhy {
-    val Headers = "it reads the records' headers (includeHeaders=true), whose column only Spark's reader builds"
-
-    /** Why a source with these options keeps Spark's reader, or None where it reads directly. */
-    def of(option: String => Option[String]): Option[String] =
-      Option.when(option("includeHeaders").exists(_.trim.equalsIgnoreCase("true")))(Headers)
-
-    /** The source as the line names it, by what it reads. */
-    def source(option: String => Option[String]): String =
-      Seq("subscribe", "subscribePattern", "assign").flatMap(k => option(k).map(v => s"$k=$v")).headOption
-        .map(what => s"the Kafka source ($what)").getOrElse("a Kafka source")
-  }
 
   val KafkaProvider = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
   val RateProvider = SourceTypes.RateStreamProviderClass
