@@ -86,20 +86,18 @@ COMPARATORS = (FL, FLS, KS, KSL)
 
 # sluice's experimental rewrites, opt-in (off in the product defaults): configure() option -> (this
 # bench's flag and spark_side.py's, the flag's value that turns it on, the Spark key). The `sluice` and
-# `sluice-rt` sides set those whose flag is given; `sluice-exp` sets both.
+# `sluice-rt` sides set those whose flag is given; `sluice-exp` sets them all.
 EXPERIMENTAL = {
     "json_decoder": ("json-decoder", "sluice", "spark.sluice.json.decoder"),
-    "checkpoint_local_direct": ("checkpoint-direct", "on", "spark.sluice.checkpoint.local.direct"),
 }
 # Each flag's value at sluice's product default.
-EXPERIMENTAL_OFF = {"json-decoder": "spark", "checkpoint-direct": "off"}
+EXPERIMENTAL_OFF = {"json-decoder": "spark"}
 # One side per rewrite, `sluice+<flag>`: the product defaults with that rewrite alone on, so that each
 # rewrite's own gain is measured against the defaults in the same run (the decision per rewrite).
 ONE_REWRITE = {f"{SL}+{flag}": flag for flag, _, _ in EXPERIMENTAL.values()}
 # The queries whose plan each rewrite changes; on the others its side would measure the defaults again.
-# The JSON decoder: Nexmark's from_json (the count reads the key and timestamp only); the checkpoint
-# files: every query.
-ONE_REWRITE_QUERIES = {"json-decoder": ("q5", "q7", "q8", "q11"), "checkpoint-direct": ("count", "q5", "q7", "q8", "q11")}
+# The JSON decoder: Nexmark's from_json (the count reads the key and timestamp only).
+ONE_REWRITE_QUERIES = {"json-decoder": ("q5", "q7", "q8", "q11")}
 SIDES = [FL, FLS, KS, KSL, SL, SLX, *ONE_REWRITE, RT]
 SPARK_SIDES = (SL, SLX, *ONE_REWRITE, RT)
 # The micro-batch sluice sides, each compared with every other engine's side.
@@ -586,13 +584,10 @@ def main() -> None:
     ap.add_argument("--trigger", default="0", help="sluice's processing-time trigger (0: Spark's default)")
     ap.add_argument("--max-offsets", type=int, default=0, help="sluice's maxOffsetsPerTrigger (0: not set)")
     # sluice's experimental rewrites (opt-in), for ad-hoc runs of the `sluice` and `sluice-rt` sides; each
-    # defaults to sluice's product default. The `sluice-exp` side turns both on whatever these say.
+    # defaults to sluice's product default. The `sluice-exp` side turns them all on whatever these say.
     ap.add_argument("--json-decoder", default="spark", choices=["sluice", "spark"],
                     help="experimental, json_decoder (spark.sluice.json.decoder): who parses from_json's input on the "
                          "Nexmark queries, Spark's own parser (the default) or sluice from the record's bytes")
-    ap.add_argument("--checkpoint-direct", default="off", choices=["on", "off"],
-                    help="experimental, checkpoint_local_direct (spark.sluice.checkpoint.local.direct): the local "
-                         "checkpoint's files written with java.nio, without Hadoop's chmod and readlink processes")
     ap.add_argument("--sink-option", action="append", default=[],
                     help="KEY=VALUE, repeatable: an option of the Spark sides' Kafka sink (e.g. kafka.linger.ms=0)")
     ap.add_argument("--source-option", action="append", default=[],

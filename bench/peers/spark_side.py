@@ -12,13 +12,9 @@ the aggregation (each window emitted once, when the watermark passes its end); q
 step (the auctions with the most bids in each window) runs on each micro-batch's final counts in
 ``foreachBatch``: a window's counts are all released in the same micro-batch. State store: sluice's
 in-memory window store (``state_store="in_memory_window"``). Everything else is sluice's product
-default: no other ``spark.sluice.*`` key is set unless one of the two experimental rewrites is turned
-on (bench.py's `sluice-exp` side turns on both):
-
-- ``--json-decoder sluice`` (``json_decoder="sluice"``): ``from_json`` decoded by sluice from the
-  record's bytes instead of Spark's parser;
-- ``--checkpoint-direct on`` (``checkpoint_local_direct=True``): the checkpoint's files written by
-  sluice's checkpoint file manager with java.nio, without Hadoop's process per file.
+default: no other ``spark.sluice.*`` key is set unless the experimental rewrite is turned on
+(bench.py's `sluice-exp` side turns it on): ``--json-decoder sluice`` (``json_decoder="sluice"``),
+``from_json`` decoded by sluice from the record's bytes instead of Spark's parser.
 
 Real-time (the `sluice-rt` side, ``--realtime``; the count, q7 and q8, the queries of tumbling windows
 under suppress written to the Kafka sink): the same pipeline with
@@ -174,9 +170,6 @@ def main() -> None:
     # The experimental rewrites, each off (sluice's product default) unless given.
     ap.add_argument("--json-decoder", default="spark", choices=["sluice", "spark"],
                     help="experimental, sluice's json_decoder option: who parses from_json's input")
-    ap.add_argument("--checkpoint-direct", default="off", choices=["on", "off"],
-                    help="experimental, sluice's checkpoint_local_direct option: the local checkpoint's files written "
-                         "with java.nio")
     ap.add_argument("--sink-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka sink "
                     "(e.g. kafka.linger.ms=0)")
     ap.add_argument("--source-option", action="append", default=[], help="KEY=VALUE: an option of the Kafka source "

@@ -77,7 +77,6 @@ def configure(
     state_store_cache: bool | None = None,
     statestore_cache_delegate: Provider | None = None,
     json_decoder: Literal["spark", "sluice"] | None = None,
-    checkpoint_local_direct: bool | None = None,
 ) -> SparkSession.Builder:
     """Adds sluice to a SparkSession builder and sets its ``spark.sluice.*`` options.
 
@@ -109,8 +108,6 @@ def configure(
             record cache wraps (default ``"rocksdb"``).
         json_decoder: experimental; ``"sluice"`` decodes ``from_json`` from the record's bytes where
             it can (``spark.sluice.json.decoder``).
-        checkpoint_local_direct: experimental; checkpoint files on the local file system written
-            without Hadoop's process per file (``spark.sluice.checkpoint.local.direct``).
 
     Spark Connect: with ``builder.remote("local[*]")`` the server pyspark starts gets sluice too
     (with its relation plugin, ``spark.connect.extensions.relation.classes``, which ``suppress``

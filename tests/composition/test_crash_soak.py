@@ -3,9 +3,7 @@ provider, with the record cache and a commit interval on, SIGKILLed twice at ran
 and restarted on its checkpoints; no final result lost or duplicated, and every replayed batch id
 wrote what its first attempt wrote. The same for session windows (every change, and final results
 under suppress), on input without late events. See tests/support/crash_soak.py. On Spark 4.3, a real-time
-suppress pipeline killed twice while events arrive (tests/support/realtime_soak.py). The windows and the
-real-time soaks run twice: on Spark's checkpoint file manager, and with the checkpoint's files written
-directly (`checkpoint_local_direct`)."""
+suppress pipeline killed twice while events arrive (tests/support/realtime_soak.py)."""
 from __future__ import annotations
 
 import subprocess
@@ -24,8 +22,6 @@ from support.crash_soak import (
     make_session_files,
     run_one,
 )
-from support.session import setting_args
-from support.sinks import hadoop_checksums
 
 # dev/test: the marker dev/test selects this module by
 pytestmark = pytest.mark.soak
@@ -41,28 +37,10 @@ def test_expectation_covers_late_and_out_of_order_events() -> None:
     assert any(a[0] > b[0] for f in files for a, b in zip(f, f[1:]))
 
 
-# Spark's own checkpoint file manager, and sluice's, which writes the same files with java.nio
-CHECKPOINT_FILES = {"spark": {}, "direct": {"spark.sluice.checkpoint.local.direct": "true"}}
-
-
-def assert_written_by(ckpt: Path, files: str) -> None:
-    """The soaked checkpoints were written by the manager `files` names: Hadoop's checksums throughout
-    with Spark's, none with sluice's."""
-    written = hadoop_checksums(ckpt)
-    if files == "direct":
-        assert written == [], written[:10]
-    else:
-        assert any("/offsets/" in f"/{c}" for c in written), written[:10]
-
-
-# The direct checkpoint files' soak runs on another minor's share of CI (marker other_minor).
-@pytest.mark.parametrize("files", [pytest.param(f, marks=pytest.mark.other_minor) if f == "direct" else f
-                                   for f in CHECKPOINT_FILES])
-def test_kills_lose_and_duplicate_nothing(tmp_path: Path, files: str) -> None:
-    stats = run_one(tmp_path, DELEGATES, kills=2, seed=1, settings=CHECKPOINT_FILES[files])
+def test_kills_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+    stats = run_one(tmp_path, DELEGATES, kills=2, seed=1)
     assert stats.kills == 2
     assert (stats.lost, stats.duplicated, stats.replay_mismatches) == (0, 0, 0), "\n".join(stats.details)
-    assert_written_by(tmp_path / "ckpt", files)
 
 
 def test_session_input_has_no_late_event_and_bridges_sessions() -> None:
@@ -88,13 +66,10 @@ def test_session_kills_lose_and_duplicate_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.spark("4.3", reason="stateful real-time mode arrived in Spark 4.3")
 @pytest.mark.kafka
-@pytest.mark.parametrize("files", list(CHECKPOINT_FILES))
-def test_real_time_kills_lose_and_duplicate_nothing(tmp_path: Path, files: str) -> None:
+def test_real_time_kills_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     # its own process: the soak's session needs the Kafka connector on a driver class path of its own
     r = subprocess.run([sys.executable, str(SUPPORT / "realtime_soak.py"), "--kills", "2",
-                        "--seed", "1", "--root", str(tmp_path),
-                        *(f"--setting={kv}" for kv in setting_args(CHECKPOINT_FILES[files]))],
+                        "--seed", "1", "--root", str(tmp_path)],
                        capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0 and "2 kills, lost 0, duplicated 0, replay mismatches 0" in r.stdout, \
         r.stdout[-4000:] + r.stderr[-2000:]
-    assert_written_by(tmp_path / "ckpt", files)

@@ -1,6 +1,6 @@
-"""The rewrites outside the KIPs: the five removed ones (sliced state, state merged per row, window
-slicing, partial aggregation by hash, Kafka records read directly) and the two labelled experimental
-(conf.json's "removed" and "status").
+"""The rewrites outside the KIPs: the six removed ones (sliced state, state merged per row, window
+slicing, partial aggregation by hash, Kafka records read directly, checkpoint files written directly)
+and the one labelled experimental, the JSON decoder (conf.json's "removed" and "status").
 
 - A removed key or configure() option fails before any Spark work (Python) and at session start
   (the JVM), saying when and why it went, not as an unknown name.
@@ -8,7 +8,7 @@ slicing, partial aggregation by hash, Kafka records read directly) and the two l
 - The driver names the experimental rewrites that are on in one warning at SparkContext start, and a
   rewrite that is on names a plan it leaves alone in one INFO line (here: the JSON decoder, on a
   streaming query's from_json with an option, once for all its micro-batches; the Scala suite
-  sluice.plugin.ExperimentalRewritesSuite covers every rewrite).
+  sluice.plugin.ExperimentalRewritesSuite does the same for a batch query).
 """
 from __future__ import annotations
 
@@ -33,7 +33,9 @@ REMOVED = {"spark.sluice.window.slicing.state": ("window_slicing_state", "0.1.0"
            "spark.sluice.window.slicing": ("window_slicing", "0.2.0", "no gain beyond the run-to-run spread"),
            "spark.sluice.aggregate.partial.hash": ("aggregate_partial_hash", "0.2.0",
                                                    "no gain beyond the run-to-run spread"),
-           "spark.sluice.input.kafka.direct": ("input_kafka_direct", "0.2.0", "no gain beyond the run-to-run spread")}
+           "spark.sluice.input.kafka.direct": ("input_kafka_direct", "0.2.0", "no gain beyond the run-to-run spread"),
+           "spark.sluice.checkpoint.local.direct": ("checkpoint_local_direct", "0.2.0",
+                                                    "no gain beyond the run-to-run spread")}
 MARKER = "_sluice_sliced_state"
 
 
@@ -43,7 +45,7 @@ def test_the_removed_keys_are_conf_jsons_and_no_longer_keys() -> None:
     keys = {_conf.spec()["prefix"] + k["name"] for k in _conf.spec()["keys"]}
     assert not keys & set(REMOVED)
     assert not {option for option, _, _ in REMOVED.values()} & set(_conf.options())
-    assert _conf.experimental_keys() == ["spark.sluice.checkpoint.local.direct", "spark.sluice.json.decoder"]
+    assert _conf.experimental_keys() == ["spark.sluice.json.decoder"]
 
 
 @pytest.mark.parametrize("key", sorted(REMOVED))
@@ -85,11 +87,9 @@ def _session_start_log(conf: dict[str, str]) -> list[str]:
 
 
 def test_one_warning_at_start_names_the_experimental_rewrites_that_are_on() -> None:
-    assert _session_start_log({"spark.sluice.checkpoint.local.direct": "true",
-                               "spark.sluice.json.decoder": "sluice"}) == [
-        "WARN sluice: experimental rewrites on: spark.sluice.checkpoint.local.direct, spark.sluice.json.decoder "
-        "(see docs/features/experimental.md)"]
-    assert _session_start_log({"spark.sluice.checkpoint.local.direct": "false"}) == []
+    assert _session_start_log({"spark.sluice.json.decoder": "sluice"}) == [
+        "WARN sluice: experimental rewrites on: spark.sluice.json.decoder (see docs/features/experimental.md)"]
+    assert _session_start_log({"spark.sluice.json.decoder": "spark"}) == []
     stop_session()
 
 

@@ -57,8 +57,8 @@ def test_configure_sets_plugin_extensions_and_appends_jar() -> None:
     assert opts["spark.sql.extensions"] == "sluice.plugin.SluiceExtensions"
     assert opts["spark.sluice.statestore.cache.max.bytes"] == str(64 << 20)
     assert opts["spark.sluice.commit.interval.ms"] == "30000"
-    sluice.configure(b, checkpoint_local_direct=True, json_decoder="sluice")
-    assert b._options["spark.sluice.checkpoint.local.direct"] == "true"
+    sluice.configure(b, state_store_cache=True, json_decoder="sluice")
+    assert b._options["spark.sql.streaming.stateStore.providerClass"] == "sluice.cache.CachingStateStoreProvider"
     assert b._options["spark.sluice.json.decoder"] == "sluice"
 
 
@@ -96,15 +96,14 @@ def test_configure_rejects_unknown_option_and_bad_values_before_spark() -> None:
         sluice.configure(SparkSession.builder, input_buffer_max_bytes=0)
     with pytest.raises(ValueError, match="spark.sluice.commit.interval.ms"):
         sluice.configure(SparkSession.builder, commit_interval_ms="soon")
-    with pytest.raises(ValueError, match="spark.sluice.checkpoint.local.direct.*expected true or false"):
-        sluice.configure(SparkSession.builder, checkpoint_local_direct="maybe")
+    with pytest.raises(ValueError, match="spark.sluice.json.decoder.*expected one of"):
+        sluice.configure(SparkSession.builder, json_decoder="fast")
 
 
 @pytest.mark.parametrize("key,value,expect", [
     ("spark.sluice.statestore.cache.max.byte", "1m", "did you mean spark.sluice.statestore.cache.max.bytes"),
     ("spark.sluice.statestore.cache.max.bytes", "-5", "expected a byte size"),
     ("spark.sluice.commit.interval.ms", "whenever", "expected a duration"),
-    ("spark.sluice.checkpoint.local.direct", "maybe", "expected true or false"),
     ("spark.sluice.suppress.fused", "hashed", "expected true or false"),
 ])
 def test_bad_conf_fails_session_start_naming_the_key(key: str, value: str, expect: str) -> None:

@@ -420,7 +420,7 @@ def soak_main(doc: str, prefix: str, add_arguments: Callable[[argparse.ArgumentP
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
-                   help="a session setting of the soaked driver (repeatable), e.g. spark.sluice.checkpoint.local.direct=true")
+                   help="a session setting of the soaked driver (repeatable), e.g. spark.sluice.json.decoder=sluice")
     p.add_argument("--root", help="working folder (kept); a temporary one (removed) by default")
     add_arguments(p)
     args = p.parse_args()

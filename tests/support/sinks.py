@@ -56,14 +56,3 @@ def emitted_finals(out: Path) -> Counter:
         for r in json.load(open(path)):
             got[(r["start"], r["user"], r["count"])] += 1
     return got
-
-
-def hadoop_checksums(ckpt: Path) -> list[str]:
-    """Hadoop's checksum files (`.<name>.crc`) under `ckpt`: Spark's own checkpoint file manager writes
-    one beside every file on the checksummed local file system the tests run on, sluice's
-    (`checkpoint_local_direct`) none. RocksDB's SST files are left out: Spark's RocksDB provider copies
-    them with Hadoop's FileSystem API, not through the manager. (Spark 4.1's HDFS-backed provider also
-    writes checksums of its own, `<name>.crc`, through the manager: those are files like any other.)"""
-    return sorted(str(p.relative_to(ckpt)) for p in ckpt.rglob(".*.crc") if "SSTs" not in p.parts)
-
-

@@ -7,7 +7,7 @@ argv: input folder, checkpoint root, output root, delegates (comma-separated: hd
 in_memory_window), mode (`run`: until killed; `drain`: until all input is processed, then exit 0),
 kind (`windows`, the default, or `sessions`: per delegate the update-mode session count of
 tests/support/session_kill_child.py, every change and under suppress until_window_closes), then any
-`key=value` session settings (e.g. spark.sluice.checkpoint.local.direct=true). Each pipeline
+`key=value` session settings (e.g. spark.sluice.json.decoder=sluice). Each pipeline
 p of crash_soak.pipelines uses <checkpoint root>/p and <output root>/p.
 
 The sink writes each batch's rows to <output>/batch-<id>.json, replaced atomically (temp file +

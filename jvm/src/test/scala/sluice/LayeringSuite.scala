@@ -233,7 +233,7 @@ object LayeringSuite {
     "spark" -> Set("conf"),
     Bridge -> Set(),
     "rewrites" -> Set(),
-    "state" -> Set("conf", "spark", Bridge, "rewrites"),
+    "state" -> Set("conf", "spark", Bridge),
     "windowstore" -> Set("conf", "spark", Bridge, "state"),
     "suppress" -> Set("conf", "spark", Bridge, "state"),
     // suppress: rewrites the suppress right above a session aggregation (retractions, fused final results)
@@ -251,7 +251,7 @@ object LayeringSuite {
     "connect" -> Set("conf", "spark", "suppress"),
     // every feature but inspect, connect and testing: installs their rules, strategies and checks, and
     // refuses at start what their state store providers would
-    "plugin" -> Set("conf", "spark", Bridge, "state", "windowstore", "suppress", "sessions", "cache", "input", "json",
+    "plugin" -> Set("conf", "spark", Bridge, "windowstore", "suppress", "sessions", "cache", "input", "json",
       "slicing"),
     "testing" -> Set(Bridge))
 
@@ -375,12 +375,11 @@ object LayeringSuite {
     "conf" -> "every setting, read by every layer",
     "spark" -> "the seam: Spark's internals in sluice's terms, for every layer",
     Bridge -> "Spark's private[sql] and private[spark] APIs, for every layer",
-    "rewrites" -> ("what the experimental rewrites share (json's plan rule and state's checkpoint file " +
-      "manager): why a rewrite left a plan alone, logged once per query run"),
+    "rewrites" -> ("what an experimental rewrite (json's plan rule) reports: why it left a plan alone, logged " +
+      "once per query run"),
     "state" -> ("what the stores and operators of several features share (keyed rows and their grouping " +
       "columns, side stores, store files, file formats, sidecars, index caches): a layer below the features, " +
-      "none of which owns it; " +
-      "LocalCheckpointFileManager is set by class name in spark.sql.streaming.checkpointFileManagerClass"))
+      "none of which owns it"))
 
   def layerOf(className: String): Option[String] = {
     val pkg = className.split('/').dropRight(1).toList

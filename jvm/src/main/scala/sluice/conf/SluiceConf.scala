@@ -124,12 +124,6 @@ object SluiceConf {
   /** What one poll of a Kafka partition may fetch, where the source does not say (0: Kafka's default). */
   val InputFetchMaxBytes: ConfEntry[Long] = bytes("input.fetch.max.bytes")
 
-  /**
-   * Whether Spark's checkpoint files on the local file system are written with java.nio, without
-   * Hadoop's process per file (read when the SparkContext starts).
-   */
-  val CheckpointLocalDirect: ConfEntry[Boolean] = boolean("checkpoint.local.direct")
-
   /** How often held emissions are flushed; 0 means at every micro-batch. */
   val CommitIntervalMs: ConfEntry[Long] = millis("commit.interval.ms")
 
@@ -218,9 +212,7 @@ object SluiceConf {
 
   /** Every known key. Feature packages add their keys above and list them here. */
   val entries: Seq[ConfEntry[_]] =
-    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes,
-      CheckpointLocalDirect,
-      CommitIntervalMs) ++
+    Seq(StateStoreCacheMaxBytes, CacheMaxBytesBuffering, InputBufferMaxBytes, InputFetchMaxBytes, CommitIntervalMs) ++
       Seq(StateStoreCacheDelegate, SuppressFused) ++ windowStoreEntries ++ Seq(JsonDecoder)
   require(entries.map(_.key).toSet == spec.get("keys").elements().asScala.map(Prefix + _.get("name").asText()).toSet,
     "every key of sluice/conf.json has an entry here, and no other")

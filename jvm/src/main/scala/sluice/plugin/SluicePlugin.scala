@@ -14,9 +14,7 @@ import sluice.windowstore.InMemoryWindowStoreProvider
  * Driver part: when the SparkContext starts, refuses a Spark minor other than the one this jar is
  * built for, validates every `spark.sluice.*` key (a key sluice removed fails with when and why), and
  * the session's state store conf where a sluice provider would refuse it, so a bad value fails startup
- * instead of a query minutes later; installs sluice's checkpoint file manager where
- * `spark.sluice.checkpoint.local.direct` asks for it; logs one warning naming the experimental
- * rewrites that are on.
+ * instead of a query minutes later; logs one warning naming the experimental rewrites that are on.
  * Executor part: owns the executor-wide record-cache budget and splits it over the task slots.
  */
 class SluicePlugin extends SparkPlugin {

@@ -21,8 +21,7 @@ import sluice.spark.SparkSessionConf
  *
  * On the local file system the files are written with java.nio ([[LocalFiles]], which says why);
  * any other file system, or a checkpoint file manager chosen with
- * `spark.sql.streaming.checkpointFileManagerClass` (other than sluice's own, which writes local
- * files the same way), goes through Spark's CheckpointFileManager.
+ * `spark.sql.streaming.checkpointFileManagerClass`, goes through Spark's CheckpointFileManager.
  */
 private[sluice] sealed trait StoreFiles {
   def mkdirs(): Unit
@@ -51,9 +50,8 @@ private[sluice] object StoreFiles {
     local.map(new Local(_)).getOrElse(new ThroughSpark(dir, CheckpointFileManager.create(dir, hadoopConf)))
   }
 
-  /** Whether local files may be written with java.nio: no manager is chosen, or sluice's is. */
-  private def localManager(hadoopConf: Configuration): Boolean =
-    Option(hadoopConf.get(ManagerClassKey)).forall(_ == classOf[LocalCheckpointFileManager].getName)
+  /** Whether local files may be written with java.nio: no checkpoint file manager is chosen. */
+  private def localManager(hadoopConf: Configuration): Boolean = hadoopConf.get(ManagerClassKey) == null
 
   private final class Local(dir: File) extends StoreFiles {
     override def mkdirs(): Unit = Files.createDirectories(dir.toPath)

@@ -16,8 +16,7 @@ class SluiceConfSuite extends AnyFunSuite {
     assert(conf().get(SluiceConf.SuppressFused))
     assert(!conf("spark.sluice.suppress.fused" -> "FALSE").get(SluiceConf.SuppressFused))
     assert(conf("spark.sluice.suppress.fused" -> " true ").get(SluiceConf.SuppressFused))
-    assert(!conf().get(SluiceConf.CheckpointLocalDirect))
-    assert(conf("spark.sluice.checkpoint.local.direct" -> "True").get(SluiceConf.CheckpointLocalDirect))
+    assert(!conf("spark.sluice.suppress.fused" -> "False").get(SluiceConf.SuppressFused))
   }
 
   test("byte sizes accept plain numbers and Spark byte strings") {
@@ -55,7 +54,7 @@ class SluiceConfSuite extends AnyFunSuite {
         "spark.sluice.commit.interval.ms" -> "-5s",
         "spark.sluice.commit.interval.ms" -> "soon",
         "spark.sluice.suppress.fused" -> "yes",
-        "spark.sluice.checkpoint.local.direct" -> "maybe")) {
+        "spark.sluice.suppress.fused" -> "maybe")) {
       val e = intercept[SluiceConfException](conf(key -> value))
       assert(e.getMessage.contains(key), e.getMessage)
       assert(e.getMessage.contains(s"'$value'"), e.getMessage)
@@ -76,7 +75,8 @@ class SluiceConfSuite extends AnyFunSuite {
         ("spark.sluice.aggregate.state.merge", "0.1.0", "does not promise"),
         ("spark.sluice.window.slicing", "0.2.0", "no gain beyond the run-to-run spread"),
         ("spark.sluice.aggregate.partial.hash", "0.2.0", "no gain beyond the run-to-run spread"),
-        ("spark.sluice.input.kafka.direct", "0.2.0", "no gain beyond the run-to-run spread"))) {
+        ("spark.sluice.input.kafka.direct", "0.2.0", "no gain beyond the run-to-run spread"),
+        ("spark.sluice.checkpoint.local.direct", "0.2.0", "no gain beyond the run-to-run spread"))) {
       val e = intercept[SluiceConfException](conf(key -> "true"))
       assert(e.getMessage.startsWith(s"$key was removed in sluice $version: "), e.getMessage)
       assert(e.getMessage.endsWith("; remove the setting"), e.getMessage)
@@ -89,7 +89,7 @@ class SluiceConfSuite extends AnyFunSuite {
     assert(both.getMessage.split("; remove the setting").length == 2, both.getMessage)
     assert(SluiceConf.removed.map(_.key).toSet == Set("spark.sluice.window.slicing.state",
       "spark.sluice.aggregate.state.merge", "spark.sluice.window.slicing", "spark.sluice.aggregate.partial.hash",
-      "spark.sluice.input.kafka.direct"))
+      "spark.sluice.input.kafka.direct", "spark.sluice.checkpoint.local.direct"))
     assert(SluiceConf.removedKey("window.slicing.state").marker.contains("_sluice_sliced_state"))
     assert(SluiceConf.removedKey("window.slicing.state").markerRefusal(0, "/c", "/c/state/0") ==
       "sluice: state operator 0 of the checkpoint at /c was written with sliced state (spark.sluice.window.slicing.state; " +
@@ -98,15 +98,12 @@ class SluiceConfSuite extends AnyFunSuite {
   }
 
   test("the experimental keys are conf.json's, and the warning names those set to other than their default") {
-    assert(SluiceConf.experimental.map(_.key).toSet == Set("spark.sluice.json.decoder",
-      "spark.sluice.checkpoint.local.direct"))
+    assert(SluiceConf.experimental.map(_.key).toSet == Set("spark.sluice.json.decoder"))
     assert(SluiceConf.experimentalWarning(Map.empty).isEmpty)
-    assert(SluiceConf.experimentalWarning(Map("spark.sluice.checkpoint.local.direct" -> "false",
-          "spark.sluice.json.decoder" -> "spark", "spark.sluice.suppress.fused" -> "true")).isEmpty)
-    assert(SluiceConf.experimentalWarning(Map("spark.sluice.checkpoint.local.direct" -> "TRUE",
-          "spark.sluice.json.decoder" -> "sluice")).contains(
-        "sluice: experimental rewrites on: spark.sluice.checkpoint.local.direct, spark.sluice.json.decoder " +
-          "(see docs/features/experimental.md)"))
+    assert(SluiceConf.experimentalWarning(Map("spark.sluice.json.decoder" -> "spark",
+          "spark.sluice.suppress.fused" -> "true")).isEmpty)
+    assert(SluiceConf.experimentalWarning(Map("spark.sluice.json.decoder" -> "sluice")).contains(
+        "sluice: experimental rewrites on: spark.sluice.json.decoder (see docs/features/experimental.md)"))
   }
 
   test("keys outside spark.sluice. are ignored and every problem is reported at once") {

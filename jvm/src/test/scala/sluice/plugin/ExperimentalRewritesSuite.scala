@@ -1,10 +1,5 @@
 package sluice.plugin
 
-import java.net.URI
-import java.nio.file.Files
-
-import org.apache.hadoop.conf.Configuration
-import org.apache.hadoop.fs.{FilterFileSystem, Path, RawLocalFileSystem}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.functions.{col, concat, from_json, lit}
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
@@ -12,10 +7,9 @@ import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
 import sluice.json.internal.JsonDecodeRule
-import sluice.state.LocalCheckpointFileManager
 
 /**
- * The experimental rewrites, switched on, name each plan they examine and leave alone, with why: one
+ * The experimental rewrite, switched on, names each plan it examines and leaves alone, with why: one
  * INFO line per plan through `sluice.rewrites`, captured by [[sluice.RewritesLog]].
  */
 class ExperimentalRewritesSuite extends AnyFunSuite with BeforeAndAfterAll {
@@ -54,24 +48,4 @@ class ExperimentalRewritesSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(withConf("spark.sluice.json.decoder" -> "sluice")(withOptions.collect().map(_.getLong(0)).toSeq) == Seq(0L,
       1L, 2L))
   }
-
-  test("checkpoint files written directly names a file system that is not the local one, once") {
-    val conf = new Configuration()
-    conf.set("fs.notlocal.impl", classOf[NotLocalFileSystem].getName)
-    conf.set("fs.notlocal.impl.disable.cache", "true")
-    val dir = Files.createTempDirectory("ckpt")
-    def manager(sub: String) = new LocalCheckpointFileManager(new Path(s"notlocal://${dir.resolve(sub)}"), conf)
-    val lines = logged { manager("offsets"); manager("commits") }
-    assert(lines.size == 1, lines)
-    assert(
-      lines.head.startsWith(s"INFO sluice: ${LocalCheckpointFileManager.Name} did not apply to the checkpoint " +
-        s"files under notlocal:///: they are not on the local file system (${classOf[NotLocalFileSystem].getName})"),
-      lines)
-  }
-}
-
-/** A file system Hadoop does not know as the local one, over the local files (scheme `notlocal`). */
-class NotLocalFileSystem extends FilterFileSystem(new RawLocalFileSystem) {
-  override def getScheme: String = "notlocal"
-  override def getUri: URI = URI.create("notlocal:///")
 }

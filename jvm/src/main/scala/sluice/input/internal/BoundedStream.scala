@@ -9,7 +9,6 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReaderFactory}
 import org.apache.spark.sql.connector.read.streaming._
 
-
 import sluice.conf.SluiceConf
 import sluice.spark.SourceTypes.LongOffset
 

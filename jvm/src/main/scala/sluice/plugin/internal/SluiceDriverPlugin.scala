@@ -10,8 +10,7 @@ import org.slf4j.LoggerFactory
 
 import sluice.conf.{SluiceConf, SluiceConfException}
 import sluice.plugin.SluicePlugin
-import sluice.spark.{SparkSessionConf, SparkVersions}
-import sluice.state.LocalCheckpointFileManager
+import sluice.spark.SparkVersions
 
 /** [[SluicePlugin]]'s driver part. */
 private[sluice] class SluiceDriverPlugin extends DriverPlugin {
@@ -23,11 +22,6 @@ private[sluice] class SluiceDriverPlugin extends DriverPlugin {
     val settings = sc.getConf.getAll
     val conf = SluiceConf.validated(settings)
     SluicePlugin.stateStoreRefusal(settings.toMap, conf).foreach(m => throw new SluiceConfException(m))
-    if (conf.get(SluiceConf.CheckpointLocalDirect)) {
-      LocalCheckpointFileManager.refusal(settings.toMap).foreach(m => throw new SluiceConfException(m))
-      // Spark reads the manager class from the Hadoop conf every session derives from this one.
-      sc.hadoopConfiguration.set(SparkSessionConf.CheckpointFileManagerKey, classOf[LocalCheckpointFileManager].getName)
-    }
     SluiceConf.deprecationWarnings(conf.settings).foreach(w => log.warn(w))
     SluiceConf.experimentalWarning(conf.settings).foreach(w => log.warn(w))
     val cores = SluicePlugin.executorCores(sc.master, sc.getConf.getOption("spark.executor.cores").map(_.toInt))
