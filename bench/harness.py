@@ -36,6 +36,8 @@ class Harness:
         self.runs: dict[str, list[dict[str, Any]]] = {}
         self.targets: list[dict[str, Any]] = []
         self.started = datetime.now(timezone.utc)
+        # The checkout the run starts from: what is edited while it runs is not what it measures.
+        self.commit = _commit()
         print(f"== bench {name}: {description}")
         for k, v in settings.items():
             print(f"   {k}: {v}")
@@ -86,7 +88,7 @@ class Harness:
         path = RESULTS / f"{self.name}-{self.started:%Y%m%dT%H%M%SZ}.json"
         path.write_text(json.dumps({
             "bench": self.name, "description": self.description, "started": self.started.isoformat(),
-            "commit": _commit(), "argv": sys.argv, "machine": {"cpus": _cpus(), "python": platform.python_version(),
+            "commit": self.commit, "argv": sys.argv, "machine": {"cpus": _cpus(), "python": platform.python_version(),
                                              "platform": platform.platform()},
             "settings": self.settings, "runs": self.runs, "targets": self.targets, **extra,
         }, indent=1, default=str) + "\n")

@@ -532,7 +532,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--queries", default=",".join(QUERIES), help="comma-separated, of " + ",".join(QUERIES))
     ap.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated, of {','.join(SIDES)} ({SL}: "
-                    f"sluice's product defaults; {SLX}: the same with the two experimental rewrites on; "
+                    f"sluice's product defaults; {SLX}: the same with every experimental rewrite on; "
                     f"{SL}+FLAG (e.g. {SL}+json-decoder): the defaults with that one rewrite on, on the queries "
                     f"it changes; {RT}: the count, q7 and q8, the other queries run without it)")
     ap.add_argument("--events", type=int, default=10_000_000, help="Nexmark backlog events (and count records)")
@@ -669,7 +669,7 @@ def side_settings(a: argparse.Namespace, sides: list[str]) -> dict[str, dict[str
                          "mode": "real-time" if side == RT else "micro-batch",
                          "master": f"local[{a.rt_cores}]" if side == RT else "local[2]",
                          "configuration": "sluice's product defaults" if not sluice_keys(side, a) else
-                         "the two experimental rewrites on" if side == SLX else
+                         "every experimental rewrite on" if side == SLX else
                          f"sluice's product defaults with {ONE_REWRITE[side]} alone on" if side in ONE_REWRITE else
                          "experimental rewrites as flagged",
                          "state_store": "Spark's RocksDB (real-time mode's only provider)" if side == RT else
@@ -715,7 +715,7 @@ def settings_of(a: argparse.Namespace, count_records: int, sides: list[str]) -> 
             f"session_window), trigger {'default' if a.trigger == '0' else a.trigger}, maxOffsetsPerTrigger "
             f"{a.max_offsets or 'not set'}, Kafka source options "
             f"{', '.join(a.source_option) or 'none beyond the subscription (Spark defaults)'}",
-        SLX: f"the {SL} pipeline with sluice's two experimental rewrites on ({rewrites}): spark.sluice.* keys set "
+        SLX: f"the {SL} pipeline with every experimental rewrite of sluice on ({rewrites}): spark.sluice.* keys set "
              f"{sluice_keys(SLX, a)} beside state_store=in_memory_window",
         **{side: f"the {SL} pipeline at sluice's product defaults with one experimental rewrite on, "
                  f"{ONE_REWRITE[side]}: spark.sluice.* keys set {sluice_keys(side, a)} beside "
