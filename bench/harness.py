@@ -88,7 +88,7 @@ class Harness:
         path = RESULTS / f"{self.name}-{self.started:%Y%m%dT%H%M%SZ}.json"
         path.write_text(json.dumps({
             "bench": self.name, "description": self.description, "started": self.started.isoformat(),
-            "commit": self.commit, "argv": sys.argv, "machine": {"cpus": _cpus(), "python": platform.python_version(),
+            "commit": self.commit, "spark": _spark(), "argv": sys.argv, "machine": {"cpus": _cpus(), "python": platform.python_version(),
                                              "platform": platform.platform()},
             "settings": self.settings, "runs": self.runs, "targets": self.targets, **extra,
         }, indent=1, default=str) + "\n")
@@ -99,6 +99,12 @@ class Harness:
 def _order(sides: Sequence[str], repeat: int) -> list[str]:
     """A B, B A, A B, ...: no side is favoured by its place in the process's life."""
     return list(sides) if repeat % 2 == 0 else list(reversed(sides))
+
+
+def _spark() -> str:
+    """The pyspark the bench ran with, or "" when it loaded none (a bench of other engines only)."""
+    pyspark = sys.modules.get("pyspark")
+    return str(getattr(pyspark, "__version__", "")) if pyspark else ""
 
 
 def _commit() -> str:

@@ -56,17 +56,20 @@ def is_sluice(side: str) -> bool:
 class Run:
     """One result file and its label."""
 
-    def __init__(self, label: str, path: Path, commit: str | None) -> None:
+    def __init__(self, label: str, path: Path, commit: str | None, spark: str | None = None) -> None:
         self.label, self.path = label, path
         self.data: dict[str, Any] = json.loads(path.read_text())
         self.bench: str = self.data.get("bench", "?")
         self.commit = commit or self.data.get("commit") or "not recorded in the result file"
+        self.spark = spark or self.data.get("spark")
         self.names: dict[str, str] = {}  # side -> display name
 
     def settings(self) -> dict[str, Any]:
         return self.data.get("settings") or {}
 
     def spark_version(self) -> str:
+        if self.spark:
+            return str(self.spark)
         s = self.settings()
         if re.fullmatch(r"\d+\.\d+\.\d+\S*", str(s.get("spark", ""))):
             return str(s["spark"])
@@ -492,6 +495,8 @@ def main() -> None:
                     help="the display name of SIDE in the run LABEL (repeatable)")
     ap.add_argument("--commit", action="append", default=[], metavar="LABEL=SHA",
                     help="the commit a run was made at, for result files that do not record it")
+    ap.add_argument("--spark", action="append", default=[], metavar="LABEL=VERSION",
+                    help="the Spark a run was made with, for result files that do not record it")
     ap.add_argument("--out", default=str(BENCH / "RESULTS.md"))
     ap.add_argument("--plots", default=str(BENCH / "plots"))
     ap.add_argument("--no-plots", action="store_true", help="no PNGs, and no links to them")
@@ -509,11 +514,12 @@ def main() -> None:
             ap.error("no --run given and no bench/results/peers-*.json")
     specs = a.run or [str(found[-1])]
     commits = dict(c.split("=", 1) for c in a.commit)
+    sparks = dict(c.split("=", 1) for c in a.spark)
     runs = []
     for spec in specs:
         label, _, file = spec.rpartition("=") if "=" in spec else ("", "", spec)
         path = Path(file)
-        runs.append(Run(label or path.stem, path, commits.get(label or path.stem)))
+        runs.append(Run(label or path.stem, path, commits.get(label or path.stem), sparks.get(label or path.stem)))
     overrides = {}
     for n in a.name:
         left, _, name = n.partition("=")
