@@ -15,8 +15,8 @@ import org.apache.hadoop.fs.{FileAlreadyExistsException, FileSystem, LocalFileSy
  * Why: without its native library (which Spark's distributions do not ship), Hadoop's local file
  * system starts a process for each file it creates or renames: `chmod` to set the new file's
  * permissions, `readlink` for each side of a rename, for the file and for its checksum. That is
- * 25–30 ms a file on a small machine (bench/windowstore/README.md, bench/checkpoint/README.md), more
- * than the rest of a small store's commit, and Spark writes several files every micro-batch.
+ * tens of milliseconds a file on a small machine, more than the rest of a small store's commit
+ * (bench/windowstore's `ws-sparkfiles` side writes the window store's files through Spark's manager).
  *
  * Durability is what Hadoop's local file system gives Spark: a rename within one directory, no
  * fsync (a killed process loses nothing; a power cut may lose what the OS had not written).
