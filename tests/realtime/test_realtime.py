@@ -546,3 +546,50 @@ def test_the_json_decoder_decodes_in_real_time_too(rt, tmp_path: Path) -> None:
         plans[on] = plan
     assert "sluice_from_json(" in plans[True], plans[True]
     assert "sluice_from_json" not in plans[False] and "from_json(" in plans[False], plans[False]
+
+
+def _produce_records(spark: SparkSession, bootstrap: str, topic: str, records: list[tuple[str, int]]) -> None:
+    """`records` (key, seconds after BASE) in order into partition 0 of `topic`."""
+    (spark.createDataFrame([(k, f'{{"ts": {BASE + s}}}') for k, s in records], "key string, value string")
+     .coalesce(1)  # one writing task, in the list's order
+     .selectExpr("cast(0 as int) as partition", "cast(key as binary) key", "cast(value as binary) value")
+     .write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save())
+
+
+def test_late_records_are_kept_once_each_across_a_restart(rt, tmp_path: Path) -> None:
+    """with_late_records under the real-time trigger: every record for a window already closed, by
+    the partition's stream time (suppress drops its row) or by the batch's watermark (Spark's
+    aggregation would drop it), is written once to the batch that dropped it, with its window, key,
+    event time and lateness; the finals are those without the late records; a restart keeps the next
+    late records and writes none of the earlier ones again."""
+    spark, broker = rt
+    topic = _events_topic(spark, broker, "evlate", 40)  # k0..k2 at BASE + 0..39 s: windows to BASE + 30 close
+    _produce_records(spark, broker.bootstrap, topic, [("z", 5), ("z", 15)])  # windows closed long before
+    late = tmp_path / "late"
+    final = sluice.suppress(windowed_counts(spark, broker.bootstrap, topic), sluice.Suppressed.until_window_closes(
+        sluice.BufferConfig.unbounded()).with_late_records(str(late)))
+
+    def kept() -> list[tuple]:
+        if not late.exists():
+            return []
+        rows = spark.read.parquet(str(late)).collect()
+        return sorted((int(r.window.start.timestamp()) - BASE, r.key, int(r.ts.timestamp()) - BASE, r.late_by_ms,
+                       r.batch_id) for r in rows)
+
+    want = expected_finals(39)
+    out = _run_to(spark, broker, final, "lates", tmp_path, until=lambda rows: set(rows) >= want, commit=True)
+    assert len(out) == len(set(out)) and set(out) == want
+    first = kept()
+    assert [r[:3] for r in first] == [(0, "z", 5), (10, "z", 15)]
+    # How far the close was past each window's end: at most stream time (BASE + 39 s) minus the grace
+    # (2 s) minus the end, by the partition's stream time; less when the batch's watermark dropped it.
+    assert all(0 < r[3] <= (37 - r[0] - 10) * 1000 for r in first)
+
+    _produce_records(spark, broker.bootstrap, topic, [("z", 25), *[(f"k{i % 3}", i) for i in range(40, 60)]])
+    want = expected_finals(59)
+    out = _run_to(spark, broker, final, "lates", tmp_path, until=lambda rows: set(rows) >= want, commit=True)
+    assert len(out) == len(set(out)) and set(out) == want
+    again = kept()
+    assert [r[:3] for r in again] == [(0, "z", 5), (10, "z", 15), (20, "z", 25)]
+    assert again[:2] == first  # the first run's records, as they were, once
+    assert 0 < again[2][3] <= (37 - 30) * 1000 and again[2][4] > first[1][4]

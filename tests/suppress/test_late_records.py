@@ -230,9 +230,8 @@ def test_misuse_fails_when_the_dataframe_is_built(spark: SparkSession, tmp_path:
     with pytest.raises(SluiceSuppressError, match="format 'text' cannot hold column"):
         suppress(sessions, final.with_late_records(str(tmp_path), "text"))
     assert suppress(sessions, final.with_late_records(str(tmp_path))).isStreaming
-    with pytest.raises(SluiceSuppressError, match="only when sessions close at the watermark, not with a grace"):
-        suppress(sessions, Suppressed.until_window_closes(BufferConfig.unbounded(), grace=GRACE)
-                 .with_late_records(str(tmp_path)))
+    assert suppress(sessions, Suppressed.until_window_closes(BufferConfig.unbounded(), grace=GRACE)
+                    .with_late_records(str(tmp_path))).isStreaming
     clash = events.withColumn("late_by_ms", F.lit(1)).withWatermark("ts", DELAY)
     with pytest.raises(SluiceSuppressError, match="column named late_by_ms"):
         suppress(clash.groupBy(F.window("ts", "1 minute"), "user", "late_by_ms").count(),
@@ -240,18 +239,21 @@ def test_misuse_fails_when_the_dataframe_is_built(spark: SparkSession, tmp_path:
 
 
 @pytest.mark.soak
+@pytest.mark.parametrize("query", ["windows", "sessions"])
 @pytest.mark.parametrize("provider_name", ["hdfs", "rocksdb"])
-def test_killed_driver_keeps_each_late_record_once(spark: SparkSession, tmp_path: Path, provider_name: str) -> None:
+def test_killed_driver_keeps_each_late_record_once(spark: SparkSession, tmp_path: Path, provider_name: str,
+                                                   query: str) -> None:
     """SIGKILL the query's process (driver JVM included) mid-stream, restart it here on the same
-    checkpoint: every late record is kept exactly once and every final result arrives once."""
+    checkpoint: every late record is kept exactly once and every final result arrives once. The
+    query: hourly windows closed at the watermark, or 20-minute sessions with a grace of 2 minutes
+    below the 4-hour delay (their late records decided by the session update, from staged ones)."""
     import json
     import os
 
     from support.children import kill_after_batches
-    from support.inputs import hourly_finals, write_hourly_files
-    from support.late_records_kill_child import final_results
+    from support.inputs import HOURLY_USERS, hourly_finals, write_hourly_files
+    from support.late_records_kill_child import final_results, sink
     from support.sinks import drain_to_files, emitted_finals
-    from support.suppress_kill_child import file_sink
 
     def iso(seconds: float) -> str:
         return at(seconds).strftime("%Y-%m-%d %H:%M:%S")
@@ -267,6 +269,8 @@ def test_killed_driver_keeps_each_late_record_once(spark: SparkSession, tmp_path
     # take two: killed between the file source's log entry for a batch and the offset log's, the
     # restarted query reads the logged file and the next one together, and the late-events watermark
     # of that batch and the next lags an hour. Hour h - 4 ends before it even then; hour h - 3 would not.
+    # For the sessions, z's record closes its own session [t, t + 20 min] by the grace (stream time
+    # is at least hour h - 2 then) and never under the 4-hour watermark: the session update keeps it.
     for h in range(4, hours):
         path = src / f"{h:03d}.json"
         stamp = os.stat(path).st_mtime
@@ -275,15 +279,26 @@ def test_killed_driver_keeps_each_late_record_once(spark: SparkSession, tmp_path
         os.utime(path, (stamp, stamp))
 
     kill_after_batches("late_records_kill_child.py", [str(src), str(ckpt), str(out), str(late),
-                                                      PROVIDERS[provider_name]], out, batches=5)
+                                                      PROVIDERS[provider_name], query], out, batches=5)
     assert len(list(out.glob("*.json"))) < 2 * hours  # killed mid-stream
-    drain_to_files(spark, final_results(spark, str(src), str(late)), file_sink(str(out)), ckpt,
+    drain_to_files(spark, final_results(spark, str(src), str(late), query), sink(str(out), query), ckpt,
                    {"spark.sql.streaming.stateStore.providerClass": PROVIDERS[provider_name]})
 
-    assert emitted_finals(out) == hourly_finals(hours, lambda h: at(h * 3600).isoformat())
     records = spark.read.parquet(str(late)).collect()
-    assert sorted((r.window.start, r.user, r.ts) for r in records) == [
-        (at((h - 4) * 3600), "z", at((h - 4) * 3600 + 100)) for h in range(4, hours)]
+    if query == "windows":
+        assert emitted_finals(out) == hourly_finals(hours, lambda h: at(h * 3600).isoformat())
+        assert sorted((r.window.start, r.user, r.ts) for r in records) == [
+            (at((h - 4) * 3600), "z", at((h - 4) * 3600 + 100)) for h in range(4, hours)]
+    else:
+        # Each user's session of hour h starts at its first event (write_hourly_files: minute 15 + i).
+        expected: Counter = Counter()
+        for h in range(hours - 1):
+            users = HOURLY_USERS[: 2 + h % 3]
+            for user in set(users):
+                expected[(at(h * 3600 + 900 + users.index(user) * 60).isoformat(), user, users.count(user))] = 1
+        assert emitted_finals(out) == expected
+        assert sorted((r.session_window.start, r.user, r.ts) for r in records) == [
+            (at((h - 4) * 3600 + 100), "z", at((h - 4) * 3600 + 100)) for h in range(4, hours)]
 
 
 def test_spark_connect_message_carries_late_records(spark: SparkSession) -> None:
@@ -329,8 +344,8 @@ def test_late_records_turned_on_and_off_on_a_running_checkpoint(spark: SparkSess
 GAP = timedelta(seconds=30)
 
 
-def session_results(late: Path | None) -> Any:
-    suppressed = Suppressed.until_window_closes(BufferConfig.unbounded())
+def session_results(late: Path | None, grace: timedelta | None = None) -> Any:
+    suppressed = Suppressed.until_window_closes(BufferConfig.unbounded(), grace=grace)
     if late is not None:
         suppressed = suppressed.with_late_records(str(late))
 
@@ -356,7 +371,7 @@ def kept_sessions(spark: SparkSession, path: Path) -> list[tuple]:
 
 
 # (name, spark.sluice.suppress.fused): fused final results and suppress's buffer, each closing a
-# session at the watermark (with a grace, a session's late records are refused).
+# session at the watermark.
 SESSION_PLANS = [("fused", "true"), ("buffered", "false")]
 
 
@@ -405,3 +420,58 @@ def test_session_window_late_records_kept_exactly_once_across_a_restart(spark: S
     assert kept_by_batch(records) == drops[1]
     assert len(drops[1]) == 2
     assert drops[0] == drops[1]
+
+
+@pytest.mark.parametrize("provider_name", ["hdfs", "rocksdb"])
+def test_session_window_with_grace_judges_a_record_by_the_session_it_merges_into(
+        spark: SparkSession, tmp_path: Path, provider_name: str) -> None:
+    """Session windows (gap 30 s) with a grace of 10 s below the 10-minute delay, as Kafka Streams'
+    SessionWindows.ofInactivityGapAndGrace: a session closes once stream time passes its end + 10 s.
+    A record is late when the session it merges into had closed: then it is kept (with the
+    lateness of that session), changes no state, and a later on-time record of the session's key
+    merges with the session as it was; a record whose own session had closed but that merges into
+    an open session counts. Across a restart, per batch the records kept are the late-drop count,
+    and the finals are those of the same query without late records."""
+    grace = timedelta(seconds=10)
+    # Each batch closes the sessions ending at or before the largest event time of the batches
+    # before it, minus the grace (Spark's watermark is that time minus the delay).
+    script = [[(1040, "f"), (1010, "a"), (1020, "b"), (1035, "q"), (1060, "z")],
+              [(1095, "z")],  # closes a [1010, 1040], b, f [1040, 1070], q (ends <= 1085)
+              [(1015, "a"),  # into a's closed session [1010, 1045]: late by 1085 - 1045 = 40 s
+               (1040, "z"),  # own session [1040, 1070] closed, but it joins z's open [1060, 1090]
+               (1052, "c"),  # its own session [1052, 1082], closed: late by 3 s
+               (1041, "f")],  # into f's closed [1040, 1071]: late by 14 s, f stays [1040, 1070]
+              None,  # restart
+              [(1069, "f"), (1700, "y")],  # on time: f [1040, 1099] has 1040 and 1069, not 1041
+              [(1030, "d"),  # own session [1030, 1060] under Spark's watermark (1100): late by 630 s
+               (1500, "a"),  # own session [1500, 1530], closed (<= 1690): late by 160 s
+               (1685, "e")],
+              [(3000, "x")]]
+    expected_finals = {(1010, 1040, "a", 1), (1020, 1050, "b", 1), (1040, 1070, "f", 1), (1035, 1065, "q", 1),
+                       (1040, 1090, "z", 2), (1095, 1125, "z", 1),
+                       (1040, 1099, "f", 2), (1700, 1730, "y", 1), (1685, 1715, "e", 1)}
+    expected_kept = [(1015, "a", 40_000), (1041, "f", 14_000), (1052, "c", 3_000),
+                     (1030, "d", 630_000), (1500, "a", 160_000)]
+    results, drops = [], []
+    late = tmp_path / "late"
+    with session_conf(spark, {"spark.sql.streaming.stateStore.providerClass": PROVIDERS[provider_name]}):
+        for run, path in [("plain", None), ("kept", late)]:
+            with PipelineDriver(spark, session_results(path, grace), SCHEMA, checkpoint=tmp_path / run) as driver:
+                for events in script:
+                    if events is None:
+                        driver.restart()
+                    else:
+                        feed(driver, *events)
+                results.append(session_finals(driver))
+                drops.append(late_metric_by_batch(driver))
+                if path is not None:
+                    assert late_metric_by_batch(driver, "lateRecordDropTotal") == drops[1]
+    assert results[0] == results[1]
+    assert results[1] == Counter({(at(s), at(e), u, n): 1 for s, e, u, n in expected_finals})
+    records = kept_sessions(spark, late)
+    assert [r[1:] for r in records] == [(at(t), u, by) for t, u, by in expected_kept]
+    assert kept_by_batch(records) == drops[1]
+    assert len(drops[1]) == 2
+    assert drops[0] == drops[1]
+    # The staged candidates of committed batches are gone.
+    assert not any(p.is_file() for p in (late / "_sluice_late_candidates").rglob("*"))

@@ -185,6 +185,7 @@ object SluiceConf {
   val LateRecordsCheckpointOption: String = contract.get("late_records").get("checkpoint_option").asText()
   val LateRecordsFormatOption: String = contract.get("late_records").get("format_option").asText()
   val LateRecordsSchemaFile: String = contract.get("late_records").get("schema_file").asText()
+  val LateCandidatesDir: String = contract.get("late_records").get("candidates_dir").asText()
 
   // --- suppress (sluice.suppress) ---
   /**

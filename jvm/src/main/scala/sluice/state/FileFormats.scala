@@ -147,6 +147,13 @@ private[sluice] object FileFormats {
    */
   val KafkaRecordSizes: FileFormat = FileFormat("Kafka record sizes file", current = 1, reads = Seq(1))
 
+  /**
+   * `<late records>/_sluice_late_candidates/op=<op>/batch_id=<batch>/part-<partition>`: the records of
+   * one batch that may be late for a session window, kept only while the batch runs (see
+   * `LateCandidates`); the magic "SLLC" is followed by the format as an int.
+   */
+  val LateCandidates: FileFormat = FileFormat("late record candidates file", current = 1, reads = Seq(1))
+
   val all: Seq[FileFormat] = Seq(WriteBehindLog, WindowStoreFile, CacheDelegateMarker, EmitCacheFirstVersion,
-    FusedFinalMarker, SessionPlan, OperatorSidecar, EmitCacheRows, SuppressRows, KafkaRecordSizes)
+    FusedFinalMarker, SessionPlan, OperatorSidecar, EmitCacheRows, SuppressRows, KafkaRecordSizes, LateCandidates)
 }

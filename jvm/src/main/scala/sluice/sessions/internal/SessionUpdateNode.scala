@@ -16,8 +16,9 @@ import sluice.suppress.LateRecords
  * retracts. Built by [[SessionUpdateRule]] only. `finalOnly`: `suppress(until_window_closes(unbounded()))`
  * fused into it, which Spark's append-mode save of the same state gives (see [[SessionUpdateStrategy]]).
  * `late`: the late records of the `until_window_closes` right above (fused or not) that keeps them,
- * taken out of this node's input (see [[sluice.suppress.internal.LateRecordsExec]]), closed at the
- * watermark (suppress refuses a session's late records with a grace below the delay).
+ * taken out of this node's input (see [[sluice.suppress.internal.LateRecordsExec]]). `earlyMs`: the
+ * watermark delay minus the grace of the `until_window_closes` right above (0 without a grace of its
+ * own), by which [[SessionUpdateExec]] judges sessions closed before Spark's watermark does.
  *
  * Spark allows aggregate functions only in its own `Aggregate` and strips the aliases of nodes it
  * does not know, so the output expressions are held out of the analyzer's and optimizer's sight
@@ -32,7 +33,8 @@ private[sluice] case class SessionUpdateNode(
     retracted: Attribute,
     child: LogicalPlan,
     finalOnly: Boolean = false,
-    late: Option[LateRecords] = None)
+    late: Option[LateRecords] = None,
+    earlyMs: Long = 0L)
   extends SluiceStatefulNode {
   override def producedAttributes: AttributeSet = AttributeSet(output)
 

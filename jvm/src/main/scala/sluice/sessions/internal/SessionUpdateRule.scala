@@ -62,14 +62,16 @@ private[sluice] case class SessionUpdateRule(session: SparkSession) extends Rule
             replaced
           // suppress right above reads the flag: a retraction drops a buffered session under
           // until_window_closes and is forwarded (rate-limited) under the time limits. Its late
-          // records are taken out of the sessions' input, where the records are.
+          // records are taken out of the sessions' input, where the records are, and its grace
+          // closes sessions in their save (a late session is never stored, as in Kafka Streams).
           case s: SuppressNode if s.retracted.isEmpty && s.child.output.exists(o => flags(o.exprId)) =>
             val flag = s.child.output.find(o => flags(o.exprId))
-            val child = LateRecordsExec.of(s.suppressed).fold(s.child) { late =>
-              s.child.transformDown {
-                case u: SessionUpdateNode if flag.exists(_.exprId == u.retracted.exprId) =>
-                  u.copy(late = Some(late))
-              }
+            val late = LateRecordsExec.of(s.suppressed)
+            val early = s.suppressed match { case _: UntilWindowCloses => s.earlyMs; case _ => 0L }
+            val child = if (late.isEmpty && early == 0) s.child
+            else s.child.transformDown {
+              case u: SessionUpdateNode if flag.exists(_.exprId == u.retracted.exprId) =>
+                u.copy(late = late, earlyMs = early)
             }
             s.copy(retracted = flag, child = child)
         }

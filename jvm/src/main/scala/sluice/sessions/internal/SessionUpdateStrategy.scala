@@ -50,8 +50,8 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
 
   /**
    * `n`'s input, with the late records of the suppress above taken out and kept (the retraction
-   * flag, not an input column, is left out of them), closed at the watermark as Spark's restore
-   * drops them.
+   * flag, not an input column, is left out of them): closed at the watermark as Spark's restore
+   * drops them, and with a grace below the delay staged for the save to judge by merged session.
    */
   private def withLateRecords(n: SessionUpdateNode, ctx: Option[StreamContext]): LogicalPlan =
     (n.late, ctx) match {
@@ -59,7 +59,11 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
         val window = n.groupingExpressions.collectFirst {
           case a: Attribute if a.metadata.contains(SessionWindow.marker) => a
         }.get
-        LateRecordsExec.above(n.child, late, window, 0L, c, hidden = Seq(n.retracted))
+        val keys = n.groupingExpressions.filterNot {
+          case a: Attribute => a.exprId == window.exprId
+          case _ => false
+        }
+        LateRecordsExec.above(n.child, late, window, n.earlyMs, c, hidden = Seq(n.retracted), sessionKeys = keys)
       case _ => n.child
     }
 
@@ -94,7 +98,7 @@ private[sluice] case class SessionUpdateStrategy(session: SparkSession) extends 
         ctx.fold(s)(c => SparkNodes.sessionSaveWith(s, c.stateInfo, OutputMode.Append()))
       case s: SessionWindowStateStoreSaveExec =>
         SessionUpdateExec(s.keyWithoutSessionExpressions, s.sessionExpression, n.retracted, s.stateFormatVersion,
-          ctx, s.child)
+          ctx, s.child, n.earlyMs)
     }).map(p => if (counted) LateRecordsCounted(p) else p) // suppress counts them when it is not fused
   }
 }

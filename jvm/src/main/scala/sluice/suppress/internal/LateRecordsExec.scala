@@ -5,11 +5,13 @@ import org.apache.hadoop.fs.Path
 import org.apache.spark.TaskContext
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{Attribute, JoinedRow, UnsafeProjection}
+import org.apache.spark.broadcast.Broadcast
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Expression, JoinedRow, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.sluice.{BatchFiles, StatefulOperatorSupport, StreamContext}
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
+import org.apache.spark.util.SerializableConfiguration
 
 import sluice.spark.PlanTypes.{
   SQLMetric, SQLMetrics, SessionWindowStateStoreRestoreExec, SparkPlan, StateStoreSaveExec, UnaryExecNode
@@ -35,6 +37,13 @@ import sluice.suppress.{LateRecords, SuppressUsageException}
  * would have merged with. `hidden` are columns of the input that are not the user's (the session
  * update's retraction flag): left out of the written records.
  *
+ * A session window with a grace below the watermark delay (`sessionKeys` set: the grouping keys
+ * without the session window, as the session save reads them) is judged as Kafka Streams judges it,
+ * by the session a record merges into, which only the session save knows: rows whose own session
+ * had closed by the watermark are taken out and written as above (Spark's session restore would drop
+ * them); rows whose own session had closed by the grace alone are staged as candidates
+ * ([[LateCandidates]]) and go on, and the session save writes those that merged into a closed session.
+ *
  * Exactly once: the set of late rows of a batch is fixed by its input and its late-events watermark
  * (in the offset log), so a replayed batch writes the same rows; the driver first removes what an
  * earlier attempt of the batch wrote, and each task writes its file under a hidden name and renames
@@ -42,7 +51,7 @@ import sluice.suppress.{LateRecords, SuppressUsageException}
  */
 private[sluice] case class LateRecordsNode(
     late: LateRecords, window: Attribute, earlyMs: Long, context: StreamContext, child: LogicalPlan,
-    hidden: Seq[Attribute] = Nil)
+    hidden: Seq[Attribute] = Nil, sessionKeys: Seq[Expression] = Nil)
   extends UnaryNode {
   override def output: Seq[Attribute] = child.output
   override protected def withNewChildInternal(newChild: LogicalPlan): LateRecordsNode = copy(child = newChild)
@@ -50,7 +59,7 @@ private[sluice] case class LateRecordsNode(
 
 private[sluice] case class LateRecordsExec(
     late: LateRecords, window: Attribute, earlyMs: Long, context: StreamContext, child: SparkPlan,
-    hidden: Seq[Attribute] = Nil)
+    hidden: Seq[Attribute] = Nil, sessionKeys: Seq[Expression] = Nil)
   extends UnaryExecNode {
   override def output: Seq[Attribute] = child.output
   override def outputPartitioning = child.outputPartitioning
@@ -69,19 +78,46 @@ private[sluice] case class LateRecordsExec(
   @transient @volatile private var dropCounters: Seq[SQLMetric] = Nil
   def countInto(counters: Seq[SQLMetric]): Unit = dropCounters = counters
 
+  /** Whether the session save decides which of the rows taken here are late (see the class comment). */
+  def stagesSessions: Boolean = sessionKeys.nonEmpty && earlyMs > 0
+
+  private def written: Seq[Attribute] = child.output.filterNot(a => hidden.exists(_.exprId == a.exprId))
+  private def batchDir: Path = new Path(late.path, s"${LateRecords.BatchColumn}=${context.batchId}")
+  private def prefix: String = s"part-op${context.stateInfo.operatorId}-"
+
+  /** What the session save needs, on the driver, to write the staged records it finds late. */
+  def sessionStage(): SessionLateStage = {
+    val cols = written
+    SessionLateStage(LateRecordsExec.broadcastConf(session, late), late.path, context.stateInfo.operatorId,
+      context.batchId, sessionKeys.size, cols.size,
+      SuppressExec.closeTime(context.lateEventsWatermarkMs, earlyMs),
+      LateRecordsExec.writer(session, late, cols, context), batchDir.toString, prefix + "sessions-")
+  }
+
   override protected def doExecute(): RDD[InternalRow] = {
-    val batchId = context.batchId
-    val closeWm = SuppressExec.closeTime(context.lateEventsWatermarkMs, earlyMs)
+    val lateWm = context.lateEventsWatermarkMs
+    val closeWm = SuppressExec.closeTime(lateWm, earlyMs)
     val input = child.output
-    val written = input.filterNot(a => hidden.exists(_.exprId == a.exprId))
+    val written = this.written
     val writer = LateRecordsExec.writer(session, late, written, context)
-    val dir = new Path(late.path, s"${LateRecords.BatchColumn}=$batchId")
-    val prefix = s"part-op${context.stateInfo.operatorId}-"
+    val dir = batchDir
     writer.removeWritten(dir, prefix) // an earlier attempt of this batch, if any
     val dirName = dir.toString
     val counters = longMetric("numLateRecords") +: dropCounters
     val ord = input.indexWhere(_.exprId == window.exprId)
     val projected = written.size != input.size
+    // Sessions judged by the grace: rows closed by it alone are staged, not taken (see the class comment).
+    val staging = if (!stagesSessions) None
+    else {
+      val conf = LateRecordsExec.broadcastConf(session, late)
+      LateCandidates.prepare(conf.value.value, new Path(late.path), context.stateInfo.operatorId, context.batchId)
+      Some((conf, LateCandidates.batchDir(new Path(late.path), context.stateInfo.operatorId, context.batchId)))
+    }
+    val keyExprs = sessionKeys.map(k =>
+      StatefulOperatorSupport.normalizedGroupingKey(k match {
+        case n: org.apache.spark.sql.catalyst.expressions.NamedExpression => n
+        case other => Alias(other, "key")()
+      }))
     child.execute().mapPartitions(iter => {
         val partition = TaskContext.getPartitionId()
         val project: InternalRow => InternalRow =
@@ -90,10 +126,28 @@ private[sluice] case class LateRecordsExec(
         var kept = 0L
         val lateBy = new org.apache.spark.sql.catalyst.expressions.GenericInternalRow(1)
         val joined = new JoinedRow()
+        val stage = staging.map { case (conf, stageDir) =>
+          val keyOf = UnsafeProjection.create(keyExprs, input)
+          val record = UnsafeProjection.create(written, input)
+          var out: Option[LateCandidates.Writer] = None
+          ((row: InternalRow) => {
+              val w = row.getStruct(ord, 2)
+              out.getOrElse {
+                val tc = TaskContext.get()
+                val o = new LateCandidates.Writer(conf.value.value, stageDir, partition, tc.taskAttemptId())
+                tc.addTaskFailureListener((_, _) => o.abort())
+                out = Some(o)
+                o
+              }.write(keyOf(row), w.getLong(0), w.getLong(1), record(row))
+            }, () => out.foreach(_.commit()))
+        }
         val rest = iter.filter { row =>
           val end = row.getStruct(ord, 2).getLong(1) / 1000
           if (end > closeWm) true
-          else {
+          else if (stage.isDefined && end > lateWm) {
+            stage.get._1(row)
+            true
+          } else {
             lateBy.setLong(0, closeWm - end)
             file.getOrElse { val f = writer.open(dirName, prefix, partition); file = Some(f); f }.write(joined(
                 project(row), lateBy))
@@ -103,6 +157,7 @@ private[sluice] case class LateRecordsExec(
         }
         StatefulOperatorSupport.onCompletion(rest) {
           file.foreach(_.commit())
+          stage.foreach(_._2())
           counters.foreach(_ += kept)
         }
       }, preservesPartitioning = true)
@@ -140,10 +195,14 @@ private[sluice] case class LateRecordsCounted(child: SparkPlan) extends UnaryExe
 
 private[sluice] object LateRecordsExec {
 
-  /** Per query run, per operator: the writer prepared by the run's first batch. */
+  /**
+   * Per query run, per operator: the writer prepared by the run's first batch, shared by whatever
+   * writes the operator's late records (the aggregation's input, the session save, real-time suppress),
+   * which all write the same columns.
+   */
   private val writers = new java.util.WeakHashMap[java.util.UUID, java.util.Map[Long, BatchFiles.Writer]]()
 
-  private def writer(session: org.apache.spark.sql.SparkSession, late: LateRecords, input: Seq[Attribute],
+  def writer(session: org.apache.spark.sql.SparkSession, late: LateRecords, input: Seq[Attribute],
       ctx: StreamContext): BatchFiles.Writer = writers.synchronized {
     val ofRun = writers.computeIfAbsent(ctx.stateInfo.queryRunId, _ => new java.util.HashMap[Long, BatchFiles.Writer]())
     ofRun.computeIfAbsent(ctx.stateInfo.operatorId,
@@ -157,6 +216,11 @@ private[sluice] object LateRecordsExec {
         BatchFiles.prepare(session, format, late.options, records, new Path(late.path))
       })
   }
+
+  /** The Hadoop configuration for `late`'s files, for the tasks. */
+  def broadcastConf(session: org.apache.spark.sql.SparkSession, late: LateRecords)
+      : Broadcast[SerializableConfiguration] =
+    session.sparkContext.broadcast(new SerializableConfiguration(BatchFiles.hadoopConf(session, late.options)))
 
   /** Where `s` keeps its late records, if it does. */
   def of(s: sluice.suppress.Suppressed): Option[LateRecords] = s match {
@@ -193,13 +257,13 @@ private[sluice] object LateRecordsExec {
    * the window is not a column of `input`.
    */
   def above(input: LogicalPlan, late: LateRecords, window: Attribute, earlyMs: Long, ctx: StreamContext,
-      hidden: Seq[Attribute] = Nil): LateRecordsNode = {
+      hidden: Seq[Attribute] = Nil, sessionKeys: Seq[Expression] = Nil): LateRecordsNode = {
     val w = input.output.find(_.exprId == window.exprId).getOrElse(refuse(s"the window column ${window.name} " +
         "is computed inside the aggregation, not on its input (late records are kept for windows assigned by " +
         "F.window or F.session_window)"))
     val eventTime = input.collectFirst { case e: EventTimeWatermark => e.eventTime.exprId }
     val withTime = eventTime.flatMap(keep(input, _)).getOrElse(input)
-    LateRecordsNode(late, w, earlyMs, ctx, withTime, hidden)
+    LateRecordsNode(late, w, earlyMs, ctx, withTime, hidden, sessionKeys)
   }
 
   private def refuse(why: String): Nothing =
@@ -225,4 +289,18 @@ private[sluice] object LateRecordsExec {
         case _ => None
       }
     }
+}
+
+/**
+ * What a session save needs to write the late records of the sessions it undoes (see
+ * [[LateRecordsExec]] and [[LateCandidates]]): where the batch's candidates are staged and how many
+ * columns their keys and records have, the batch's closing time (ms), and the late records' writer.
+ */
+private[sluice] final case class SessionLateStage(
+    conf: Broadcast[SerializableConfiguration], base: String, operatorId: Long, batchId: Long, keyFields: Int,
+    recordFields: Int, closeMs: Long, writer: BatchFiles.Writer, dir: String, prefix: String) {
+  def candidates(): Map[UnsafeRow, Seq[LateCandidates.Candidate]] =
+    LateCandidates.read(conf.value.value, new Path(base), operatorId, batchId, keyFields, recordFields)
+
+  def open(partition: Int): BatchFiles.File = writer.open(dir, prefix, partition)
 }

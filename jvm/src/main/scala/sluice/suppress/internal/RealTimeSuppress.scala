@@ -6,6 +6,8 @@ import org.apache.spark.sql.catalyst.expressions.{
 import org.apache.spark.sql.catalyst.expressions.aggregate.Last
 import org.apache.spark.sql.catalyst.plans.logical._
 
+import org.apache.spark.sql.sluice.StreamContext
+
 import sluice.conf.RealTimeMode
 import sluice.spark.SparkNodes
 import sluice.suppress._
@@ -26,6 +28,12 @@ import sluice.suppress._
  * hidden `spark_partition_id()` of its input (the aggregation's output row for an input row then
  * carries that row's own), which a projection above suppress drops again.
  *
+ * Late records kept under the real-time trigger: the aggregation emits one row per input row, so a
+ * second hidden `last(named_struct(<the aggregation's input columns>))` carries the record each row
+ * answers, and suppress writes the record of each row it drops as late; the records Spark's
+ * aggregation drops at the watermark are taken out before it and written ([[LateRecordsExec]]), as in
+ * micro-batches. The record column is state of the aggregation too (one record per window and key).
+ *
  * The hidden columns are added only to real-time runs, in the physical planning of each batch: a
  * micro-batch query's plan and state stay exactly as before. The price is that an
  * until_window_closes checkpoint cannot switch between the two triggers (the aggregation's state
@@ -39,17 +47,14 @@ private[sluice] object RealTimeSuppress {
   /** The hidden input column: the upstream task (its partition) each input row comes from. */
   private val UpstreamColumn = "__sluice_upstream"
 
+  /** The hidden column of the record each aggregate row answers, when late records are kept. */
+  val RecordColumn = "__sluice_record"
+
   private def refuse(why: String, instead: String): Nothing =
     throw new SuppressUsageException(RealTimeMode.unsupported("suppress", why, instead))
 
   /** Refuses what suppress does not do in real time, at the batch's planning. */
   def refuseUnsupported(n: SuppressNode): Unit = {
-    LateRecordsExec.of(n.suppressed).foreach { late =>
-      throw new SuppressUsageException(RealTimeMode.unsupported(s"suppress keeping ${late.describe}",
-          "a real-time batch lasts the checkpoint interval and its rows leave as they come, while late records are " +
-            "written per micro-batch, each batch's file replaced when the batch replays",
-          RealTimeMode.UseMicroBatches))
-    }
     if (n.suppressed.buffer.whenFull == BufferFullStrategy.SpillToDisk) {
       throw new SuppressUsageException(RealTimeMode.unsupported(
           s"suppress with a spilling buffer (${n.suppressed.buffer})",
@@ -61,9 +66,12 @@ private[sluice] object RealTimeSuppress {
 
   /**
    * `n`'s child with the hidden stream-time column, and that column; only for until_window_closes,
-   * whose windows close by stream time (until_time_limit has its time_col).
+   * whose windows close by stream time (until_time_limit has its time_col). With `late` records
+   * kept, also the hidden record column, and the records the aggregation would drop at the
+   * watermark taken out of its input and kept (see the object's comment).
    */
-  def withStreamTime(n: SuppressNode): (LogicalPlan, Attribute) = {
+  def withStreamTime(n: SuppressNode, late: Option[(LateRecords, StreamContext)])
+      : (LogicalPlan, Attribute, Option[Attribute]) = {
     val (agg, rebuild) = n.child match {
       case a: Aggregate => (a, (a2: Aggregate, _: Attribute) => a2: LogicalPlan)
       case p @ Project(list, a: Aggregate) if list.forall(_.isInstanceOf[Attribute]) =>
@@ -82,10 +90,24 @@ private[sluice] object RealTimeSuppress {
     val upstream = Alias(SparkPartitionID(), UpstreamColumn)()
     val origin = CreateNamedStruct(Seq(Literal("upstream"), upstream.toAttribute, Literal("time"), eventTime))
     val hidden = Alias(Last(origin, ignoreNulls = false).toAggregateExpression(), StreamTimeColumn)()
-    val newAgg =
-      SparkNodes.aggregateWith(agg)(aggregateExpressions = agg.aggregateExpressions :+ (hidden: NamedExpression),
-        child = SparkNodes.project(input.output :+ upstream, input))
-    (rebuild(newAgg, hidden.toAttribute), hidden.toAttribute)
+    val record = late.map { _ =>
+      val fields = input.output.flatMap(a => Seq(Literal(a.name), a))
+      Alias(Last(CreateNamedStruct(fields), ignoreNulls = false).toAggregateExpression(), RecordColumn)()
+    }
+    val aggInput = SparkNodes.project(input.output :+ upstream, input)
+    val newAgg = SparkNodes.aggregateWith(agg)(
+      aggregateExpressions = agg.aggregateExpressions ++ (hidden +: record.toSeq).map(e => e: NamedExpression),
+      child = late.fold(aggInput: LogicalPlan) { case (l, ctx) =>
+        val window = n.window.getOrElse(refuse("it has no window column", "Group by F.window."))
+        // Spark's aggregation drops its input's rows at the watermark: taken out and kept before it.
+        LateRecordsExec.above(aggInput, l, window, 0L, ctx, hidden = Seq(upstream.toAttribute))
+      })
+    val rebuilt = rebuild(newAgg, hidden.toAttribute) match {
+      case p: Project =>
+        record.fold(p: LogicalPlan)(r => SparkNodes.projectWith(p)(projectList = p.projectList :+ r.toAttribute))
+      case other => other
+    }
+    (rebuilt, hidden.toAttribute, record.map(_.toAttribute))
   }
 
   /**

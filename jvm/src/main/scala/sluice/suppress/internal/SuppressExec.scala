@@ -51,7 +51,8 @@ private[sluice] case class SuppressExec(
     streamTime: Option[Attribute] = None,
     realTime: Boolean = false,
     retracted: Option[Attribute] = None,
-    earlyMs: Long = 0L)
+    earlyMs: Long = 0L,
+    lateRecord: Option[Attribute] = None)
   extends SluiceStateStoreExec {
 
   private val layout = new BufferLayout(DataTypeUtils.fromAttributes(keys), DataTypeUtils.fromAttributes(child.output))
@@ -76,10 +77,12 @@ private[sluice] case class SuppressExec(
 
   override protected def doExecute(): RDD[InternalRow] = {
     val ctx = startBatch("suppress runs only inside a streaming query (writeStream...start())")
-    // Late records kept below: counted as this operator's late drops (before its child runs).
+    // Late records kept below, and sessions a grace closed in their save: counted as this operator's
+    // late drops (before its child runs).
+    val lateCounters = Seq(longMetric("lateRecordDropTotal"), longMetric("numRowsDroppedByWatermark"))
     child.foreach {
-      case l: LateRecordsExec =>
-        l.countInto(Seq(longMetric("lateRecordDropTotal"), longMetric("numRowsDroppedByWatermark")))
+      case l: LateRecordsExec => l.countInto(lateCounters)
+      case u: sluice.sessions.internal.SessionUpdateExec => u.countInto(lateCounters)
       case _ =>
     }
     val nextTime = nextDue
@@ -104,6 +107,19 @@ private[sluice] case class SuppressExec(
     val perRow = realTime
     val retractedOrdinal = retracted.map(a => output.indexWhere(_.exprId == a.exprId))
     val spill = if (config.whenFull == BufferFullStrategy.SpillToDisk) Some(spillStore(ctx)) else None
+    // Real time, late records kept: the record of each row dropped as late (see RealTimeSuppress).
+    val keep = for {
+      attr <- lateRecord
+      late <- LateRecordsExec.of(mode)
+    } yield {
+      val fields = attr.dataType.asInstanceOf[org.apache.spark.sql.types.StructType]
+      val columns = DataTypeUtils.toAttributes(fields)
+      val writer = LateRecordsExec.writer(session, late, columns, ctx)
+      val dir = new org.apache.hadoop.fs.Path(late.path, s"${LateRecords.BatchColumn}=${ctx.batchId}")
+      val prefix = s"part-op${ctx.stateInfo.operatorId}-"
+      writer.removeWritten(dir, prefix) // an earlier attempt of this batch, if any
+      (writer, dir.toString, prefix + "suppress-", output.indexWhere(_.exprId == attr.exprId), fields.size)
+    }
 
     val checkpointIds = StatefulOperatorStateInfo.enableStateStoreCheckpointIds(conf)
     val loadedIds = ctx.stateInfo.stateStoreCkptIds
@@ -151,7 +167,13 @@ private[sluice] case class SuppressExec(
           // The floor: what the batch's watermark closes, by the micro-batch rule (closeTime).
           val closer = new StreamTimeCloser(buffer.storedStreamTime, grace, closeWm, upstreams)
           val isDue = (t: Long) => closer.isClosed(t)
-          beforeCommit = () => closer.streamTime.foreach(buffer.storeStreamTime)
+          val kept = keep.map { case (writer, dir, prefix, ord, fields) =>
+            new KeptLateRows(writer, dir, prefix, partition, ord, fields)
+          }
+          beforeCommit = () => {
+            closer.streamTime.foreach(buffer.storeStreamTime)
+            kept.foreach(_.commit())
+          }
           // Before the first row: windows the batch watermark (or the stored stream time) closed.
           buffer.releaseDue(isDue) ++ iter.flatMap { row =>
             val end = row.getStruct(ord, 2).getLong(1) / 1000
@@ -161,6 +183,7 @@ private[sluice] case class SuppressExec(
             def observe(): Unit = if (!origin.isNullAt(1)) closer.observe(origin.getInt(0), origin.getLong(1) / 1000)
             if (closer.isClosed(end)) {
               lateDropped += 1 // its window was closed (and emitted) by this partition's stream time
+              kept.foreach(_.keep(row, closer.closeTime - end))
               observe()
               Iterator.empty
             } else {
@@ -281,6 +304,26 @@ private[sluice] case class SuppressExec(
       StatefulOperatorSupport.runHadoopConf(session, ctx.stateInfo.queryRunId))
 
   override protected def withNewChildInternal(newChild: SparkPlan): SuppressExec = copy(child = newChild)
+}
+
+/**
+ * One real-time suppress partition's late records: the record each late row carries (its hidden
+ * record column), written with how late it was to the partition's file of the batch, put in place
+ * when the partition's batch commits.
+ */
+private final class KeptLateRows(writer: org.apache.spark.sql.sluice.BatchFiles.Writer, dir: String, prefix: String,
+    partition: Int, ordinal: Int, fields: Int) {
+  private var file: Option[org.apache.spark.sql.sluice.BatchFiles.File] = None
+  private val lateBy = new GenericInternalRow(1)
+  private val joined = new JoinedRow()
+
+  def keep(row: InternalRow, lateByMs: Long): Unit = {
+    lateBy.setLong(0, lateByMs)
+    val f = file.getOrElse { val opened = writer.open(dir, prefix, partition); file = Some(opened); opened }
+    f.write(joined(row.getStruct(ordinal, fields), lateBy))
+  }
+
+  def commit(): Unit = file.foreach(_.commit())
 }
 
 private[sluice] object SuppressExec {

@@ -55,18 +55,7 @@ private[sluice] object SuppressPlanner {
             "\"<delay>\")).")
         }
         earlyMs = delayMs - graceMs
-        u.lateRecords.foreach { late =>
-          // Kafka Streams judges a session record late by the session it merges into: a record whose
-          // own session closed can still extend an open one. Records are taken out before they merge,
-          // so only Spark's rule, by the record's own session at the watermark, can be kept exactly.
-          if (w.metadata.contains(SessionWindow.marker) && earlyMs > 0) {
-            fail(s"suppress keeps the late records of a session window (${w.name}) only when sessions close at the " +
-              s"watermark, not with a grace (${graceMs}ms) below the watermark delay (${delayMs}ms): with a grace, " +
-              "whether a record is late depends on the open sessions it would merge with. Remove the grace, or " +
-              "with_late_records.")
-          }
-          checkLateRecords(df.sparkSession, late, agg)
-        }
+        u.lateRecords.foreach(checkLateRecords(df.sparkSession, _, agg))
       case _ =>
     }
     val time = (suppressed, timeCol) match {

@@ -26,7 +26,7 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
           retracted = n.retracted, earlyMs = n.earlyMs)
       } :: Nil
     case l: LateRecordsNode =>
-      LateRecordsExec(l.late, l.window, l.earlyMs, l.context, planLater(l.child), l.hidden) :: Nil
+      LateRecordsExec(l.late, l.window, l.earlyMs, l.context, planLater(l.child), l.hidden, l.sessionKeys) :: Nil
     case _ => Nil
   }
 
@@ -53,11 +53,11 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
     Sidecars.record(session, n, FileFormats.SuppressRows, SuppressStrategy.sidecar(n))
     n.suppressed match {
       case _: UntilWindowCloses =>
-        val (child, ts) = RealTimeSuppress.withStreamTime(n)
-        // The hidden column is dropped right above suppress: the query's output is as written.
+        val (child, ts, record) = RealTimeSuppress.withStreamTime(n, LateRecordsExec.of(n.suppressed).map((_, ctx)))
+        // The hidden columns are dropped right above suppress: the query's output is as written.
         SparkNodes.projectExec(n.output,
           SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, Some(ctx),
-            planLater(child), streamTime = Some(ts), realTime = true, earlyMs = n.earlyMs))
+            planLater(child), streamTime = Some(ts), realTime = true, earlyMs = n.earlyMs, lateRecord = record))
       case _ =>
         SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, Some(ctx), planLater(n.child), realTime = true,
           earlyMs = n.earlyMs)
