@@ -593,3 +593,33 @@ def test_late_records_are_kept_once_each_across_a_restart(rt, tmp_path: Path) ->
     assert [r[:3] for r in again] == [(0, "z", 5), (10, "z", 15), (20, "z", 25)]
     assert again[:2] == first  # the first run's records, as they were, once
     assert 0 < again[2][3] <= (37 - 30) * 1000 and again[2][4] > first[1][4]
+
+
+def test_a_killed_query_keeps_each_late_record_once(rt, tmp_path: Path) -> None:
+    """SIGKILL the real-time query keeping late records (driver JVM and all) inside a batch, restart it on
+    its checkpoint: each late record, before and after the kill, is kept once, each final written once."""
+    spark, broker = rt
+    topic = _events_topic(spark, broker, "evkilllate", 60)
+    _produce_records(spark, broker.bootstrap, topic, [("z", 5), ("z", 15)])
+    out, late = tmp_path / "out", tmp_path / "late"
+    out.mkdir()
+    args = [broker.bootstrap, topic, str(tmp_path / "ckpt"), str(out), f"--late={late}"]
+    produced = []
+
+    def finals_in_a_later_batch() -> bool:
+        if not produced and first_batch_committed(tmp_path / "ckpt"):
+            _produce_records(spark, broker.bootstrap, topic, [("z", 25), *[(f"k{i % 3}", i) for i in range(60, 120)]])
+            produced.append(True)
+        return any(int(name[:5]) >= 1 and text for name, text in epoch_texts(out).items())
+    kill_when("realtime_kill_child.py", args, finals_in_a_later_batch)
+    _produce_records(spark, broker.bootstrap, topic, [("z", 35), *[(f"k{i % 3}", i) for i in range(120, 180)]])
+    both = expected_finals(179)
+
+    def settled() -> bool:
+        return both <= set(file_rows(out)) and later_batch_opened(out)
+    kill_when("realtime_kill_child.py", args, settled)
+    rows = file_rows(out)
+    assert len(rows) == len(set(rows)), "a final result written twice"
+    assert set(rows) == both
+    kept = sorted((r.key, int(r.ts.timestamp()) - BASE) for r in spark.read.parquet(str(late)).collect())
+    assert kept == [("z", 5), ("z", 15), ("z", 25), ("z", 35)]

@@ -2,7 +2,8 @@
 written through `EpochFiles`, runs until it is killed. Also the session, input, queries and sink the
 real-time tests (test_realtime, test_realtime_composition) share.
 
-argv: bootstrap servers, input topic, checkpoint, output folder, then any `key=value` session settings.
+argv: bootstrap servers, input topic, checkpoint, output folder, then any `key=value` session settings
+and `--late=<folder>`: keep the late records there (parquet).
 """
 from __future__ import annotations
 
@@ -112,9 +113,10 @@ def timed_counts(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
             .agg(F.count("*").alias("count"), F.max("ts").alias("ts")))
 
 
-def windowed_finals(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
+def windowed_finals(spark: SparkSession, bootstrap: str, topic: str, late: str | None = None) -> DataFrame:
+    final = sluice.Suppressed.until_window_closes(sluice.BufferConfig.unbounded())
     return sluice.suppress(windowed_counts(spark, bootstrap, topic),
-                           sluice.Suppressed.until_window_closes(sluice.BufferConfig.unbounded()))
+                           final.with_late_records(late) if late else final)
 
 
 class EpochFiles:
@@ -163,5 +165,6 @@ def start_to_files(df: DataFrame, checkpoint: str, out: str):
 
 if __name__ == "__main__":
     bootstrap, topic, ckpt, out = sys.argv[1:5]
-    spark = session(parse_settings(sys.argv[5:]))
-    start_to_files(windowed_finals(spark, bootstrap, topic), ckpt, out).awaitTermination()
+    late = next((a.split("=", 1)[1] for a in sys.argv[5:] if a.startswith("--late=")), None)
+    spark = session(parse_settings(a for a in sys.argv[5:] if not a.startswith("--late=")))
+    start_to_files(windowed_finals(spark, bootstrap, topic, late), ckpt, out).awaitTermination()

@@ -32,6 +32,8 @@ PROVIDERS = {
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "record_cache": "sluice.cache.CachingStateStoreProvider",
 }
+# Session state is read by prefix scans, which the in-memory window store serves too.
+SESSION_PROVIDERS = {**PROVIDERS, "windowstore": "sluice.windowstore.InMemoryWindowStoreProvider"}
 
 
 def at(seconds: float) -> datetime:
@@ -422,7 +424,7 @@ def test_session_window_late_records_kept_exactly_once_across_a_restart(spark: S
     assert drops[0] == drops[1]
 
 
-@pytest.mark.parametrize("provider_name", ["hdfs", "rocksdb"])
+@pytest.mark.parametrize("provider_name", ["hdfs", "rocksdb", "record_cache", "windowstore"])
 def test_session_window_with_grace_judges_a_record_by_the_session_it_merges_into(
         spark: SparkSession, tmp_path: Path, provider_name: str) -> None:
     """Session windows (gap 30 s) with a grace of 10 s below the 10-minute delay, as Kafka Streams'
@@ -454,7 +456,7 @@ def test_session_window_with_grace_judges_a_record_by_the_session_it_merges_into
                      (1030, "d", 630_000), (1500, "a", 160_000)]
     results, drops = [], []
     late = tmp_path / "late"
-    with session_conf(spark, {"spark.sql.streaming.stateStore.providerClass": PROVIDERS[provider_name]}):
+    with session_conf(spark, {"spark.sql.streaming.stateStore.providerClass": SESSION_PROVIDERS[provider_name]}):
         for run, path in [("plain", None), ("kept", late)]:
             with PipelineDriver(spark, session_results(path, grace), SCHEMA, checkpoint=tmp_path / run) as driver:
                 for events in script:
