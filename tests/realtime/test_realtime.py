@@ -406,26 +406,38 @@ def test_the_readme_example_runs_on_kafka(rt, tmp_path: Path) -> None:
     assert len(rows("click-updates")) < 60  # the emission cache absorbed updates
 
 
+@pytest.mark.parametrize("keep_late", [False, True], ids=["finals", "late-records"])
 def test_a_killed_real_time_query_restarted_on_its_checkpoint_loses_no_final_and_repeats_none(
-        rt, tmp_path: Path) -> None:
+        rt, tmp_path: Path, keep_late: bool) -> None:
+    """With late records kept, a record for a closed window comes before each part of the input, and
+    each is kept once, across the kill."""
     spark, broker = rt
-    topic = _events_topic(spark, broker, "evkill", 60)
-    out = tmp_path / "out"
+    topic = f"evkill{'late' if keep_late else ''}"
+    kh.create_topic(spark, broker.bootstrap, topic, 1)
+    out, late = tmp_path / "out", tmp_path / "late"
     out.mkdir()
-    args = [broker.bootstrap, topic, str(tmp_path / "ckpt"), str(out)]
+    args = [broker.bootstrap, topic, str(tmp_path / "ckpt"), str(out)] + ([f"--late={late}"] if keep_late else [])
     produced = []
+
+    def more(first: int, late_at: int) -> None:
+        if keep_late:
+            _produce_records(spark, broker.bootstrap, topic, [("z", late_at)])
+        produce_events(spark, broker.bootstrap, topic, first, 60)
+
+    produce_events(spark, broker.bootstrap, topic, 0, 60)
+    more(60, 5)
 
     def finals_in_a_later_batch() -> bool:
         # Not in the query's first batch (first_batch_committed says why): the rest of the input arrives
         # once batch 0 has committed, and the kill comes inside a later batch that has written finals.
         if not produced and first_batch_committed(tmp_path / "ckpt"):
-            produce_events(spark, broker.bootstrap, topic, 60, 60)
+            more(120, 15)
             produced.append(True)
         return any(int(name[:5]) >= 1 and text for name, text in epoch_texts(out).items())
     # SIGKILLed (driver JVM and all) inside a real-time batch that has written final results
     kill_when("realtime_kill_child.py", args, finals_in_a_later_batch)
-    produce_events(spark, broker.bootstrap, topic, 120, 60)
-    both = expected_finals(179)
+    more(180, 25)
+    both = expected_finals(239)
 
     def settled() -> bool:
         # every final is out and a later batch has opened its files: a repeat would be written by now
@@ -434,6 +446,9 @@ def test_a_killed_real_time_query_restarted_on_its_checkpoint_loses_no_final_and
     rows = file_rows(out)
     assert len(rows) == len(set(rows)), "a final result written twice"
     assert set(rows) == both
+    if keep_late:
+        kept = sorted((r.key, int(r.ts.timestamp()) - BASE) for r in spark.read.parquet(str(late)).collect())
+        assert kept == [("z", 5), ("z", 15), ("z", 25)]
 
 
 def test_an_explicit_allowlist_check_refuses_suppress_saying_why(rt, tmp_path: Path) -> None:
@@ -594,32 +609,3 @@ def test_late_records_are_kept_once_each_across_a_restart(rt, tmp_path: Path) ->
     assert again[:2] == first  # the first run's records, as they were, once
     assert 0 < again[2][3] <= (37 - 30) * 1000 and again[2][4] > first[1][4]
 
-
-def test_a_killed_query_keeps_each_late_record_once(rt, tmp_path: Path) -> None:
-    """SIGKILL the real-time query keeping late records (driver JVM and all) inside a batch, restart it on
-    its checkpoint: each late record, before and after the kill, is kept once, each final written once."""
-    spark, broker = rt
-    topic = _events_topic(spark, broker, "evkilllate", 60)
-    _produce_records(spark, broker.bootstrap, topic, [("z", 5), ("z", 15)])
-    out, late = tmp_path / "out", tmp_path / "late"
-    out.mkdir()
-    args = [broker.bootstrap, topic, str(tmp_path / "ckpt"), str(out), f"--late={late}"]
-    produced = []
-
-    def finals_in_a_later_batch() -> bool:
-        if not produced and first_batch_committed(tmp_path / "ckpt"):
-            _produce_records(spark, broker.bootstrap, topic, [("z", 25), *[(f"k{i % 3}", i) for i in range(60, 120)]])
-            produced.append(True)
-        return any(int(name[:5]) >= 1 and text for name, text in epoch_texts(out).items())
-    kill_when("realtime_kill_child.py", args, finals_in_a_later_batch)
-    _produce_records(spark, broker.bootstrap, topic, [("z", 35), *[(f"k{i % 3}", i) for i in range(120, 180)]])
-    both = expected_finals(179)
-
-    def settled() -> bool:
-        return both <= set(file_rows(out)) and later_batch_opened(out)
-    kill_when("realtime_kill_child.py", args, settled)
-    rows = file_rows(out)
-    assert len(rows) == len(set(rows)), "a final result written twice"
-    assert set(rows) == both
-    kept = sorted((r.key, int(r.ts.timestamp()) - BASE) for r in spark.read.parquet(str(late)).collect())
-    assert kept == [("z", 5), ("z", 15), ("z", 25), ("z", 35)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
@@ -372,6 +372,48 @@ def kept_sessions(spark: SparkSession, path: Path) -> list[tuple]:
     return sorted((r.batch_id, r.ts, r.user, r.late_by_ms) for r in rows)
 
 
+class SessionRun(NamedTuple):
+    """What one run of a session script gave: its finals, per batch the late drops of every state
+    operator and those of suppress, and the names of its state operators."""
+    finals: Counter
+    drops: dict[int, int]
+    suppress_drops: dict[int, int]
+    operators: set[str]
+
+
+def play_sessions(spark: SparkSession, tmp_path: Path, conf: dict[str, str], script: list, late: Path,
+                  grace: timedelta | None = None) -> list[SessionRun]:
+    """`script` (per item, one micro-batch of events and the batches after it; None: a restart) run
+    by the session query without late records and then with them kept in `late`."""
+    runs = []
+    with session_conf(spark, conf):
+        for run, path in [("plain", None), ("kept", late)]:
+            with PipelineDriver(spark, session_results(path, grace), SCHEMA, checkpoint=tmp_path / run) as driver:
+                for events in script:
+                    if events is None:
+                        driver.restart()
+                    else:
+                        feed(driver, *events)
+                runs.append(SessionRun(session_finals(driver), late_metric_by_batch(driver),
+                                       late_metric_by_batch(driver, "lateRecordDropTotal"),
+                                       {op["operatorName"] for b in driver.batches for op in b.operators}))
+    return runs
+
+
+def assert_kept_sessions(spark: SparkSession, late: Path, runs: list[SessionRun], expected_finals: set[tuple],
+                         expected_kept: list[tuple]) -> None:
+    """Both runs gave `expected_finals` ((start, end, user, count), seconds) and the same late drops per
+    batch, in two batches; the records kept, (event time, user, late_by_ms), are `expected_kept`, as
+    many per batch as the batch's late drops."""
+    plain, kept = runs
+    assert plain.finals == kept.finals == Counter({(at(s), at(e), u, n): 1 for s, e, u, n in expected_finals})
+    records = kept_sessions(spark, late)
+    assert [r[1:] for r in records] == [(at(t), u, by) for t, u, by in expected_kept]
+    assert kept_by_batch(records) == kept.drops
+    assert len(kept.drops) == 2
+    assert plain.drops == kept.drops
+
+
 # (name, spark.sluice.suppress.fused): fused final results and suppress's buffer, each closing a
 # session at the watermark.
 SESSION_PLANS = [("fused", "true"), ("buffered", "false")]
@@ -397,31 +439,13 @@ def test_session_window_late_records_kept_exactly_once_across_a_restart(spark: S
     expected_finals = {(10, 40, "a", 1), (20, 50, "b", 1), (110, 140, "b", 1), (75, 105, "d", 1),
                        (700, 730, "a", 1), (1000, 1030, "x", 1)}
     expected_kept = [(30, "a", 40_000), (65, "c", 5_000), (350, "e", 20_000)]
-    results, drops = [], []
     late = tmp_path / "late"
     conf = {"spark.sluice.suppress.fused": fused,
             "spark.sql.streaming.stateStore.providerClass": PROVIDERS[provider_name]}
-    with session_conf(spark, conf):
-        for run, path in [("plain", None), ("kept", late)]:
-            with PipelineDriver(spark, session_results(path), SCHEMA, checkpoint=tmp_path / run) as driver:
-                for events in script:
-                    if events is None:
-                        driver.restart()
-                    else:
-                        feed(driver, *events)
-                results.append(session_finals(driver))
-                drops.append(late_metric_by_batch(driver))
-                if path is not None:
-                    assert late_metric_by_batch(driver, "lateRecordDropTotal") == (drops[1] if name != "fused" else {})
-                names = {op["operatorName"] for b in driver.batches for op in b.operators}
-                assert ("suppress" in names) == (name != "fused")
-    assert results[0] == results[1]
-    assert results[1] == Counter({(at(s), at(e), u, n): 1 for s, e, u, n in expected_finals})
-    records = kept_sessions(spark, late)
-    assert [r[1:] for r in records] == [(at(t), u, by) for t, u, by in expected_kept]
-    assert kept_by_batch(records) == drops[1]
-    assert len(drops[1]) == 2
-    assert drops[0] == drops[1]
+    runs = play_sessions(spark, tmp_path, conf, script, late)
+    assert runs[1].suppress_drops == (runs[1].drops if name != "fused" else {})
+    assert all(("suppress" in r.operators) == (name != "fused") for r in runs)
+    assert_kept_sessions(spark, late, runs, expected_finals, expected_kept)
 
 
 @pytest.mark.parametrize("provider_name", ["hdfs", "rocksdb", "record_cache", "windowstore"])
@@ -454,26 +478,10 @@ def test_session_window_with_grace_judges_a_record_by_the_session_it_merges_into
                        (1040, 1099, "f", 2), (1700, 1730, "y", 1), (1685, 1715, "e", 1)}
     expected_kept = [(1015, "a", 40_000), (1041, "f", 14_000), (1052, "c", 3_000),
                      (1030, "d", 630_000), (1500, "a", 160_000)]
-    results, drops = [], []
     late = tmp_path / "late"
-    with session_conf(spark, {"spark.sql.streaming.stateStore.providerClass": SESSION_PROVIDERS[provider_name]}):
-        for run, path in [("plain", None), ("kept", late)]:
-            with PipelineDriver(spark, session_results(path, grace), SCHEMA, checkpoint=tmp_path / run) as driver:
-                for events in script:
-                    if events is None:
-                        driver.restart()
-                    else:
-                        feed(driver, *events)
-                results.append(session_finals(driver))
-                drops.append(late_metric_by_batch(driver))
-                if path is not None:
-                    assert late_metric_by_batch(driver, "lateRecordDropTotal") == drops[1]
-    assert results[0] == results[1]
-    assert results[1] == Counter({(at(s), at(e), u, n): 1 for s, e, u, n in expected_finals})
-    records = kept_sessions(spark, late)
-    assert [r[1:] for r in records] == [(at(t), u, by) for t, u, by in expected_kept]
-    assert kept_by_batch(records) == drops[1]
-    assert len(drops[1]) == 2
-    assert drops[0] == drops[1]
+    runs = play_sessions(spark, tmp_path, {"spark.sql.streaming.stateStore.providerClass":
+                                           SESSION_PROVIDERS[provider_name]}, script, late, grace)
+    assert runs[1].suppress_drops == runs[1].drops
+    assert_kept_sessions(spark, late, runs, expected_finals, expected_kept)
     # The staged candidates of committed batches are gone.
     assert not any(p.is_file() for p in (late / "_sluice_late_candidates").rglob("*"))
