@@ -8,8 +8,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import time
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
@@ -264,10 +265,11 @@ def _refusal(spark, broker, df: DataFrame, name: str, tmp_path: Path) -> str:
 
 
 def _run_to(spark, broker, df: DataFrame, name: str, tmp_path: Path, until: Callable[[list], bool],
-            conf: dict[str, str] | None = None, commit: bool = False) -> list[tuple[str, int, int]]:
+            conf: dict[str, str] | None = None, commit: bool = False,
+            progress: list | None = None) -> list[tuple[str, int, int]]:
     """Runs `df` under the real-time trigger into topic `name` (with the session `conf` while it
     runs) until its rows satisfy `until` (and, with `commit`, batches after them have committed
-    their state); returns them."""
+    their state); returns them, and adds the query's progress reports to `progress`."""
     with session_conf(spark, conf or {}):
         if not (tmp_path / name).exists():  # a restart writes on to its topic
             kh.create_topic(spark, broker.bootstrap, name, 1)
@@ -279,6 +281,8 @@ def _run_to(spark, broker, df: DataFrame, name: str, tmp_path: Path, until: Call
             return out
         finally:
             q.stop()
+            if progress is not None:
+                progress.extend(q.recentProgress)
 
 
 def _events_topic(spark, broker, name: str, count: int) -> str:
@@ -591,10 +595,23 @@ def test_late_records_are_kept_once_each_across_a_restart(rt, tmp_path: Path) ->
         return sorted((int(r.window.start.timestamp()) - BASE, r.key, int(r.ts.timestamp()) - BASE, r.late_by_ms,
                        r.batch_id) for r in rows)
 
+    def late_drops(progress: list) -> dict[int, int]:
+        """Per batch with late drops, suppress's lateRecordDropTotal."""
+        reports = [json.loads(p.json) for p in progress]
+        drops = {p["batchId"]: sum(op.get("customMetrics", {}).get("lateRecordDropTotal", 0)
+                                   for op in p["stateOperators"]) for p in reports}
+        return {b: n for b, n in drops.items() if n}
+
+    def per_batch(records: list[tuple]) -> dict[int, int]:
+        return dict(Counter(r[4] for r in records))
+
     want = expected_finals(39)
-    out = _run_to(spark, broker, final, "lates", tmp_path, until=lambda rows: set(rows) >= want, commit=True)
+    progress: list = []
+    out = _run_to(spark, broker, final, "lates", tmp_path, until=lambda rows: set(rows) >= want, commit=True,
+                  progress=progress)
     assert len(out) == len(set(out)) and set(out) == want
     first = kept()
+    assert per_batch(first) == late_drops(progress)  # each batch keeps the records it counts as late
     assert [r[:3] for r in first] == [(0, "z", 5), (10, "z", 15)]
     # How far the close was past each window's end: at most stream time (BASE + 39 s) minus the grace
     # (2 s) minus the end, by the partition's stream time; less when the batch's watermark dropped it.
@@ -602,9 +619,12 @@ def test_late_records_are_kept_once_each_across_a_restart(rt, tmp_path: Path) ->
 
     _produce_records(spark, broker.bootstrap, topic, [("z", 25), *[(f"k{i % 3}", i) for i in range(40, 60)]])
     want = expected_finals(59)
-    out = _run_to(spark, broker, final, "lates", tmp_path, until=lambda rows: set(rows) >= want, commit=True)
+    progress = []
+    out = _run_to(spark, broker, final, "lates", tmp_path, until=lambda rows: set(rows) >= want, commit=True,
+                  progress=progress)
     assert len(out) == len(set(out)) and set(out) == want
     again = kept()
+    assert per_batch(again[2:]) == late_drops(progress)
     assert [r[:3] for r in again] == [(0, "z", 5), (10, "z", 15), (20, "z", 25)]
     assert again[:2] == first  # the first run's records, as they were, once
     assert 0 < again[2][3] <= (37 - 30) * 1000 and again[2][4] > first[1][4]

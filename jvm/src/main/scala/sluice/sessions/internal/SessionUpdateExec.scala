@@ -17,7 +17,7 @@ import sluice.spark.PlanTypes.{
 }
 import sluice.spark.StateStoreTypes.StateSchemaValidationResult
 import sluice.spark.StateStoreTypes.StateStore
-import sluice.suppress.internal.{LateRecordsExec, SessionLateStage, SuppressExec}
+import sluice.suppress.internal.{LateDropsCounted, LateRecordsExec, SessionLateStage, SuppressExec}
 
 /**
  * The update-mode save of a session-window aggregation. Its input is Spark's merge of each key's
@@ -50,7 +50,7 @@ private[sluice] case class SessionUpdateExec(
     context: Option[StreamContext],
     child: SparkPlan,
     earlyMs: Long = 0L)
-  extends SluiceStateStoreExec {
+  extends SluiceStateStoreExec with LateDropsCounted {
 
   private val manager =
     StreamingSessionWindowStateManager.createStateManager(keyAttributes, sessionAttribute, child.output,
@@ -94,7 +94,7 @@ private[sluice] case class SessionUpdateExec(
       if (earlyMs > 0) Some(SuppressExec.closeTime(ctx.lateEventsWatermarkMs, earlyMs)) else None
     val stage: Option[SessionLateStage] =
       if (earlyMs > 0) child.collectFirst { case l: LateRecordsExec if l.stagesSessions => l.sessionStage() } else None
-    val counters = lateCounters
+    val counters = lateDropCounters // the suppress above's (LateDropsCounted)
     mapPartitionsWithPrefixStore(m.getNumColsForPrefixKey) { (store, rows) =>
       val kept = stage.map(new KeptLateSessions(_, TaskContext.getPartitionId()))
       val changes = new SessionChanges(m, store, rows.map(_.asInstanceOf[UnsafeRow]), sessionOrdinal, retractedOrdinal,
@@ -112,13 +112,6 @@ private[sluice] case class SessionUpdateExec(
       }
     }
   }
-
-  /**
-   * The late-drop metrics of the suppress above, which the query's progress reports for the
-   * sessions undone here, handed over on the driver before the batch runs (see [[SuppressExec]]).
-   */
-  @transient @volatile private var lateCounters: Seq[SQLMetric] = Nil
-  def countInto(counters: Seq[SQLMetric]): Unit = lateCounters = counters
 
   override protected def withNewChildInternal(newChild: SparkPlan): SessionUpdateExec = copy(child = newChild)
 }

@@ -60,23 +60,16 @@ private[sluice] case class LateRecordsNode(
 private[sluice] case class LateRecordsExec(
     late: LateRecords, window: Attribute, earlyMs: Long, context: StreamContext, child: SparkPlan,
     hidden: Seq[Attribute] = Nil, sessionKeys: Seq[Expression] = Nil)
-  extends UnaryExecNode {
+  extends UnaryExecNode with LateDropsCounted {
   override def output: Seq[Attribute] = child.output
   override def outputPartitioning = child.outputPartitioning
 
   override lazy val metrics: Map[String, SQLMetric] =
     Map("numLateRecords" -> SQLMetrics.createMetric(sparkContext, "number of late records kept"))
 
-  /**
-   * The late-drop metrics of the state operator the query's progress reports for these records,
-   * handed over on the driver before the batch runs (by [[SuppressExec]] on the buffered plan, by
-   * [[LateRecordsCounted]] on the fused one): the records taken out here are the ones that
-   * operator would have dropped, and the progress reports its metrics, not this node's. Plan
-   * nodes are copied as the plan is prepared, so the metric objects are handed over on the final
-   * plan rather than shared when it is built.
-   */
-  @transient @volatile private var dropCounters: Seq[SQLMetric] = Nil
-  def countInto(counters: Seq[SQLMetric]): Unit = dropCounters = counters
+  // The late-drop metrics (LateDropsCounted) are the state operator's the query's progress reports for
+  // these records: handed over by SuppressExec on the buffered plan, by LateRecordsCounted on the fused
+  // one. The records taken out here are the ones that operator would have dropped.
 
   /** Whether the session save decides which of the rows taken here are late (see the class comment). */
   def stagesSessions: Boolean = sessionKeys.nonEmpty && earlyMs > 0
@@ -103,7 +96,7 @@ private[sluice] case class LateRecordsExec(
     val dir = batchDir
     writer.removeWritten(dir, prefix) // an earlier attempt of this batch, if any
     val dirName = dir.toString
-    val counters = longMetric("numLateRecords") +: dropCounters
+    val counters = longMetric("numLateRecords") +: lateDropCounters
     val ord = input.indexWhere(_.exprId == window.exprId)
     val projected = written.size != input.size
     // Sessions judged by the grace: rows closed by it alone are staged, not taken (see the class comment).

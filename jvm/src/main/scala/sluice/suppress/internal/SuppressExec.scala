@@ -81,8 +81,7 @@ private[sluice] case class SuppressExec(
     // late drops (before its child runs).
     val lateCounters = Seq(longMetric("lateRecordDropTotal"), longMetric("numRowsDroppedByWatermark"))
     child.foreach {
-      case l: LateRecordsExec => l.countInto(lateCounters)
-      case u: sluice.sessions.internal.SessionUpdateExec => u.countInto(lateCounters)
+      case l: LateDropsCounted => l.countInto(lateCounters)
       case _ =>
     }
     val nextTime = nextDue
