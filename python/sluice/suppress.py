@@ -193,7 +193,8 @@ class Suppressed:
         A record carries the aggregation's input columns (window, keys, event time, values) and
         ``late_by_ms``, how far stream time was past the window's close when it came. Read them
         with ``spark.read.format(format).load(path)``, or as a stream with :func:`late_records`.
-        Micro-batch triggers only; time windows (``F.window``) only."""
+        Time windows (``F.window``) and session windows (``F.session_window``, judged with a grace
+        by the session a record merges into); micro-batch and real-time triggers."""
         if self.kind != "until_window_closes":
             raise ValueError(
                 "late records are kept by until_window_closes, whose windows close; "

@@ -4,8 +4,10 @@ the driver's JVM and metrics system."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 _BUDGET = re.compile(r"^SlotBudget\((.*),(\d+),(\d+),(\d+),(\d+)\)$")
@@ -14,10 +16,13 @@ _BUDGET = re.compile(r"^SlotBudget\((.*),(\d+),(\d+),(\d+),(\d+)\)$")
 PLUGIN_SOURCE = "plugin.sluice.plugin.SluicePlugin"
 
 
-def jmx_attribute(gateway: Any, pattern: str, attribute: str) -> dict[Any, Any]:
-    """{ObjectName: value of `attribute`} for the MBeans of this JVM matching `pattern`. The MBean
-    server is called through its public interface: py4j looks methods up on the JDK's non-exported
-    implementation class, where it finds none."""
+def jmx_attribute(gateway: Any, pattern: str, attribute: str,
+                  keep: Callable[[Any], bool] = lambda _: True) -> dict[Any, Any]:
+    """{ObjectName: value of `attribute`} for the MBeans of this JVM matching `pattern` whose name
+    `keep` takes. An MBean unregistered between the query and the read (a Kafka consumer of another
+    query, closed by Spark's consumer pool meanwhile) is left out. The MBean server is called through
+    its public interface: py4j looks methods up on the JDK's non-exported implementation class, where
+    it finds none."""
     jvm = gateway.jvm
     Class = jvm.java.lang.Class
     iface = Class.forName("javax.management.MBeanServer")
@@ -33,8 +38,17 @@ def jmx_attribute(gateway: Any, pattern: str, attribute: str) -> dict[Any, Any]:
     server = jvm.java.lang.management.ManagementFactory.getPlatformMBeanServer()
     names = call(server, "queryNames", ["javax.management.ObjectName", "javax.management.QueryExp"],
                  [jvm.javax.management.ObjectName(pattern), None])
-    return {name: call(server, "getAttribute", ["javax.management.ObjectName", "java.lang.String"],
-                       [name, attribute]) for name in list(names)}
+    out = {}
+    for name in list(names):
+        if not keep(name):
+            continue
+        try:
+            out[name] = call(server, "getAttribute", ["javax.management.ObjectName", "java.lang.String"],
+                             [name, attribute])
+        except Py4JJavaError as e:
+            if "InstanceNotFoundException" not in e.java_exception.getClass().getName() + str(e):
+                raise
+    return out
 
 
 def executor_consumer_metrics(spark: Any, group_prefix: str, metric: str) -> list[float]:
@@ -42,11 +56,13 @@ def executor_consumer_metrics(spark: Any, group_prefix: str, metric: str) -> lis
     fetch-latency-max in ms, fetch-total) of each executor consumer of the query started with
     `groupIdPrefix` = `group_prefix`, from the client's own JMX metrics (local mode: the executor is
     this JVM). Fails when the query has no executor consumer."""
+    def ours(name: Any) -> bool:
+        client = str(name.getKeyProperty("client-id"))
+        return client.startswith(f"consumer-{group_prefix}-") and "-executor-" in client
+
     clients = jmx_attribute(spark.sparkContext._gateway,
-                            "kafka.consumer:type=consumer-fetch-manager-metrics,client-id=*", metric)
-    values = [float(v) for name, v in clients.items()
-              if str(name.getKeyProperty("client-id")).startswith(f"consumer-{group_prefix}-")
-              and "-executor-" in str(name.getKeyProperty("client-id"))]
+                            "kafka.consumer:type=consumer-fetch-manager-metrics,client-id=*", metric, ours)
+    values = [float(v) for v in clients.values()]
     assert values, f"no executor consumer of the group prefix {group_prefix}"
     return values
 

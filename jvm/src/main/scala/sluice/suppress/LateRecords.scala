@@ -14,8 +14,10 @@ import sluice.conf.SluiceConf
  * only counted, to `path` in Spark file format `format` (`parquet`, `json`, `orc`, `csv`) with
  * `options` as a batch write would take them.
  *
- * Each micro-batch's late records land under `path/batch_id=<id>/`, one file per input partition;
- * a replayed batch rewrites the same files, so every late record is kept exactly once. A record
+ * Each micro-batch's late records land under `path/batch_id=<id>/`, one file per task that had
+ * some; a replayed batch rewrites the same files, so every late record is kept exactly once. A
+ * session window's record is judged by the session it merges into when the grace is below the
+ * watermark delay; under the real-time trigger a batch's files appear when the batch ends. A record
  * carries the aggregation's input columns (its window, grouping keys, event time and aggregated
  * values) and `late_by_ms`: how far stream time was past the window's close (its end plus the
  * grace) when the record came. Their number is the batch's late-drop count: the suppress
