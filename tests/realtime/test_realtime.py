@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -239,6 +240,72 @@ def test_a_backlog_drained_by_two_upstream_tasks_gives_the_micro_batch_finals(rt
                   until=lambda rows: set(rows) >= want)
     assert len(out) == len(set(out)) and set(out) == want
     assert set(out) == set(_micro_batch_finals(spark, broker, "ev2", tmp_path, "mbfinals2in", len(want)))
+
+
+class _PacedProducer(threading.Thread):
+    """Sends records `first`..`last` of `produce_events`' shape (key <prefix><i % 3>, event time BASE + i s) into
+    one partition from the driver's Kafka client, `per_tick` records every 0.1 s: a partition whose backlog
+    drains slowly, never silent for a whole real-time batch."""
+
+    def __init__(self, spark: SparkSession, bootstrap: str, topic: str, partition: int, first: int, last: int,
+                 prefix: str, per_tick: int) -> None:
+        super().__init__(daemon=True)
+        self.jvm, self.bootstrap, self.topic, self.partition = spark._jvm, bootstrap, topic, partition
+        self.first, self.last, self.prefix, self.per_tick = first, last, prefix, per_tick
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            props = self.jvm.java.util.Properties()
+            serializer = "org.apache.kafka.common.serialization.StringSerializer"
+            for k, v in {"bootstrap.servers": self.bootstrap, "key.serializer": serializer,
+                         "value.serializer": serializer, "linger.ms": "0"}.items():
+                props.put(k, v)
+            producer = self.jvm.org.apache.kafka.clients.producer.KafkaProducer(props)
+            try:
+                for start in range(self.first, self.last + 1, self.per_tick):
+                    for i in range(start, min(start + self.per_tick, self.last + 1)):
+                        producer.send(self.jvm.org.apache.kafka.clients.producer.ProducerRecord(
+                            self.topic, self.partition, f"{self.prefix}{i % 3}", json.dumps({"ts": BASE + i})))
+                    producer.flush()
+                    time.sleep(0.1)
+            finally:
+                producer.close()
+        except BaseException as e:  # noqa: BLE001 - reported by the test that joins
+            self.error = e
+
+
+def test_a_real_time_drain_with_one_partition_far_behind_drops_nothing(rt, tmp_path: Path) -> None:
+    """Two input partitions drained at different speeds: partition 1's backlog is read at once, partition 0's
+    arrives over several real-time batches, its event times far behind. Spark's watermark (the fastest task's
+    largest event time minus the delay) would make Spark's aggregation drop partition 0's rows as late from the
+    second batch on and evict the windows it still updates; the aggregation under suppress judges lateness and
+    evicts by suppress's own clock, the least over its upstream tasks. So the drain drops nothing, and its finals
+    are the micro-batch run's over the same records."""
+    spark, broker = rt
+    last = 1499
+    kh.create_topic(spark, broker.bootstrap, "evdrain", 2)
+    produce_events(spark, broker.bootstrap, "evdrain", 0, last + 1, partition=1, prefix="b")
+    produce_events(spark, broker.bootstrap, "evdrain", 0, 100, partition=0, prefix="a")
+    slow = _PacedProducer(spark, broker.bootstrap, "evdrain", 0, 100, last, "a", per_tick=25)
+    want = expected_finals(last, "a") | expected_finals(last, "b")
+    progress: list = []
+    slow.start()
+    try:
+        out = _run_to(spark, broker, _windowed(spark, broker, "evdrain"), "drained", tmp_path,
+                      until=lambda rows: set(rows) >= want, progress=progress)
+    finally:
+        slow.join()
+    assert slow.error is None, slow.error
+    reports = [json.loads(p.json) for p in progress]
+    batches = {r["batchId"] for r in reports}
+    assert len(batches) >= 3, f"the drain spanned batches {sorted(batches)}: no batch switch while it ran"
+    assert len(out) == len(set(out)) and set(out) == want
+    dropped = [(r["batchId"], op["operatorName"], op.get("numRowsDroppedByWatermark", 0),
+                op.get("customMetrics", {}).get("lateRecordDropTotal", 0))
+               for r in reports for op in r["stateOperators"]]
+    assert all(d == 0 and n == 0 for _, _, d, n in dropped), dropped
+    assert set(out) == set(_micro_batch_finals(spark, broker, "evdrain", tmp_path, "mbdrained", len(want)))
 
 
 def test_suppress_until_time_limit_runs_per_row_on_stream_time(rt, tmp_path: Path) -> None:
@@ -576,9 +643,9 @@ def _produce_records(spark: SparkSession, bootstrap: str, topic: str, records: l
 
 
 def test_late_records_are_kept_once_each_across_a_restart(rt, tmp_path: Path) -> None:
-    """with_late_records under the real-time trigger: every record for a window already closed, by
-    the partition's stream time (suppress drops its row) or by the batch's watermark (Spark's
-    aggregation would drop it), is written once to the batch that dropped it, with its window, key,
+    """with_late_records under the real-time trigger: every record for a window the partition's stream time
+    already closed (suppress drops its row; the aggregation below drops none at Spark's watermark) is
+    written once to the batch that dropped it, with its window, key,
     event time and lateness; the finals are those without the late records; a restart keeps the next
     late records and writes none of the earlier ones again."""
     spark, broker = rt
@@ -614,7 +681,7 @@ def test_late_records_are_kept_once_each_across_a_restart(rt, tmp_path: Path) ->
     assert per_batch(first) == late_drops(progress)  # each batch keeps the records it counts as late
     assert [r[:3] for r in first] == [(0, "z", 5), (10, "z", 15)]
     # How far the close was past each window's end: at most stream time (BASE + 39 s) minus the grace
-    # (2 s) minus the end, by the partition's stream time; less when the batch's watermark dropped it.
+    # (2 s) minus the end.
     assert all(0 < r[3] <= (37 - r[0] - 10) * 1000 for r in first)
 
     _produce_records(spark, broker.bootstrap, topic, [("z", 25), *[(f"k{i % 3}", i) for i in range(40, 60)]])

@@ -27,6 +27,8 @@ class SluiceExtensions extends (SparkSessionExtensions => Unit) {
     ext.injectPlannerStrategy(sluice.cache.internal.EmitCacheStrategy(_))
     // real-time mode (Spark 4.3): Spark's operator allowlist with sluice's operators taken out
     ext.injectColumnar(RealTimeAllowlist.rule(_))
+    // real-time mode: the aggregation below suppress judges lateness and evicts by suppress's clock
+    ext.injectColumnar(sluice.suppress.internal.RealTimeEviction.rule(_))
     // input bound (KIP-770)
     ext.injectResolutionRule(session => new sluice.input.internal.InputBoundRule(session))
     // a checkpoint written with sliced state (spark.sluice.window.slicing.state, removed) fails at start

@@ -16,4 +16,5 @@ object RealTimePlans {
   def runsMicroBatches(stream: StreamExecution): Boolean = stream.isInstanceOf[MicroBatchExecution]
   def readsInRealTime(plan: SparkPlan): Boolean = false
   def checkAllowlist(plan: SparkPlan, elide: SparkPlan => Boolean, sink: Option[Table]): Unit = ()
+  def aggregationByStreamTime(plan: SparkPlan, evictionMs: Option[Long]): SparkPlan = plan
 }

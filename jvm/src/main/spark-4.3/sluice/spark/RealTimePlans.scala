@@ -3,7 +3,7 @@ package sluice.spark
 import org.apache.spark.sql.connector.catalog.Table
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.datasources.v2.RealTimeStreamScanExec
-import org.apache.spark.sql.execution.streaming.RealTimeTrigger
+import org.apache.spark.sql.execution.streaming.{RealTimeTrigger, StatefulStreamlineAggregateExec}
 import org.apache.spark.sql.execution.streaming.runtime.{
   IncrementalExecution, MicroBatchExecution, RealTimeModeAllowlist,
   StreamExecution
@@ -43,5 +43,25 @@ object RealTimePlans {
     val elided = plan.transformUp { case p if elide(p) && p.children.size == 1 => p.children.head }
     RealTimeModeAllowlist.checkAllowedPhysicalOperator(elided, true)
     sink.foreach(RealTimeModeAllowlist.checkAllowedSink(_, true))
+  }
+
+  /**
+   * `plan` with its first real-time streaming aggregation (top down) judging no row late and
+   * evicting only windows ending at or before `evictionMs` (and Spark's own eviction watermark), none
+   * with None. Spark's aggregation drops a row as late, and evicts a window, by the batch's
+   * watermark: the largest event time any task has seen minus the delay. The suppress above judges
+   * both by its own partition's clock instead (see sluice.suppress.internal.RealTimeEviction).
+   */
+  def aggregationByStreamTime(plan: SparkPlan, evictionMs: Option[Long]): SparkPlan = {
+    var done = false
+    plan.transformDown {
+      case a: StatefulStreamlineAggregateExec if !done =>
+        done = true
+        a.copy(eventTimeWatermarkForLateEvents = None,
+          eventTimeWatermarkForEviction = for {
+            e <- evictionMs
+            spark <- a.eventTimeWatermarkForEviction
+          } yield math.min(e, spark))
+    }
   }
 }

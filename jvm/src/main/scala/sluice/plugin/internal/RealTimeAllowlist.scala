@@ -12,7 +12,6 @@ import sluice.spark.PlanTypes.{ColumnarRule, SparkPlan}
 import sluice.conf.RealTimeMode
 import sluice.spark.RealTimePlans
 import sluice.suppress.SuppressUsageException
-import sluice.suppress.internal.LateRecordsExec
 
 /**
  * sluice's operators under Spark's real-time operator allowlist (Spark 4.3), run on every physical
@@ -48,10 +47,9 @@ private[sluice] object RealTimeAllowlist extends Logging {
     }
   }
 
-  // The emission cache's marker where it could not be placed passes rows through, as in micro-batches;
-  // the late records kept at an aggregation's input write the rows they take out, per row.
+  // The emission cache's marker where it could not be placed passes rows through, as in micro-batches.
   private def isSluice(p: SparkPlan): Boolean =
-    p.isInstanceOf[SluiceStateStoreExec] || p.isInstanceOf[EmitCacheSkippedExec] || p.isInstanceOf[LateRecordsExec]
+    p.isInstanceOf[SluiceStateStoreExec] || p.isInstanceOf[EmitCacheSkippedExec]
 
   private def check(session: SparkSession, plan: SparkPlan): Unit =
     StatefulOperatorSupport.startingSession(session).foreach { starting =>

@@ -6,8 +6,6 @@ import org.apache.spark.sql.catalyst.expressions.{
 import org.apache.spark.sql.catalyst.expressions.aggregate.Last
 import org.apache.spark.sql.catalyst.plans.logical._
 
-import org.apache.spark.sql.sluice.StreamContext
-
 import sluice.conf.RealTimeMode
 import sluice.spark.SparkNodes
 import sluice.suppress._
@@ -28,11 +26,13 @@ import sluice.suppress._
  * hidden `spark_partition_id()` of its input (the aggregation's output row for an input row then
  * carries that row's own), which a projection above suppress drops again.
  *
+ * The aggregation below judges no row late and evicts only what every suppress partition has closed
+ * ([[RealTimeEviction]]): suppress alone drops late rows, by its partition's clock.
+ *
  * Late records kept under the real-time trigger: the aggregation emits one row per input row, so a
  * second hidden `last(named_struct(<the aggregation's input columns>))` carries the record each row
- * answers, and suppress writes the record of each row it drops as late; the records Spark's
- * aggregation drops at the watermark are taken out before it and written ([[LateRecordsExec]]), as in
- * micro-batches. The record column is state of the aggregation too (one record per window and key).
+ * answers, and suppress writes the record of each row it drops as late. The record column is state
+ * of the aggregation too (one record per window and key).
  *
  * The hidden columns are added only to real-time runs, in the physical planning of each batch: a
  * micro-batch query's plan and state stay exactly as before. The price is that an
@@ -66,12 +66,10 @@ private[sluice] object RealTimeSuppress {
 
   /**
    * `n`'s child with the hidden stream-time column, and that column; only for until_window_closes,
-   * whose windows close by stream time (until_time_limit has its time_col). With `late` records
-   * kept, also the hidden record column, and the records the aggregation would drop at the
-   * watermark taken out of its input and kept (see the object's comment).
+   * whose windows close by stream time (until_time_limit has its time_col). With late records
+   * kept (`keepRecords`), also the hidden record column (see the object's comment).
    */
-  def withStreamTime(n: SuppressNode, late: Option[(LateRecords, StreamContext)])
-      : (LogicalPlan, Attribute, Option[Attribute]) = {
+  def withStreamTime(n: SuppressNode, keepRecords: Boolean): (LogicalPlan, Attribute, Option[Attribute]) = {
     val (agg, rebuild) = n.child match {
       case a: Aggregate => (a, (a2: Aggregate, _: Attribute) => a2: LogicalPlan)
       case p @ Project(list, a: Aggregate) if list.forall(_.isInstanceOf[Attribute]) =>
@@ -90,18 +88,14 @@ private[sluice] object RealTimeSuppress {
     val upstream = Alias(SparkPartitionID(), UpstreamColumn)()
     val origin = CreateNamedStruct(Seq(Literal("upstream"), upstream.toAttribute, Literal("time"), eventTime))
     val hidden = Alias(Last(origin, ignoreNulls = false).toAggregateExpression(), StreamTimeColumn)()
-    val record = late.map { _ =>
+    val record = if (!keepRecords) None
+    else {
       val fields = input.output.flatMap(a => Seq(Literal(a.name), a))
-      Alias(Last(CreateNamedStruct(fields), ignoreNulls = false).toAggregateExpression(), RecordColumn)()
+      Some(Alias(Last(CreateNamedStruct(fields), ignoreNulls = false).toAggregateExpression(), RecordColumn)())
     }
-    val aggInput = SparkNodes.project(input.output :+ upstream, input)
     val newAgg = SparkNodes.aggregateWith(agg)(
       aggregateExpressions = agg.aggregateExpressions ++ (hidden +: record.toSeq).map(e => e: NamedExpression),
-      child = late.fold(aggInput: LogicalPlan) { case (l, ctx) =>
-        val window = n.window.getOrElse(refuse("it has no window column", "Group by F.window."))
-        // Spark's aggregation drops its input's rows at the watermark: taken out and kept before it.
-        LateRecordsExec.above(aggInput, l, window, 0L, ctx, hidden = Seq(upstream.toAttribute))
-      })
+      child = SparkNodes.project(input.output :+ upstream, input))
     val rebuilt = rebuild(newAgg, hidden.toAttribute) match {
       case p: Project =>
         record.fold(p: LogicalPlan)(r => SparkNodes.projectWith(p)(projectList = p.projectList :+ r.toAttribute))
@@ -128,21 +122,28 @@ private[sluice] object RealTimeSuppress {
 
 /**
  * The close decision of one suppress partition under the real-time trigger: a window closes when
- * its end is at or below `max(streamTime - grace, floor)`, where stream time is the least, over the
+ * its end is at or below stream time minus the grace, where stream time is the least, over the
  * partition's `upstreams` tasks, of the largest event time each has sent (see [[RealTimeSuppress]];
- * none until every task has sent a row), restored with the store as one value for all of them, and
- * the floor is the batch's eviction watermark from the offset log, so that windows of a partition
- * without input (or with a silent upstream task) still close when a batch starts, the same on a
- * replay. Kafka Streams' `<=` semantics, as the micro-batch operator.
+ * none until every task has sent a row), restored with the store as one value for all of them.
+ * Kafka Streams' `<=` semantics, as the micro-batch operator.
+ *
+ * Spark's watermark does not close windows here while rows come: it is the largest event time of
+ * any task minus the delay, so while a backlog drains at different speeds it would close windows a
+ * slower task still has rows for. It is only the floor of an idle upstream task: one that sent the
+ * partition no row in a whole batch no longer holds the partition back once that batch ends
+ * ([[endBatch]]), so windows of a partition without input still close, the same on a replay (the
+ * floor is the batch's watermark in the offset log, and which tasks sent rows is a function of the
+ * batch's input).
  */
-private[sluice] final class StreamTimeCloser(stored: Option[Long], graceMs: Long, floorMs: Long, upstreams: Int = 1) {
+private[sluice] final class StreamTimeCloser(stored: Option[Long], graceMs: Long, upstreams: Int = 1) {
   require(upstreams >= 1, s"a suppress partition has at least one upstream task, not $upstreams")
   private val clocks = Array.fill(upstreams)(stored.getOrElse(Long.MinValue))
+  private val sent = new Array[Boolean](upstreams)
   private var stream: Long = clocks.min
 
   def streamTime: Option[Long] = if (stream == Long.MinValue) None else Some(stream)
 
-  def closeTime: Long = if (stream == Long.MinValue) floorMs else math.max(stream - graceMs, floorMs)
+  def closeTime: Long = if (stream == Long.MinValue) Long.MinValue else stream - graceMs
 
   /** Whether the window ending at `windowEndMs` is closed (its final result due, or already out). */
   def isClosed(windowEndMs: Long): Boolean = windowEndMs <= closeTime
@@ -152,10 +153,20 @@ private[sluice] final class StreamTimeCloser(stored: Option[Long], graceMs: Long
     if (upstream < 0 || upstream >= upstreams) {
       throw new IllegalStateException(s"a row from upstream task $upstream, but $upstreams feed this partition")
     }
+    sent(upstream) = true
     if (eventTimeMs > clocks(upstream)) {
       val wasLeast = clocks(upstream) == stream
       clocks(upstream) = eventTimeMs
       if (wasLeast) stream = clocks.min
     }
+  }
+
+  /**
+   * The batch's end: each upstream task that sent no row in it closes no earlier than `floorMs`
+   * (the batch watermark's closing time, Long.MinValue for none), its clock raised to match.
+   */
+  def endBatch(floorMs: Long): Unit = if (floorMs != Long.MinValue) {
+    for (u <- 0 until upstreams if !sent(u)) clocks(u) = math.max(clocks(u), floorMs + graceMs)
+    stream = clocks.min
   }
 }

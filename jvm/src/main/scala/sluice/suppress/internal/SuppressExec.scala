@@ -6,7 +6,7 @@ import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.sluice.{
-  CombinedCustomMetric, CombinedMetric, SizeOperatorMetric, SluiceStateStoreExec,
+  CombinedCustomMetric, CombinedMetric, PartitionsMin, SizeOperatorMetric, SluiceStateStoreExec,
   StatefulOperatorSupport, StreamContext
 }
 import org.apache.spark.sql.types.StructType
@@ -67,6 +67,10 @@ private[sluice] case class SuppressExec(
 
   override protected def customStatefulOperatorMetrics: Seq[StatefulOperatorCustomMetric] = SuppressExec.Metrics
 
+  /** Under the real-time trigger: the least closing time over the partitions after a batch. */
+  @transient private lazy val closingTimes: PartitionsMin =
+    PartitionsMin.registered(sparkContext, "suppress least closing time")
+
   // `next` is the earliest buffer time left.
   override protected def dueWithoutInput(next: Long, newInputWatermark: Long): Boolean = suppressed match {
     case _: UntilWindowCloses => next <= SuppressExec.closeTime(newInputWatermark, earlyMs)
@@ -120,6 +124,9 @@ private[sluice] case class SuppressExec(
       (writer, dir.toString, prefix + "suppress-", output.indexWhere(_.exprId == attr.exprId), fields.size)
     }
 
+    // Real time: each partition's closing time after the batch, for the aggregation's eviction in the next.
+    val closing = if (perRow && streamTime.isDefined) Some(RealTimeEviction.startBatch(ctx, closingTimes)) else None
+
     val checkpointIds = StatefulOperatorStateInfo.enableStateStoreCheckpointIds(conf)
     val loadedIds = ctx.stateInfo.stateStoreCkptIds
     val runId = ctx.stateInfo.queryRunId
@@ -163,8 +170,7 @@ private[sluice] case class SuppressExec(
         case _: UntilWindowCloses if perRow =>
           val ord = windowOrdinal.get
           val tsOrd = streamTimeOrdinal.get
-          // The floor: what the batch's watermark closes, by the micro-batch rule (closeTime).
-          val closer = new StreamTimeCloser(buffer.storedStreamTime, grace, closeWm, upstreams)
+          val closer = new StreamTimeCloser(buffer.storedStreamTime, grace, upstreams)
           val isDue = (t: Long) => closer.isClosed(t)
           val kept = keep.map { case (writer, dir, prefix, ord, fields) =>
             new KeptLateRows(writer, dir, prefix, partition, ord, fields)
@@ -172,8 +178,12 @@ private[sluice] case class SuppressExec(
           beforeCommit = () => {
             closer.streamTime.foreach(buffer.storeStreamTime)
             kept.foreach(_.commit())
+            // What the aggregation below may evict in the next batch (RealTimeEviction).
+            closing.foreach(_.add(closer.closeTime))
           }
-          // Before the first row: windows the batch watermark (or the stored stream time) closed.
+          // Before the first row: windows the stored stream time closed; after the last, those an idle
+          // upstream task no longer holds open (the floor: what the batch's watermark closes, by the
+          // micro-batch rule).
           buffer.releaseDue(isDue) ++ iter.flatMap { row =>
             val end = row.getStruct(ord, 2).getLong(1) / 1000
             // (upstream task, event time) of the input row this aggregate row answers: a late row
@@ -192,7 +202,7 @@ private[sluice] case class SuppressExec(
               observe()
               afterRow(isDue)
             }
-          }
+          } ++ { closer.endBatch(closeWm); buffer.releaseDue(isDue) }
         case _: UntilWindowCloses =>
           val ord = windowOrdinal.get
           // Buffer time = window end (ms): due once the batch's closing time reaches it (the watermark,

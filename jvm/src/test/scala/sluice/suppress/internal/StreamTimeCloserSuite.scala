@@ -7,7 +7,7 @@ import org.scalatest.funsuite.AnyFunSuite
 /** The per-row close decision suppress(until_window_closes) makes under the real-time trigger. */
 class StreamTimeCloserSuite extends AnyFunSuite {
   test("a window closes when stream time minus grace reaches its end (<=, as Kafka Streams)") {
-    val c = new StreamTimeCloser(None, graceMs = 2, floorMs = Long.MinValue)
+    val c = new StreamTimeCloser(None, graceMs = 2)
     assert(c.streamTime.isEmpty && !c.isClosed(0))
     c.observe(0, 11)
     assert(!c.isClosed(10)) // 11 - 2 = 9 < 10
@@ -17,17 +17,40 @@ class StreamTimeCloserSuite extends AnyFunSuite {
     assert(c.streamTime.contains(12) && c.isClosed(10))
   }
 
-  test("the batch watermark is a floor: windows close at batch start without input") {
-    val c = new StreamTimeCloser(Some(3), graceMs = 0, floorMs = 20)
-    assert(c.closeTime == 20 && c.isClosed(20) && !c.isClosed(21))
-    val fresh = new StreamTimeCloser(None, graceMs = 5, floorMs = 7)
-    assert(fresh.closeTime == 7)
+  test("the batch watermark closes for an upstream task only once a batch in which it sent nothing ends") {
+    val c = new StreamTimeCloser(Some(3), graceMs = 0, upstreams = 2)
+    c.observe(0, 10)
+    assert(c.closeTime == 3) // task 1 is still at the stored stream time
+    c.endBatch(20) // task 1 sent nothing in the batch: it closes at the floor, task 0 at its own clock
+    assert(c.closeTime == 10 && c.isClosed(10) && !c.isClosed(11))
+    val quiet = new StreamTimeCloser(None, graceMs = 5, upstreams = 2)
+    assert(quiet.closeTime == Long.MinValue && !quiet.isClosed(Long.MinValue + 1))
+    quiet.endBatch(7)
+    assert(quiet.closeTime == 7 && quiet.streamTime.contains(12))
+    val busy = new StreamTimeCloser(Some(3), graceMs = 0)
+    busy.observe(0, 4)
+    busy.endBatch(20) // a task that sent a row is never moved by the watermark
+    assert(busy.closeTime == 4)
+    busy.endBatch(Long.MinValue)
+    assert(busy.closeTime == 4)
+  }
+
+  test("draining a backlog, a task far ahead closes nothing the slower task still sends, whatever the watermark") {
+    val c = new StreamTimeCloser(None, graceMs = 2, upstreams = 2)
+    (0L to 1000L).foreach(t => c.observe(1, t)) // the fast task has sent everything
+    (0L to 40L).foreach(t => c.observe(0, t))
+    c.endBatch(998) // Spark's watermark: the fast task's time minus the delay
+    assert(c.closeTime == 38 && !c.isClosed(39))
+    val next = new StreamTimeCloser(c.streamTime, graceMs = 2, upstreams = 2)
+    next.observe(0, 41)
+    next.endBatch(998) // task 1 sent nothing more: it no longer holds the partition, task 0 still does
+    assert(next.closeTime == 39)
   }
 
   test("a stored stream time survives a restart: closed windows stay closed") {
-    val before = new StreamTimeCloser(None, graceMs = 1, floorMs = 0)
+    val before = new StreamTimeCloser(None, graceMs = 1)
     before.observe(0, 30)
-    val after = new StreamTimeCloser(before.streamTime, graceMs = 1, floorMs = 0)
+    val after = new StreamTimeCloser(before.streamTime, graceMs = 1)
     assert(after.isClosed(29) && !after.isClosed(30))
   }
 
@@ -40,7 +63,7 @@ class StreamTimeCloserSuite extends AnyFunSuite {
     val size = 10L
     val grace = 2L
     val records = (0L until 200L).map(t => (s"k${t % 3}", t + (t % 2))) // nearly in order, ties
-    val closer = new StreamTimeCloser(None, grace, Long.MinValue)
+    val closer = new StreamTimeCloser(None, grace)
     val agg = mutable.Map.empty[(String, Long), (Long, Long)] // (key, window end) -> (count, max ts)
     val buffer = mutable.Map.empty[(String, Long), Long]
     val emitted = mutable.ArrayBuffer.empty[((String, Long), Long)]
@@ -67,14 +90,14 @@ class StreamTimeCloserSuite extends AnyFunSuite {
   }
 
   test("with several upstream tasks stream time is the least of their clocks: one running ahead closes nothing") {
-    val c = new StreamTimeCloser(None, graceMs = 0, floorMs = Long.MinValue, upstreams = 2)
+    val c = new StreamTimeCloser(None, graceMs = 0, upstreams = 2)
     c.observe(0, 100)
     assert(c.streamTime.isEmpty && !c.isClosed(50)) // task 1 has sent nothing yet
     c.observe(1, 30)
     assert(c.streamTime.contains(30) && c.isClosed(30) && !c.isClosed(31))
     c.observe(1, 120)
     assert(c.streamTime.contains(100))
-    val restarted = new StreamTimeCloser(c.streamTime, graceMs = 0, floorMs = Long.MinValue, upstreams = 2)
+    val restarted = new StreamTimeCloser(c.streamTime, graceMs = 0, upstreams = 2)
     assert(restarted.isClosed(100) && !restarted.isClosed(101))
     assertThrows[IllegalStateException](c.observe(2, 200))
   }
@@ -90,7 +113,7 @@ class StreamTimeCloserSuite extends AnyFunSuite {
     def task(u: Int): Seq[(Int, String, Long)] =
       (0L until 150L).map(t => (u, s"u$u-k${t % 4}", t + (if (t % 5 == 0) -4 else 0)))
     def run(rows: Seq[(Int, String, Long)]): Set[((String, Long), Long)] = {
-      val closer = new StreamTimeCloser(None, grace, Long.MinValue, upstreams = 2)
+      val closer = new StreamTimeCloser(None, grace, upstreams = 2)
       val agg = mutable.Map.empty[(String, Long), Long]
       val buffer = mutable.Map.empty[(String, Long), Long]
       val emitted = mutable.ArrayBuffer.empty[((String, Long), Long)]
