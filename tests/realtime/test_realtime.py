@@ -305,6 +305,10 @@ def test_a_real_time_drain_with_one_partition_far_behind_drops_nothing(rt, tmp_p
                 op.get("customMetrics", {}).get("lateRecordDropTotal", 0))
                for r in reports for op in r["stateOperators"]]
     assert all(d == 0 and n == 0 for _, _, d, n in dropped), dropped
+    # and the aggregation's state is still bounded: it evicts the windows every suppress partition has closed
+    evicted = [op.get("numRowsRemoved", 0) for r in reports for op in r["stateOperators"]
+               if op["operatorName"] != "suppress"]
+    assert sum(evicted) > 0, reports
     assert set(out) == set(_micro_batch_finals(spark, broker, "evdrain", tmp_path, "mbdrained", len(want)))
 
 
