@@ -481,22 +481,20 @@ def test_the_readme_example_runs_on_kafka(rt, tmp_path: Path) -> None:
     assert len(rows("click-updates")) < 60  # the emission cache absorbed updates
 
 
-@pytest.mark.parametrize("keep_late", [False, True], ids=["finals", "late-records"])
 def test_a_killed_real_time_query_restarted_on_its_checkpoint_loses_no_final_and_repeats_none(
-        rt, tmp_path: Path, keep_late: bool) -> None:
-    """With late records kept, a record for a closed window comes before each part of the input, and
-    each is kept once, across the kill."""
+        rt, tmp_path: Path) -> None:
+    """Late records kept too: a record for a closed window comes before each part of the input, and each
+    is kept once, across the kill. (Finals alone under random kills: test_crash_soak's real-time soak.)"""
     spark, broker = rt
-    topic = f"evkill{'late' if keep_late else ''}"
+    topic = "evkill"
     kh.create_topic(spark, broker.bootstrap, topic, 1)
     out, late = tmp_path / "out", tmp_path / "late"
     out.mkdir()
-    args = [broker.bootstrap, topic, str(tmp_path / "ckpt"), str(out)] + ([f"--late={late}"] if keep_late else [])
+    args = [broker.bootstrap, topic, str(tmp_path / "ckpt"), str(out), f"--late={late}"]
     produced = []
 
     def more(first: int, late_at: int) -> None:
-        if keep_late:
-            _produce_records(spark, broker.bootstrap, topic, [("z", late_at)])
+        _produce_records(spark, broker.bootstrap, topic, [("z", late_at)])
         produce_events(spark, broker.bootstrap, topic, first, 60)
 
     produce_events(spark, broker.bootstrap, topic, 0, 60)
@@ -521,9 +519,24 @@ def test_a_killed_real_time_query_restarted_on_its_checkpoint_loses_no_final_and
     rows = file_rows(out)
     assert len(rows) == len(set(rows)), "a final result written twice"
     assert set(rows) == both
-    if keep_late:
-        kept = sorted((r.key, int(r.ts.timestamp()) - BASE) for r in spark.read.parquet(str(late)).collect())
-        assert kept == [("z", 5), ("z", 15), ("z", 25)]
+    kept = sorted((r.key, int(r.ts.timestamp()) - BASE) for r in spark.read.parquet(str(late)).collect())
+    assert kept == [("z", 5), ("z", 15), ("z", 25)]
+
+
+def test_turning_late_records_on_for_a_real_time_checkpoint_is_refused_at_start_saying_why(
+        rt, tmp_path: Path) -> None:
+    """Under the real-time trigger late records kept add a hidden column to the aggregation's state: a restart
+    that turns them on is refused when it starts, naming how the checkpoint was written and how to go on."""
+    spark, broker = rt
+    topic = _events_topic(spark, broker, "evswitch", 30)
+    want = expected_finals(29)
+    _run_to(spark, broker, _windowed(spark, broker, topic), "switch", tmp_path, until=lambda rows: set(rows) >= want,
+            commit=True)
+    with_late = windowed_finals(spark, broker.bootstrap, topic, late=str(tmp_path / "late"))
+    message = _failure(_finals_query(spark, broker, with_late, "switch", tmp_path / "switch", {"realTime": BATCH}))
+    assert ("the aggregation below it was written by a real-time run without late records kept, and this is a "
+            "real-time run keeping late records") in message, message
+    assert "Run the query as it was written, or start it on a new checkpoint" in message, message
 
 
 def test_an_explicit_allowlist_check_refuses_suppress_saying_why(rt, tmp_path: Path) -> None:

@@ -37,4 +37,21 @@ object RealTimeMode {
       "operators (Spark offers no way to add one)",
     s"Unset $key: sluice then turns Spark's check off for this session and runs Spark's own check (its " +
       "errors) on every other operator and on the sink of each real-time query; " + orUseMicroBatches)
+
+  /**
+   * The refusal of a restart whose aggregation state, below suppress(until_window_closes), was
+   * written in one of the forms `describe` names and would be read in another.
+   */
+  def stateSwitchRefusal(operator: String, found: Seq[String], now: Seq[String]): String =
+    s"$operator cannot continue this checkpoint: the aggregation below it was written by ${describe(found)}, " +
+      s"and this is ${describe(now)}. Under the real-time trigger that aggregation carries " +
+      "hidden columns (each row's event time and, with late records kept, its record), so its state schema " +
+      "differs between the two. Run the query as it was written, or start it on a new checkpoint."
+
+  /** The form of the aggregation's state that hidden `columns` (RealTimeSuppress) give. */
+  private def describe(columns: Seq[String]): String = columns.size match {
+    case 0 => "a micro-batch run"
+    case 1 => "a real-time run without late records kept"
+    case _ => "a real-time run keeping late records"
+  }
 }

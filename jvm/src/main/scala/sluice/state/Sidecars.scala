@@ -25,7 +25,8 @@ import sluice.spark.SparkSessions.ClassicSession
  * What a sluice operator's state means but the checkpoint does not say (the suppress mode and
  * limit, the buffer bound, the emission cache's interval, the window store's retention), kept
  * beside the operator's state as `<checkpoint>/state/<operator id>/_sluice_operator.json`, so that
- * `sluice.inspect` can tell when each held row becomes due.
+ * `sluice.inspect` can tell when each held row becomes due, and a restart can tell how the state
+ * was written where that decides whether it can be read ([[earlier]], before this run's replaces it).
  *
  * Each feature's planner says what its operator's settings are (`settings`, with a `kind`); this
  * object adds what all share (operator id, run, first batch, state store) and writes the file
@@ -76,6 +77,34 @@ private[sluice] object Sidecars extends Logging {
       case NonFatal(e) => logWarning(s"Could not record the settings of ${node.nodeName} for sluice.inspect", e)
     }
 
+  /**
+   * The sidecar an earlier run left beside `node`'s operator, while this run has not recorded its
+   * own: what the checkpoint's state was written with. None when there is none or it cannot be read
+   * ([[record]] then says why, or fails on a newer format).
+   */
+  def earlier(session: SparkSession, node: SluiceStatefulNode): Option[JValue] =
+    try {
+      StatefulOperatorSupport.streamContext(session, node).flatMap { ctx =>
+        val info = ctx.stateInfo
+        val ids = recorded.get(info.queryRunId)
+        if (ids != null && ids.contains(info.operatorId)) None
+        else {
+          val path = new Path(new Path(info.checkpointLocation, info.operatorId.toString), FileName)
+          read(path, session.asInstanceOf[ClassicSession].sessionState.newHadoopConf()).map(parse(_))
+        }
+      }
+    } catch { case NonFatal(_) => None }
+
+  private def read(path: Path, hadoopConf: Configuration): Option[String] = {
+    val fm = CheckpointFileManager.create(path.getParent, hadoopConf)
+    if (!fm.exists(path)) None
+    else {
+      val in = fm.open(path)
+      try Some(new String(in.readAllBytes(), StandardCharsets.UTF_8))
+      finally in.close()
+    }
+  }
+
   private def versions(rows: FileFormat): JObject =
     ("formatVersion" -> FileFormats.OperatorSidecar.current) ~ ("stateLayoutVersion" -> rows.current)
 
@@ -85,14 +114,9 @@ private[sluice] object Sidecars extends Logging {
    * fields (sluice 0.1.0's sidecars) are version 1.
    */
   private def checkVersions(path: Path, rows: FileFormat, hadoopConf: Configuration): Unit = {
-    val fm = CheckpointFileManager.create(path.getParent, hadoopConf)
     val text =
-      try {
-        if (!fm.exists(path)) return
-        val in = fm.open(path)
-        try new String(in.readAllBytes(), StandardCharsets.UTF_8)
-        finally in.close()
-      } catch { case NonFatal(e) => logWarning(s"Could not read $path", e); return }
+      try read(path, hadoopConf).getOrElse(return)
+      catch { case NonFatal(e) => logWarning(s"Could not read $path", e); return }
     // It holds the layout of the operator's state rows: one that cannot be read is not taken as
     // the oldest layout, it stops the query.
     val doc =

@@ -36,8 +36,9 @@ import sluice.suppress._
  *
  * The hidden columns are added only to real-time runs, in the physical planning of each batch: a
  * micro-batch query's plan and state stay exactly as before. The price is that an
- * until_window_closes checkpoint cannot switch between the two triggers (the aggregation's state
- * schema differs; Spark refuses the restart with its state-schema error).
+ * until_window_closes checkpoint cannot switch between the two triggers, nor keep late records or
+ * stop keeping them under the real-time one: the aggregation's state schema differs, and the
+ * restart is refused at start ([[hiddenColumns]], recorded in the operator's sidecar).
  */
 private[sluice] object RealTimeSuppress {
 
@@ -52,6 +53,15 @@ private[sluice] object RealTimeSuppress {
 
   private def refuse(why: String, instead: String): Nothing =
     throw new SuppressUsageException(RealTimeMode.unsupported("suppress", why, instead))
+
+  /**
+   * The hidden columns the aggregation below `n` carries under the real-time trigger, in order: part
+   * of its state schema (none in micro-batches).
+   */
+  def hiddenColumns(n: SuppressNode): Seq[String] = n.suppressed match {
+    case _: UntilWindowCloses => StreamTimeColumn +: LateRecordsExec.of(n.suppressed).map(_ => RecordColumn).toSeq
+    case _ => Nil
+  }
 
   /** Refuses what suppress does not do in real time, at the batch's planning. */
   def refuseUnsupported(n: SuppressNode): Unit = {

@@ -7,6 +7,7 @@ import org.json4s._
 import org.json4s.JsonDSL._
 
 import sluice.spark.PlanTypes.{SparkPlan, SparkStrategy}
+import sluice.conf.RealTimeMode
 import sluice.spark.{RealTimePlans, SparkNodes}
 import sluice.state.{FileFormats, Sidecars}
 import sluice.suppress._
@@ -21,7 +22,8 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
       // The sidecar (mode, limit and bound for sluice.inspect) only beside a suppress operator's own
       // state: on the fused path there is none, and its directory would read as unfused state.
       else FusedFinal.plan(session, n, ctx).getOrElse {
-        Sidecars.record(session, n, FileFormats.SuppressRows, SuppressStrategy.sidecar(n))
+        requireSameAggregationState(n, Nil)
+        Sidecars.record(session, n, FileFormats.SuppressRows, SuppressStrategy.sidecar(n, Nil))
         SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, ctx, planLater(withLateRecords(n, ctx)),
           retracted = n.retracted, earlyMs = n.earlyMs)
       } :: Nil
@@ -43,6 +45,25 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
     }
 
   /**
+   * Refuses a run whose aggregation below an until_window_closes suppress would carry other hidden
+   * columns (`hidden`, see [[RealTimeSuppress.hiddenColumns]]) than the run that wrote the checkpoint,
+   * as its sidecar says: the aggregation's state schema differs, which Spark would refuse in its own
+   * words. A sidecar without the field (written before sluice recorded it) leaves it to Spark.
+   */
+  private def requireSameAggregationState(n: SuppressNode, hidden: Seq[String]): Unit =
+    if (n.suppressed.isInstanceOf[UntilWindowCloses]) {
+      Sidecars.earlier(session, n).map(_ \ SuppressStrategy.AggregationColumnsField).foreach {
+        case JArray(values) =>
+          val found = values.collect { case JString(c) => c }
+          if (found != hidden) {
+            val name = n.suppressed.name.getOrElse("suppress(until_window_closes)")
+            throw new SuppressUsageException(RealTimeMode.stateSwitchRefusal(name, found, hidden))
+          }
+        case _ =>
+      }
+    }
+
+  /**
    * Under the real-time trigger: never fused (Spark plans its streamline aggregation there, and an
    * append-mode save would emit only when the batch ends), decided per row on the partition's
    * stream time (see [[RealTimeSuppress]]).
@@ -50,7 +71,9 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
   private def realTime(n: SuppressNode, ctx: StreamContext): SparkPlan = {
     RealTimeSuppress.refuseUnsupported(n)
     FusedFinal.refuseFusedCheckpoint(session, ctx)
-    Sidecars.record(session, n, FileFormats.SuppressRows, SuppressStrategy.sidecar(n))
+    val hidden = RealTimeSuppress.hiddenColumns(n)
+    requireSameAggregationState(n, hidden)
+    Sidecars.record(session, n, FileFormats.SuppressRows, SuppressStrategy.sidecar(n, hidden))
     n.suppressed match {
       case _: UntilWindowCloses =>
         val (child, ts, record) = RealTimeSuppress.withStreamTime(n, LateRecordsExec.of(n.suppressed).isDefined)
@@ -67,8 +90,15 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
 
 private[sluice] object SuppressStrategy {
 
-  /** What sluice.inspect needs to tell when each buffered row is due (see [[Sidecars]]). */
-  def sidecar(s: SuppressNode): JObject = {
+  /** The sidecar's list of the hidden columns the aggregation below until_window_closes carries. */
+  val AggregationColumnsField = "aggregationColumns"
+
+  /**
+   * What sluice.inspect needs to tell when each buffered row is due (see [[Sidecars]]), and for
+   * until_window_closes the hidden columns of the aggregation below (`hidden`), which a restart
+   * must keep.
+   */
+  def sidecar(s: SuppressNode, hidden: Seq[String]): JObject = {
     val (mode, limit) = s.suppressed match {
       case _: UntilWindowCloses => ("until_window_closes", None)
       case t: UntilTimeLimit => ("until_time_limit", Some(t.limitMs))
@@ -81,6 +111,7 @@ private[sluice] object SuppressStrategy {
       // delay - grace: the windows of a batch at watermark w close at w + earlyMs (SuppressExec.closeTime)
       ("earlyMs" -> (if (s.earlyMs > 0) Some(s.earlyMs) else None)) ~
       ("keys" -> s.keys.map(_.name).toList) ~
+      (AggregationColumnsField -> (if (mode == "until_window_closes") Some(hidden.toList) else None)) ~
       ("buffer" -> (("maxRecords" -> bound(b.maxRecords)) ~ ("maxBytes" -> bound(b.maxBytes)) ~
         ("whenFull" -> whenFull(b.whenFull))))
   }
