@@ -296,7 +296,8 @@ object LayeringSuite {
 
   /** The bridge's classes: each adapts a Spark API that is `private[sql]` or `private[spark]`. */
   val BridgeAdapters: Set[String] = Set("StatefulOperatorSupport", "SluiceStatefulNode", "StreamContext",
-    "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric", "CombinedCustomMetric",
+    "SluiceStateStoreExec", "MinMetric", "PartitionsMin", "AverageStoreMetric", "CombinedMetric",
+    "CombinedCustomMetric",
     "SizeOperatorMetric",
     "DatasetAccess",
     "DrivenQueries", "DrivenSource", "DrivenClock", "DrivenSink", "BatchFiles", "DelegatedReplay", "ReplayedChanges",
