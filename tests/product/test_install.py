@@ -103,6 +103,7 @@ def test_python_build_makes_sdist_and_wheel_with_the_jar(clone: Path, tmp_path: 
             *(f"jvm/src/main/spark-{m}/sluice/spark/SparkShim.scala" for m in MINORS)} <= names
 
 
+@pytest.mark.other_minor  # CI: the install routes run on another minor's half (marker install)
 def test_pip_install_from_clone(clone: Path, tmp_path: Path) -> None:
     forget_jar(clone)
     python = fresh_venv(tmp_path / "venv")
@@ -121,6 +122,7 @@ def test_pip_install_keeps_the_installed_pyspark(clone: Path, tmp_path: Path) ->
     assert to_install == ["spark-sluice"]  # the pyspark already installed satisfies the range
 
 
+@pytest.mark.other_minor  # CI: the install routes run on another minor's half (marker install)
 def test_pip_install_editable_from_clone(clone: Path, tmp_path: Path) -> None:
     forget_jar(clone)
     python = fresh_venv(tmp_path / "venv")
@@ -128,6 +130,7 @@ def test_pip_install_editable_from_clone(clone: Path, tmp_path: Path) -> None:
     assert installed_jar(python) == clone / "python" / "sluice" / "jars" / f"sluice-spark-{running_minor()}.jar"
 
 
+@pytest.mark.other_minor  # CI: the install routes run on another minor's half (marker install)
 def test_spark_submit_packages_from_local_maven_repo(clone: Path, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     minor = running_minor()
