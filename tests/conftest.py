@@ -4,6 +4,7 @@ tests share besides fixtures is in the support package (support/__init__.py says
 what); no test module imports another."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -30,11 +31,78 @@ LONG_FILES = ("test_sessions.py", "test_composition.py", "test_suppress.py", "te
               "test_realtime.py", "test_connect.py", "test_late_records_delta.py")
 
 
+# SLUICE_COMBINATIONS=each (dev/test sets it for CI's shares): a test parametrized over two or more
+# parameters runs a set of its cases that gives every value of every parameter at least once (each
+# provider, each mode), not every combination; `dev/test --spark X` without --share or --subset runs
+# them all. SLUICE_CASE_HALF=0 or 1 (CI's cross-version halves): of the cases of a parametrized test
+# marked every_minor, the half runs every other one, starting with the first or the second, so the two other minors share
+# them as they share the composition matrix. Tests marked every_combination (the composition
+# matrices, whose point is the combinations, chosen by their own settings) run every case they collect.
+COMBINATIONS = os.environ.get("SLUICE_COMBINATIONS", "all")
+CASE_HALF = os.environ.get("SLUICE_CASE_HALF", "")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if COMBINATIONS not in ("all", "each"):
+        raise pytest.UsageError(f"SLUICE_COMBINATIONS is '{COMBINATIONS}'; expected 'all' or 'each'")
+    if CASE_HALF not in ("", "0", "1"):
+        raise pytest.UsageError(f"SLUICE_CASE_HALF is '{CASE_HALF}'; expected 0, 1 or unset")
     configure_test_jvms()
 
 
+def each_value_once(cases: list[pytest.Item]) -> list[pytest.Item]:
+    """The cases of one test function to run so that every value of every parameter runs at least
+    once: greedily the case giving the most values not yet run, the earliest collected on a tie
+    (the same choice in every run and on every worker, which pytest-xdist requires)."""
+    def values(case: pytest.Item) -> set[tuple[str, str]]:
+        return {(str(names), repr(tuple(case.callspec.params[n] for n in names)))  # type: ignore[attr-defined]
+                for names in parameters(case)}
+
+    left = set().union(*(values(c) for c in cases))
+    chosen: list[pytest.Item] = []
+    while left:
+        best = max(cases, key=lambda c: len(values(c) & left))  # max keeps the first of equals
+        chosen.append(best)
+        left -= values(best)
+    return [c for c in cases if c in chosen]
+
+
+def parameters(item: pytest.Item) -> list[tuple[str, ...]]:
+    """A case's parameters: the names of each `parametrize` (`"before,after"` is one parameter, its
+    pairs its values) and each parametrized fixture."""
+    params = getattr(item, "callspec", None)
+    given = set(params.params) if params is not None else set()
+    found: list[tuple[str, ...]] = []
+    for mark in item.iter_markers("parametrize"):
+        names = mark.args[0]
+        names = tuple(n.strip() for n in (names.split(",") if isinstance(names, str) else names))
+        if set(names) <= given and names not in found:
+            found.append(names)
+    grouped = {n for names in found for n in names}
+    return found + [(n,) for n in sorted(given - grouped)]
+
+
+def select_cases(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselects the cases SLUICE_COMBINATIONS and SLUICE_CASE_HALF leave out (above)."""
+    groups: dict[tuple[str, str], list[pytest.Item]] = {}
+    for item in items:
+        if parameters(item) and item.get_closest_marker("every_combination") is None:
+            groups.setdefault((str(item.path), item.originalname), []).append(item)  # type: ignore[attr-defined]
+    dropped = []
+    for cases in groups.values():
+        run = each_value_once(cases) if COMBINATIONS == "each" and len(parameters(cases[0])) >= 2 else cases
+        if CASE_HALF and cases[0].get_closest_marker("every_minor") is not None:  # what both halves run
+            run = run[int(CASE_HALF)::2]
+        kept = {id(c) for c in run}
+        dropped += [c for c in cases if id(c) not in kept]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        ids = {id(c) for c in dropped}
+        items[:] = [item for item in items if id(item) not in ids]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    select_cases(config, items)
     for item in items:
         folder = item.path.relative_to(TESTS).parts[0]
         assert folder in FEATURES, f"{item.path}: a test module belongs in a feature folder ({', '.join(FEATURES)})"

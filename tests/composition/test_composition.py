@@ -55,7 +55,7 @@ from support.crash_soak import bridging_events
 from support.session import sluice_session
 
 # dev/test: run on every supported Spark minor
-pytestmark = pytest.mark.every_minor
+pytestmark = [pytest.mark.every_minor, pytest.mark.every_combination]  # the cells: SLUICE_MATRIX_*
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,7 @@ def test_expectation_covers_late_and_out_of_order_events() -> None:
     assert any(a[0] > b[0] for f in files for a, b in zip(f, f[1:]))
 
 
+@pytest.mark.other_minor  # CI: in 4.2's half (marker soak), not again on the default minor
 def test_kills_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     stats = run_one(tmp_path, DELEGATES, kills=2, seed=1)
     assert stats.kills == 2

@@ -45,7 +45,8 @@ from support.realtime_kill_child import (
 )
 from support.session import session_conf, stop_session
 
-pytestmark = [pytest.mark.spark("4.3", reason="stateful real-time mode arrived in Spark 4.3"), pytest.mark.kafka]
+pytestmark = [pytest.mark.spark("4.3", reason="stateful real-time mode arrived in Spark 4.3"), pytest.mark.kafka,
+              pytest.mark.every_combination]
 
 PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"

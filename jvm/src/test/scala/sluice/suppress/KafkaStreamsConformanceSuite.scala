@@ -20,7 +20,8 @@ import org.apache.kafka.streams.state.{Stores => KStores}
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
 import org.apache.spark.sql.functions.{col, count, max, session_window, window}
-import org.scalatest.BeforeAndAfterAll
+import org.scalactic.source.Position
+import org.scalatest.{BeforeAndAfterAll, Tag}
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
@@ -67,6 +68,8 @@ import org.scalatest.funsuite.AnyFunSuite
  * for each topology; `SLUICE_CONFORMANCE_SEED` (default 11) seeds them. State store provider per
  * sequence: HDFS-backed, RocksDB or sluice's in-memory window store, chosen by the seed. The first
  * disagreement is shrunk to a minimal sequence and printed with both sides' output.
+ * `SLUICE_CONFORMANCE_TOPOLOGIES` (`windows`, `sessions` or both, comma-separated; default both)
+ * registers the tests of those topologies only: CI's cross-version halves run one each.
  */
 class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
   import KafkaStreamsConformanceSuite._
@@ -380,6 +383,20 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
       fail(s"${failures.size} of $n $name sequences disagree with Kafka Streams\n$report")
     }
   }
+
+  // Read while the suite registers its tests (below), so defined before the first of them.
+  private val topologies: Set[String] = {
+    val given = setting("SLUICE_CONFORMANCE_TOPOLOGIES").map(_.split(",").map(_.trim).toSet).getOrElse(Topologies)
+    require(given.nonEmpty && given.subsetOf(Topologies),
+      s"SLUICE_CONFORMANCE_TOPOLOGIES is '${given.mkString(",")}'; expected ${Topologies.mkString(" or ")}, comma-separated")
+    given
+  }
+
+  /** A test of the session-window topology is named so; the others are of windows and time limits. */
+  override protected def test(testName: String, testTags: Tag*)(testFun: => Any)(implicit pos: Position): Unit =
+    if (topologies.contains(if (testName.startsWith("sessions")) "sessions" else "windows")) {
+      super.test(testName, testTags: _*)(testFun)
+    }
 
   private val total = setting("SLUICE_CONFORMANCE_SEQUENCES").map(_.toInt).getOrElse(50)
   // A session sequence takes about 4 s (two micro-batches a record): 10 by default (CI), half of
@@ -751,6 +768,9 @@ object KafkaStreamsConformanceSuite {
     val provider = Providers(rnd.nextInt(Providers.size))
     TimeLimitCase(limit, maxRecords, provider, genEvents(rnd, 15))
   }
+
+  /** SLUICE_CONFORMANCE_TOPOLOGIES' values. */
+  val Topologies: Set[String] = Set("windows", "sessions")
 
   def setting(name: String): Option[String] =
     sys.props.get(name).orElse(sys.env.get(name)).map(_.trim).filter(_.nonEmpty)
