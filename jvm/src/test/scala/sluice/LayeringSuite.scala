@@ -296,7 +296,7 @@ object LayeringSuite {
 
   /** The bridge's classes: each adapts a Spark API that is `private[sql]` or `private[spark]`. */
   val BridgeAdapters: Set[String] = Set("StatefulOperatorSupport", "SluiceStatefulNode", "StreamContext",
-    "SluiceStateStoreExec", "MinMetric", "PartitionsMin", "AverageStoreMetric", "CombinedMetric",
+    "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric",
     "CombinedCustomMetric",
     "SizeOperatorMetric",
     "DatasetAccess",

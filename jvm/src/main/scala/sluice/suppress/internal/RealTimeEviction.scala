@@ -4,7 +4,7 @@ import java.util.concurrent.ConcurrentHashMap
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.rules.Rule
-import org.apache.spark.sql.sluice.{PartitionsMin, StreamContext}
+import org.apache.spark.sql.sluice.{MinMetric, StreamContext}
 
 import sluice.spark.PlanTypes.{ColumnarRule, SparkPlan}
 import sluice.spark.RealTimePlans
@@ -34,12 +34,12 @@ private[sluice] object RealTimeEviction {
 
   // (the operator's state directory, its id) -> (the batch, the closing times its tasks added). One
   // entry per stateful checkpoint the driver ran suppress on in real time; a restart replaces it.
-  private val latest = new ConcurrentHashMap[(String, Long), (Long, PartitionsMin)]()
+  private val latest = new ConcurrentHashMap[(String, Long), (Long, MinMetric)]()
 
   private def key(ctx: StreamContext) = (ctx.stateInfo.checkpointLocation, ctx.stateInfo.operatorId)
 
   /** Starts a batch's closing times (driver, when the batch's suppress executes): `acc`, emptied. */
-  def startBatch(ctx: StreamContext, acc: PartitionsMin): PartitionsMin = {
+  def startBatch(ctx: StreamContext, acc: MinMetric): MinMetric = {
     acc.reset()
     latest.put(key(ctx), (ctx.batchId, acc))
     acc

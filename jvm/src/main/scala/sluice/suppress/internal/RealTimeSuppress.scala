@@ -77,9 +77,10 @@ private[sluice] object RealTimeSuppress {
   /**
    * `n`'s child with the hidden stream-time column, and that column; only for until_window_closes,
    * whose windows close by stream time (until_time_limit has its time_col). With late records
-   * kept (`keepRecords`), also the hidden record column (see the object's comment).
+   * kept, also the hidden record column: the columns [[hiddenColumns]] names, in its order.
    */
-  def withStreamTime(n: SuppressNode, keepRecords: Boolean): (LogicalPlan, Attribute, Option[Attribute]) = {
+  def withStreamTime(n: SuppressNode): (LogicalPlan, Attribute, Option[Attribute]) = {
+    val keepRecords = hiddenColumns(n).contains(RecordColumn)
     val (agg, rebuild) = n.child match {
       case a: Aggregate => (a, (a2: Aggregate, _: Attribute) => a2: LogicalPlan)
       case p @ Project(list, a: Aggregate) if list.forall(_.isInstanceOf[Attribute]) =>

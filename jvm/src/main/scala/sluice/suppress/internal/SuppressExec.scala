@@ -6,7 +6,7 @@ import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.sluice.{
-  CombinedCustomMetric, CombinedMetric, PartitionsMin, SizeOperatorMetric, SluiceStateStoreExec,
+  CombinedCustomMetric, CombinedMetric, MinMetric, SizeOperatorMetric, SluiceStateStoreExec,
   StatefulOperatorSupport, StreamContext
 }
 import org.apache.spark.sql.types.StructType
@@ -68,8 +68,8 @@ private[sluice] case class SuppressExec(
   override protected def customStatefulOperatorMetrics: Seq[StatefulOperatorCustomMetric] = SuppressExec.Metrics
 
   /** Under the real-time trigger: the least closing time over the partitions after a batch. */
-  @transient private lazy val closingTimes: PartitionsMin =
-    PartitionsMin.registered(sparkContext, "suppress least closing time")
+  @transient private lazy val closingTimes: MinMetric =
+    MinMetric.registered(sparkContext, "suppress least closing time")
 
   // `next` is the earliest buffer time left.
   override protected def dueWithoutInput(next: Long, newInputWatermark: Long): Boolean = suppressed match {

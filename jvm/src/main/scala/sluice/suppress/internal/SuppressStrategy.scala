@@ -76,7 +76,7 @@ private[sluice] case class SuppressStrategy(session: SparkSession) extends Spark
     Sidecars.record(session, n, FileFormats.SuppressRows, SuppressStrategy.sidecar(n, hidden))
     n.suppressed match {
       case _: UntilWindowCloses =>
-        val (child, ts, record) = RealTimeSuppress.withStreamTime(n, LateRecordsExec.of(n.suppressed).isDefined)
+        val (child, ts, record) = RealTimeSuppress.withStreamTime(n)
         // The hidden columns are dropped right above suppress: the query's output is as written.
         SparkNodes.projectExec(n.output,
           SuppressExec(n.suppressed, n.keys, n.window, n.graceMs, n.time, Some(ctx),
