@@ -22,13 +22,15 @@ TESTS = Path(__file__).resolve().parent
 FEATURES = ("suppress", "sessions", "cache", "windowstore", "input", "realtime", "experimental", "state",
             "composition", "connect", "testing", "product")
 
-# The files that take minutes, longest first (summed test times, 2026-11-26; test_spark_upgrade.py's,
-# in 4.2's cross-version half, 2026-12-06), run before the rest: pytest-xdist hands whole files to its
-# workers in collection order, and a long file handed out last keeps one worker busy while the other
-# has nothing left to take. Their tests are marked `slow`.
-LONG_FILES = ("test_sessions.py", "test_composition.py", "test_suppress.py", "test_crash_soak.py",
-              "test_install.py", "test_spark_upgrade.py", "test_cache_writebehind.py", "test_multi_executor.py",
-              "test_realtime.py", "test_connect.py", "test_late_records_delta.py")
+# The files that take minutes, longest first (summed test times in CI's run on Spark 4.3, 2026-12-07;
+# test_spark_upgrade.py's and test_late_records_delta.py's in 4.2's cross-version half), run before the
+# rest: pytest-xdist hands whole files to its workers in collection order, and a long file handed out
+# last keeps one worker busy while the others have nothing left to take. Their tests are marked `slow`.
+LONG_FILES = ("test_sessions.py", "test_suppress_fused.py", "test_realtime.py", "test_late_records.py",
+              "test_crash_soak.py", "test_suppress.py", "test_composition.py", "test_multi_executor.py",
+              "test_cache.py", "test_cache_writebehind.py", "test_input_kafka.py", "test_late_records_stream.py",
+              "test_realtime_composition.py", "test_cache_emit.py", "test_spark_upgrade.py",
+              "test_late_records_delta.py", "test_connect.py", "test_install.py")
 
 
 # SLUICE_COMBINATIONS=each (dev/test sets it for CI's shares): a test parametrized over two or more
