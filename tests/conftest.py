@@ -37,9 +37,10 @@ LONG_FILES = ("test_sessions.py", "test_suppress_fused.py", "test_realtime.py", 
 # parameters runs a set of its cases that gives every value of every parameter at least once (each
 # provider, each mode), not every combination; `dev/test --spark X` without --share or --subset runs
 # them all. SLUICE_CASE_HALF=0 or 1 (CI's cross-version halves): of the cases of a parametrized test
-# marked every_minor, the half runs every other one, starting with the first or the second, so the two other minors share
-# them as they share the composition matrix. Tests marked every_combination (the composition
-# matrices, whose point is the combinations, chosen by their own settings) run every case they collect.
+# marked every_minor, the half runs every other one, starting with the first or the second, so the two
+# other minors share them as they share the composition matrix. Tests marked every_combination (the
+# composition matrices, whose point is the combinations, chosen by their own settings) run every case
+# they collect.
 COMBINATIONS = os.environ.get("SLUICE_COMBINATIONS", "all")
 CASE_HALF = os.environ.get("SLUICE_CASE_HALF", "")
 
@@ -56,17 +57,15 @@ def each_value_once(cases: list[pytest.Item]) -> list[pytest.Item]:
     """The cases of one test function to run so that every value of every parameter runs at least
     once: greedily the case giving the most values not yet run, the earliest collected on a tie
     (the same choice in every run and on every worker, which pytest-xdist requires)."""
-    def values(case: pytest.Item) -> set[tuple[str, str]]:
-        return {(str(names), repr(tuple(case.callspec.params[n] for n in names)))  # type: ignore[attr-defined]
-                for names in parameters(case)}
-
-    left = set().union(*(values(c) for c in cases))
-    chosen: list[pytest.Item] = []
+    values = [{(str(names), repr(tuple(c.callspec.params[n] for n in names)))  # type: ignore[attr-defined]
+               for names in parameters(c)} for c in cases]
+    left = set().union(*values)
+    chosen: set[int] = set()
     while left:
-        best = max(cases, key=lambda c: len(values(c) & left))  # max keeps the first of equals
-        chosen.append(best)
-        left -= values(best)
-    return [c for c in cases if c in chosen]
+        best = max(range(len(cases)), key=lambda i: len(values[i] & left))  # max keeps the first of equals
+        chosen.add(best)
+        left -= values[best]
+    return [c for i, c in enumerate(cases) if i in chosen]
 
 
 def parameters(item: pytest.Item) -> list[tuple[str, ...]]:
