@@ -228,6 +228,53 @@ def test_suppress_until_window_closes_emits_the_micro_batch_finals_each_once_and
     assert set(out) == set(_micro_batch_finals(spark, broker, "ev", tmp_path, "mbfinals2", len(both)))
 
 
+def test_a_window_closes_in_every_shuffle_partition_without_waiting_for_a_row_of_its_keys(
+        rt, tmp_path: Path) -> None:
+    """Two shuffle partitions and a real-time batch of 10 minutes: 16 keys have a record in one window, then
+    one record of another key moves event time past that window's end plus the grace. That record reaches
+    one shuffle partition; the other gets no row after the window's end. The upstream task's progress rows
+    tell it, so every key's final result leaves within the batch (without them that partition would hold its
+    finals until the batch ends). Progress rows are neither output nor state: the output is exactly the 16
+    finals, and the aggregation's state rows are the records' (window, key)s."""
+    spark, broker = rt
+    kh.create_topic(spark, broker.bootstrap, "evsplit", 1)
+    records = [(f"p{i}", BASE + 1) for i in range(16)] + [("z", BASE + 30)]
+    (spark.createDataFrame(records, "key string, ts long")
+     .selectExpr("cast(key as binary) key", "cast(to_json(named_struct('ts', ts)) as binary) value").coalesce(1)
+     .write.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", "evsplit").save())
+    want = {(f"p{i}", BASE + 10, 1) for i in range(16)}
+    kh.create_topic(spark, broker.bootstrap, "splitfinals", 1)
+    checkpoint = tmp_path / "split"
+    spark.conf.set("spark.sql.shuffle.partitions", "2")  # taken by the checkpoint when the query starts
+    try:
+        q = _finals_query(spark, broker, _windowed(spark, broker, "evsplit"), "splitfinals", checkpoint,
+                          {"realTime": "10 minutes"})
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "1")
+    try:
+        out = _await(spark, broker, q, "splitfinals", len(want), timeout=120)
+        assert q.lastProgress is None, "the finals waited for a batch to end"
+    finally:
+        q.stop()
+    assert sorted(out) == sorted(want)
+    # the same input again in batches that end: once the window's state is evicted, the aggregation holds
+    # the one open (window, key), and no state row of a progress row
+    kh.create_topic(spark, broker.bootstrap, "splitfinals2", 1)
+    q = _finals_query(spark, broker, _windowed(spark, broker, "evsplit"), "splitfinals2", tmp_path / "split2",
+                      {"realTime": BATCH})
+    try:
+        _await(spark, broker, q, "splitfinals2", len(want))
+        deadline, held = time.monotonic() + 120, None
+        while held != 1 and time.monotonic() < deadline:
+            assert q.isActive, q.exception()
+            time.sleep(0.5)
+            ops = q.lastProgress["stateOperators"] if q.lastProgress else []
+            held = next((op["numRowsTotal"] for op in ops if op["operatorName"] != "suppress"), None)
+        assert held == 1, q.lastProgress
+    finally:
+        q.stop()
+
+
 def test_a_backlog_drained_by_two_upstream_tasks_gives_the_micro_batch_finals(rt, tmp_path: Path) -> None:
     """Two input partitions, one task each, feeding one suppress partition: draining a backlog one
     task runs ahead of the other, and a window closes only once both have passed it."""

@@ -1,9 +1,12 @@
 package sluice.spark
 
 import org.apache.spark.sql.connector.catalog.Table
+import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.datasources.v2.RealTimeStreamScanExec
-import org.apache.spark.sql.execution.streaming.{RealTimeTrigger, StatefulStreamlineAggregateExec}
+import org.apache.spark.sql.execution.streaming.{
+  ProjectAggregationBufferExec, RealTimeTrigger, StatefulStreamlineAggregateExec
+}
 import org.apache.spark.sql.execution.streaming.runtime.{
   IncrementalExecution, MicroBatchExecution, RealTimeModeAllowlist,
   StreamExecution
@@ -51,17 +54,37 @@ object RealTimePlans {
    * with None. Spark's aggregation drops a row as late, and evicts a window, by the batch's
    * watermark: the largest event time any task has seen minus the delay. The suppress above judges
    * both by its own partition's clock instead (see sluice.suppress.internal.RealTimeEviction).
+   * With `window` and `streamTime` (suppress's input columns) the aggregation also carries each
+   * upstream task's progress rows to every suppress partition ([[RealTimeProgress]]), which close
+   * windows `graceMs` after their end. A plan that has them already is left as it is.
    */
-  def aggregationByStreamTime(plan: SparkPlan, evictionMs: Option[Long]): SparkPlan = {
+  def aggregationByStreamTime(plan: SparkPlan, evictionMs: Option[Long], window: Option[Attribute],
+      streamTime: Option[Attribute], graceMs: Long): SparkPlan = {
+    def byStreamTime(a: StatefulStreamlineAggregateExec) =
+      a.copy(eventTimeWatermarkForLateEvents = None,
+        eventTimeWatermarkForEviction = for {
+          e <- evictionMs
+          spark <- a.eventTimeWatermarkForEviction
+        } yield math.min(e, spark))
+    if (plan.exists(RealTimeProgress.isProgressNode)) return plan
     var done = false
     plan.transformDown {
+      case f: ProjectAggregationBufferExec
+          if !done && f.isFinalAggregate && f.child.isInstanceOf[StatefulStreamlineAggregateExec] =>
+        done = true
+        val a = byStreamTime(f.child.asInstanceOf[StatefulStreamlineAggregateExec])
+        val progress = for {
+          w <- window
+          t <- streamTime
+          installed <- RealTimeProgress.install(f, a, w, t, graceMs)
+        } yield installed
+        progress.getOrElse(f.withNewChildren(Seq(a)))
       case a: StatefulStreamlineAggregateExec if !done =>
         done = true
-        a.copy(eventTimeWatermarkForLateEvents = None,
-          eventTimeWatermarkForEviction = for {
-            e <- evictionMs
-            spark <- a.eventTimeWatermarkForEviction
-          } yield math.min(e, spark))
+        byStreamTime(a)
     }
   }
+
+  /** Whether `p` is a node sluice adds to Spark's real-time aggregation (for Spark's operator allowlist). */
+  def isProgressNode(p: SparkPlan): Boolean = RealTimeProgress.isProgressNode(p)
 }

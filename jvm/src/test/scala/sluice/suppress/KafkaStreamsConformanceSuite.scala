@@ -386,10 +386,10 @@ class KafkaStreamsConformanceSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   // Read while the suite registers its tests (below), so defined before the first of them.
   private val topologies: Set[String] = {
-    val given = setting("SLUICE_CONFORMANCE_TOPOLOGIES").map(_.split(",").map(_.trim).toSet).getOrElse(Topologies)
-    require(given.nonEmpty && given.subsetOf(Topologies),
-      s"SLUICE_CONFORMANCE_TOPOLOGIES is '${given.mkString(",")}'; expected ${Topologies.mkString(" or ")}, comma-separated")
-    given
+    val chosen = setting("SLUICE_CONFORMANCE_TOPOLOGIES").map(_.split(",").map(_.trim).toSet).getOrElse(Topologies)
+    require(chosen.nonEmpty && chosen.subsetOf(Topologies),
+      s"SLUICE_CONFORMANCE_TOPOLOGIES is '${chosen.mkString(",")}'; expected ${Topologies.mkString(" or ")}, comma-separated")
+    chosen
   }
 
   /** A test of the session-window topology is named so; the others are of windows and time limits. */

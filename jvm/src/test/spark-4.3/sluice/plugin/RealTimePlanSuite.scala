@@ -3,16 +3,19 @@ package sluice.plugin
 import java.sql.Timestamp
 
 import org.apache.spark.sql.{DataFrame, ForeachWriter, Row}
+import org.apache.spark.sql.catalyst.expressions.{AttributeReference, UnsafeProjection}
+import org.apache.spark.sql.catalyst.plans.physical.HashPartitioning
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.streaming.runtime.StreamingQueryWrapper
 import org.apache.spark.sql.execution.streaming.sources.LowLatencyMemoryStream
 import org.apache.spark.sql.functions.{col, count, session_window, window}
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException, Trigger}
+import org.apache.spark.sql.types.{LongType, StringType, StructType, TimestampType}
 import org.scalatest.concurrent.Eventually.{eventually, interval, timeout}
 import org.scalatest.time.SpanSugar._
 
 import sluice.PlanSuite
-import sluice.spark.RealTimePlans
+import sluice.spark.{RealTimePlans, RealTimeProgress}
 import sluice.spark.PlanTypes.StateStoreSaveExec
 import sluice.suppress.{BufferConfig, Suppress, Suppressed}
 import sluice.suppress.internal.SuppressExec
@@ -79,10 +82,27 @@ class RealTimePlanSuite extends PlanSuite {
         assert(suppress.size == 1 && suppress.head.realTime, plan)
         // not fused: no append-mode save of the aggregation
         assert(!nodes[StateStoreSaveExec](plan).exists(_.outputMode.exists(_.toString == "Append")), plan)
+        // the aggregation's stages forward the upstream task's progress rows to suppress
+        assert(plan.collect { case p if RealTimePlans.isProgressNode(p) => p.nodeName }.sorted ==
+            Seq("ProgressPassingAggregate", "ProgressPassingFinal", "ProgressSend"), plan)
         assert(q.isActive && q.exception.isEmpty, q.exception)
         // Spark's allowlist cannot name sluice's operators: sluice turned it off in the session and checks instead
         assert(spark.conf.get(RealTimePlans.AllowlistCheckKey) == "false")
       } finally q.stop()
+    }
+  }
+
+  test("a progress row reaches each shuffle partition through the exchange's own partitioning") {
+    val window = AttributeReference("window", new StructType().add("start", TimestampType).add("end", TimestampType))()
+    val key = AttributeReference("k", StringType, nullable = false)()
+    val n = AttributeReference("n", LongType)()
+    val output = Seq(window, key, n)
+    for (partitions <- 1 to 200) {
+      val hash = HashPartitioning(Seq(window, key), partitions)
+      val offsets = RealTimeProgress.searchOffsets(output, 0, 2, hash)
+      val partitionOf = UnsafeProjection.create(Seq(hash.partitionIdExpression), output)
+      assert(
+        offsets.indices.forall(p => partitionOf(RealTimeProgress.template(output, 0, 2, offsets(p))).getInt(0) == p))
     }
   }
 

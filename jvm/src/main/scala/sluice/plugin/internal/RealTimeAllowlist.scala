@@ -47,9 +47,10 @@ private[sluice] object RealTimeAllowlist extends Logging {
     }
   }
 
-  // The emission cache's marker where it could not be placed passes rows through, as in micro-batches.
+  // The emission cache's marker where it could not be placed passes rows through, as in micro-batches;
+  // the aggregation's stages under suppress are Spark's own, forwarding progress rows.
   private def isSluice(p: SparkPlan): Boolean =
-    p.isInstanceOf[SluiceStateStoreExec] || p.isInstanceOf[EmitCacheSkippedExec]
+    p.isInstanceOf[SluiceStateStoreExec] || p.isInstanceOf[EmitCacheSkippedExec] || RealTimePlans.isProgressNode(p)
 
   private def check(session: SparkSession, plan: SparkPlan): Unit =
     StatefulOperatorSupport.startingSession(session).foreach { starting =>

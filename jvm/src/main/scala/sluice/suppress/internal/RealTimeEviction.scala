@@ -57,7 +57,8 @@ private[sluice] object RealTimeEviction {
         if (!RealTimePlans.supported) plan
         else plan.transformUp {
           case s: SuppressExec if s.realTime && s.suppressed.isInstanceOf[UntilWindowCloses] && s.context.isDefined =>
-            s.withNewChildren(Seq(RealTimePlans.aggregationByStreamTime(s.child, evictionMs(s.context.get))))
+            s.withNewChildren(Seq(RealTimePlans.aggregationByStreamTime(s.child, evictionMs(s.context.get), s.window,
+                  s.streamTime, s.graceMs)))
         }
     }
   }

@@ -185,12 +185,17 @@ private[sluice] case class SuppressExec(
           // upstream task no longer holds open (the floor: what the batch's watermark closes, by the
           // micro-batch rule).
           buffer.releaseDue(isDue) ++ iter.flatMap { row =>
-            val end = row.getStruct(ord, 2).getLong(1) / 1000
+            val endMicros = row.getStruct(ord, 2).getLong(1)
+            val end = endMicros / 1000
             // (upstream task, event time) of the input row this aggregate row answers: a late row
             // moves its task's clock too
             val origin = row.getStruct(tsOrd, 2)
             def observe(): Unit = if (!origin.isNullAt(1)) closer.observe(origin.getInt(0), origin.getLong(1) / 1000)
-            if (closer.isClosed(end)) {
+            if (ProgressRows.isProgress(endMicros)) {
+              // an upstream task's progress: its clock moves, and it is dropped uncounted
+              observe()
+              afterRow(isDue)
+            } else if (closer.isClosed(end)) {
               lateDropped += 1 // its window was closed (and emitted) by this partition's stream time
               kept.foreach(_.keep(row, closer.closeTime - end))
               observe()

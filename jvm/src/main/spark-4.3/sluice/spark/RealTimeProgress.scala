@@ -1,0 +1,267 @@
+package sluice.spark
+
+import org.apache.spark.TaskContext
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.{
+  Attribute, BoundReference, CreateNamedStruct, Expression, GenericInternalRow, Literal, MutableProjection,
+  NamedExpression, UnsafeProjection
+}
+import org.apache.spark.sql.catalyst.expressions.aggregate.{AggregateExpression, Last}
+import org.apache.spark.sql.catalyst.plans.physical.HashPartitioning
+import org.apache.spark.sql.execution.{SparkPlan, UnaryExecNode}
+import org.apache.spark.sql.execution.exchange.ShuffleExchangeExec
+import org.apache.spark.sql.execution.streaming.{
+  ProjectAggregationBufferExec, ProjectAggregationBufferProcessor, StatefulStreamlineAggregateExec
+}
+import org.apache.spark.sql.sluice.ProgressPassingAggregateExec
+import org.apache.spark.sql.types.{BooleanType, DataType, StructType}
+
+import sluice.suppress.internal.ProgressRows
+import sluice.suppress.internal.ProgressRows.Boundaries
+
+/**
+ * The plan of the progress rows ([[ProgressRows]]) of Spark 4.3's real-time aggregation under suppress:
+ * Spark's three stages, partial (a buffer per input row) -> shuffle -> merge into state -> final (the
+ * results), become
+ * {{{
+ *   ProgressPassingFinalExec      Spark's final stage; a progress row keeps its window and stream time only
+ *   ProgressPassingAggregateExec  Spark's merge stage; a progress row passes untouched
+ *   ShuffleExchangeExec           Spark's, unchanged: a progress row goes where its grouping values hash
+ *   ProgressSendExec              after Spark's partial stage: the task's rows, and its progress rows
+ *   ProjectAggregationBufferExec  Spark's partial stage, unchanged
+ * }}}
+ * A progress row is made as a buffer row (the partial stage's output), never as an input row: no
+ * aggregate function of the query, nor any result expression, is ever evaluated on it (a made-up input
+ * row could divide by zero under ANSI mode). Its buffers are null but for the hidden
+ * `last(named_struct(upstream, time))` suppress reads its clock from.
+ */
+private[sluice] object RealTimeProgress {
+
+  /**
+   * Where a progress row's values go, found on the driver in the partial stage's output (the same layout
+   * through the shuffle and the merge): the window column, the hidden stream-time buffer (its `last`
+   * value; its `valueSet` flag follows), the grouping columns, and for each shuffle partition the window
+   * offset j whose progress row the shuffle sends there.
+   */
+  final case class Layout(window: Int, streamTime: Int, grouping: Int, offsets: IndexedSeq[Long])
+
+  /**
+   * `agg`'s plan (its parent `fin`, Spark's final stage) with progress rows, or None when the plan is not
+   * the one above (a window suppress does not see, a window of Spark's not grouped as a column); then
+   * suppress's clock moves with data rows alone, as it did before progress rows.
+   */
+  def install(fin: ProjectAggregationBufferExec, agg: StatefulStreamlineAggregateExec, window: Attribute,
+      streamTime: Attribute, graceMs: Long): Option[SparkPlan] = for {
+    exchange <- Some(agg.child).collect { case e: ShuffleExchangeExec => e }
+    hash <- Some(exchange.outputPartitioning).collect { case h: HashPartitioning => h }
+    partial <- Some(exchange.child).collect { case p: ProjectAggregationBufferExec if !p.isFinalAggregate => p }
+    grouping = partial.groupingExpressions.map(_.toAttribute)
+    windowAt = grouping.indexWhere(_.exprId == window.exprId)
+    if windowAt >= 0
+    lastAt <- streamTimeBuffer(partial, grouping.size)
+    // The merge passes a row through unchanged only if its input and output rows are alike (Spark widens
+    // the nullability of its output).
+    if agg.output.size == agg.child.output.size && agg.output.zip(agg.child.output).forall { case (o, i) =>
+      DataType.equalsStructurally(o.dataType, i.dataType, ignoreNullability = true)
+    }
+    windowOut = fin.output.indexWhere(_.exprId == window.exprId)
+    timeOut = fin.output.indexWhere(_.exprId == streamTime.exprId)
+    if windowOut >= 0 && timeOut >= 0
+  } yield {
+    val offsets = searchOffsets(partial.output, windowAt, grouping.size, hash)
+    val layout = Layout(windowAt, lastAt, grouping.size, offsets)
+    val send = ProgressSendExec(layout, graceMs * 1000, partial)
+    val merge = ProgressPassingAggregateExec.of(agg.copy(child = exchange.withNewChildren(Seq(send))), windowAt)
+    ProgressPassingFinalExec.of(fin.copy(child = merge), layout, windowOut, timeOut)
+  }
+
+  /** Whether `p` is one of the nodes [[install]] adds (sluice's, for Spark's operator allowlist). */
+  def isProgressNode(p: SparkPlan): Boolean =
+    p.isInstanceOf[ProgressSendExec] || p.isInstanceOf[ProgressPassingAggregateExec] ||
+    p.isInstanceOf[ProgressPassingFinalExec]
+
+  /**
+   * The ordinal, in `partial`'s output, of the `last` buffer of the hidden
+   * `last(named_struct('upstream', _, 'time', _))` that sluice adds (RealTimeSuppress.withStreamTime).
+   */
+  private def streamTimeBuffer(partial: ProjectAggregationBufferExec, groupingColumns: Int): Option[Int] = {
+    def isHidden(e: AggregateExpression) = e.aggregateFunction match {
+      case Last(CreateNamedStruct(Seq(Literal(u, _), _, Literal(t, _), _)), false) =>
+        String.valueOf(u) == "upstream" && String.valueOf(t) == "time"
+      case _ => false
+    }
+    val at = partial.aggregateExpressions.indexWhere(isHidden)
+    if (at < 0) None
+    else {
+      val ordinal =
+        groupingColumns + partial.aggregateExpressions.take(at).map(_.aggregateFunction.aggBufferAttributes.size).sum
+      val types = partial.output.drop(ordinal).take(2).map(_.dataType)
+      types match {
+        case Seq(s: StructType, BooleanType) if s.size == 2 => Some(ordinal)
+        case _ => None
+      }
+    }
+  }
+
+  /**
+   * A progress row for window offset `j` in a partial-stage row of `output`: the window [base + j,
+   * base + j], non-nullable grouping columns at their type's default, nullable ones and every buffer
+   * null; the stream-time buffer (upstream, time) then set by the caller.
+   */
+  private[sluice] def template(output: Seq[Attribute], window: Int, grouping: Int, j: Long): GenericInternalRow = {
+    val row = new GenericInternalRow(output.size)
+    for (i <- 0 until grouping if i != window && !output(i).nullable)
+      row.update(i, Literal.default(output(i).dataType).value)
+    val w = ProgressRows.WindowBaseMicros + j
+    row.update(window, InternalRow(w, w))
+    row
+  }
+
+  /**
+   * For each shuffle partition p, the least window offset j whose progress row `hash` sends to p, found
+   * with the exchange's own partition expression: about n ln n tries for n partitions, once per plan.
+   */
+  private[sluice] def searchOffsets(output: Seq[Attribute], window: Int, grouping: Int, hash: HashPartitioning)
+      : IndexedSeq[Long] = {
+    val n = hash.numPartitions
+    val partitionOf = UnsafeProjection.create(Seq(hash.partitionIdExpression), output)
+    val offsets = Array.fill(n)(-1L)
+    var found = 0
+    var j = 0L
+    val limit = 1000L * n + 1000
+    while (found < n && j < limit) {
+      val p = partitionOf(template(output, window, grouping, j)).getInt(0)
+      if (offsets(p) < 0) { offsets(p) = j; found += 1 }
+      j += 1
+    }
+    if (found < n) {
+      throw new IllegalStateException(
+        s"no progress row reaches ${n - found} of the $n shuffle partitions in $limit tries")
+    }
+    offsets.toIndexedSeq
+  }
+}
+
+/**
+ * After Spark's partial stage on each upstream task: the task's rows as they come and, behind the row that
+ * starts the task's batch and behind each row that takes the task's largest event time past a window end
+ * plus the grace, one progress row per shuffle partition carrying that largest event time.
+ */
+private[sluice] case class ProgressSendExec(layout: RealTimeProgress.Layout, graceMicros: Long, child: SparkPlan)
+  extends UnaryExecNode {
+
+  override def output: Seq[Attribute] = child.output
+  override def outputPartitioning = child.outputPartitioning
+
+  override protected def doExecute(): RDD[InternalRow] = {
+    val l = layout
+    val grace = graceMicros
+    val out = output
+    child.execute().mapPartitions { iter =>
+      val upstream = TaskContext.getPartitionId()
+      val toUnsafe = UnsafeProjection.create(out.map(_.dataType).toArray)
+      var max = Long.MinValue
+      var boundaries: Boundaries = null
+      def progress(): Iterator[InternalRow] = l.offsets.iterator.map { j =>
+        val row = RealTimeProgress.template(out, l.window, l.grouping, j)
+        row.update(l.streamTime, InternalRow(upstream, max))
+        row.update(l.streamTime + 1, true)
+        toUnsafe(row).copy()
+      }
+      iter.flatMap { row =>
+        val origin = if (row.isNullAt(l.streamTime)) null else row.getStruct(l.streamTime, 2)
+        if (origin == null || origin.isNullAt(1)) Iterator.single(row)
+        else {
+          val time = origin.getLong(1)
+          if (boundaries == null) {
+            val w = row.getStruct(l.window, 2)
+            boundaries = Boundaries.of(w.getLong(0), w.getLong(1), grace)
+            max = time
+            Iterator.single(row) ++ progress()
+          } else if (time > max) {
+            val crossed = boundaries.step(time) > boundaries.step(max)
+            max = time
+            if (crossed) Iterator.single(row) ++ progress() else Iterator.single(row)
+          } else Iterator.single(row)
+        }
+      }
+    }
+  }
+
+  override protected def withNewChildInternal(newChild: SparkPlan): ProgressSendExec = copy(child = newChild)
+}
+
+/**
+ * Spark's final stage of the real-time aggregation, a progress row turned into an output row that has
+ * only its window (output ordinal `windowOut`) and its stream time (`timeOut`, from the hidden buffer)
+ * and nulls elsewhere; no result expression is evaluated on it and it is not counted. A subclass, as
+ * [[ProgressPassingAggregateExec]] is, for the same reasons.
+ */
+class ProgressPassingFinalExec(
+    requiredChildDistributionExpressions: Option[Seq[Expression]],
+    numShufflePartitions: Option[Int],
+    groupingExpressions: Seq[NamedExpression],
+    aggregateExpressions: Seq[AggregateExpression],
+    aggregateAttributes: Seq[Attribute],
+    initialInputBufferOffset: Int,
+    resultExpressions: Seq[NamedExpression],
+    isFinalAggregate: Boolean,
+    child: SparkPlan,
+    val layout: RealTimeProgress.Layout,
+    val windowOut: Int,
+    val timeOut: Int)
+  extends ProjectAggregationBufferExec(requiredChildDistributionExpressions, numShufflePartitions,
+    groupingExpressions, aggregateExpressions, aggregateAttributes, initialInputBufferOffset, resultExpressions,
+    isFinalAggregate, child) {
+
+  override protected def otherCopyArgs: Seq[AnyRef] = Seq(layout, Int.box(windowOut), Int.box(timeOut))
+
+  override def canEqual(that: Any): Boolean = that match {
+    case p: ProgressPassingFinalExec => p.layout == layout && p.windowOut == windowOut && p.timeOut == timeOut
+    case _ => false
+  }
+
+  override def equals(that: Any): Boolean = that match {
+    case p: ProgressPassingFinalExec => p.canEqual(this) && super.equals(p)
+    case _ => false
+  }
+
+  override def hashCode(): Int = 31 * super.hashCode() + layout.hashCode()
+
+  override protected def withNewChildInternal(newChild: SparkPlan): SparkPlan =
+    ProgressPassingFinalExec.of(copy(child = newChild), layout, windowOut, timeOut)
+
+  override protected def doExecute(): RDD[InternalRow] = {
+    metrics // registered on the driver
+    val numOutputRows = longMetric("numOutputRows")
+    val in = child.output
+    val progressColumns: Seq[Expression] = output.indices.map {
+      case i if i == windowOut => BoundReference(layout.window, in(layout.window).dataType, nullable = true)
+      case i if i == timeOut => BoundReference(layout.streamTime, in(layout.streamTime).dataType, nullable = true)
+      case i => Literal(null, output(i).dataType)
+    }
+    val window = layout.window
+    child.execute().mapPartitionsWithIndex { case (partition, iter) =>
+      val processor = new ProjectAggregationBufferProcessor(partition, groupingExpressions, inputAttributes,
+        aggregateExpressions, aggregateAttributes, initialInputBufferOffset, resultExpressions,
+        (exprs, schema) => MutableProjection.create(exprs, schema))
+      val progress = UnsafeProjection.create(progressColumns, in)
+      iter.map { row =>
+        if (!row.isNullAt(window) && ProgressRows.isProgress(row.getStruct(window, 2).getLong(1))) progress(row)
+        else {
+          numOutputRows += 1
+          processor.process(row)
+        }
+      }
+    }
+  }
+}
+
+private[sluice] object ProgressPassingFinalExec {
+  def of(f: ProjectAggregationBufferExec, layout: RealTimeProgress.Layout, windowOut: Int, timeOut: Int)
+      : ProgressPassingFinalExec =
+    new ProgressPassingFinalExec(f.requiredChildDistributionExpressions, f.numShufflePartitions,
+      f.groupingExpressions, f.aggregateExpressions, f.aggregateAttributes, f.initialInputBufferOffset,
+      f.resultExpressions, f.isFinalAggregate, f.child, layout, windowOut, timeOut)
+}
