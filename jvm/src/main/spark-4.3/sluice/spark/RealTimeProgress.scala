@@ -153,43 +153,65 @@ private[sluice] case class ProgressSendExec(layout: RealTimeProgress.Layout, gra
 
   override def output: Seq[Attribute] = child.output
   override def outputPartitioning = child.outputPartitioning
+  override protected def stringArgs: Iterator[Any] =
+    Iterator(s"${layout.offsets.size} shuffle partitions", s"grace ${graceMicros / 1000} ms")
 
   override protected def doExecute(): RDD[InternalRow] = {
     val l = layout
     val grace = graceMicros
     val out = output
-    child.execute().mapPartitions { iter =>
-      val upstream = TaskContext.getPartitionId()
-      val toUnsafe = UnsafeProjection.create(out.map(_.dataType).toArray)
-      var max = Long.MinValue
-      var boundaries: Boundaries = null
-      def progress(): Iterator[InternalRow] = l.offsets.iterator.map { j =>
-        val row = RealTimeProgress.template(out, l.window, l.grouping, j)
-        row.update(l.streamTime, InternalRow(upstream, max))
-        row.update(l.streamTime + 1, true)
-        toUnsafe(row).copy()
-      }
-      iter.flatMap { row =>
-        val origin = if (row.isNullAt(l.streamTime)) null else row.getStruct(l.streamTime, 2)
-        if (origin == null || origin.isNullAt(1)) Iterator.single(row)
-        else {
-          val time = origin.getLong(1)
-          if (boundaries == null) {
-            val w = row.getStruct(l.window, 2)
-            boundaries = Boundaries.of(w.getLong(0), w.getLong(1), grace)
-            max = time
-            Iterator.single(row) ++ progress()
-          } else if (time > max) {
-            val crossed = boundaries.step(time) > boundaries.step(max)
-            max = time
-            if (crossed) Iterator.single(row) ++ progress() else Iterator.single(row)
-          } else Iterator.single(row)
-        }
-      }
-    }
+    child.execute().mapPartitions(rows => new ProgressSender(rows, l, grace, out, TaskContext.getPartitionId()))
   }
 
   override protected def withNewChildInternal(newChild: SparkPlan): ProgressSendExec = copy(child = newChild)
+}
+
+/**
+ * One upstream task's rows, each progress row due sent right after the row that made it due (before the
+ * task reads on: a source that waits for its next record must not hold them).
+ */
+private final class ProgressSender(rows: Iterator[InternalRow], layout: RealTimeProgress.Layout, graceMicros: Long,
+    output: Seq[Attribute], upstream: Int)
+  extends Iterator[InternalRow] {
+  private val toUnsafe = UnsafeProjection.create(output.map(_.dataType).toArray)
+  private val partitions = layout.offsets.size
+  private var max = Long.MinValue
+  private var boundaries: Boundaries = null
+  // The shuffle partition whose progress row goes next; `partitions` when none is due.
+  private var due = partitions
+
+  override def hasNext: Boolean = due < partitions || rows.hasNext
+
+  override def next(): InternalRow =
+    if (due < partitions) {
+      val row = RealTimeProgress.template(output, layout.window, layout.grouping, layout.offsets(due))
+      row.update(layout.streamTime, InternalRow(upstream, max))
+      row.update(layout.streamTime + 1, true)
+      due += 1
+      toUnsafe(row)
+    } else {
+      val row = rows.next()
+      observe(row)
+      row
+    }
+
+  // The task's first row with an event time, and each row taking its largest past a boundary, make
+  // progress rows due.
+  private def observe(row: InternalRow): Unit = if (!row.isNullAt(layout.streamTime)) {
+    val origin = row.getStruct(layout.streamTime, 2)
+    if (!origin.isNullAt(1)) {
+      val time = origin.getLong(1)
+      if (boundaries == null) {
+        val w = row.getStruct(layout.window, 2)
+        boundaries = Boundaries.of(w.getLong(0), w.getLong(1), graceMicros)
+        max = time
+        due = 0
+      } else if (time > max) {
+        if (boundaries.step(time) > boundaries.step(max)) due = 0
+        max = time
+      }
+    }
+  }
 }
 
 /**
