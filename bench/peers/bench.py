@@ -238,6 +238,7 @@ def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, to
         cmd = [sys.executable, str(HERE / "spark_side.py"), "--query", q, "--bootstrap", bs, "--input", topic,
                "--output", out, "--checkpoint", str(work / f"ckpt-{name}"), "--lateness-ms", str(late),
                "--heap", a.heap, "--trigger", a.trigger, "--max-offsets", str(a.max_offsets),
+               "--count-window-ms", str(a.count_window_ms),
                *[x for flag, value in rewrite_flags(side, a).items() for x in (f"--{flag}", value)]] + (["--stamp-emit", f"--extra-jar={HERE / 'target' / 'sendstamp.jar'}"] if a.stamp_emit else []) + [f"--sink-option={o}" for o in a.sink_option] + [f"--source-option={o}" for o in a.source_option] + [f"--spark-conf={o}" for o in a.spark_conf]
         cmd += [f"--java-option={o}" for o in jfr(a, name)]
         cmd += (["--realtime", a.rt_checkpoint, "--cores", str(a.rt_cores), "--shuffle-wait-ms", str(a.rt_shuffle_wait_ms)]
@@ -352,7 +353,7 @@ def cpu_summary(runs: list[dict[str, Any]]) -> str:
 def rate_keys(a: argparse.Namespace, rate: int) -> int:
     """The count's keys at a fixed rate: --rate-keys, or a tenth of one window's records (about ten
     records per key and window, as in the backlog)."""
-    return a.rate_keys or max(1, rate * 60 // 10)
+    return a.rate_keys or max(1, rate * a.count_window_ms // 10_000)
 
 
 def cpu_jiffies() -> tuple[int, int]:
@@ -553,6 +554,8 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=50_000, help="fixed-rate run: events/s (0: skip)")
     ap.add_argument("--duration-s", type=int, default=135,
                     help="fixed-rate run: seconds (>= 130: two 1-minute windows close, the first the warm-up)")
+    ap.add_argument("--count-window-ms", type=int, default=60_000,
+                    help="the count's tumbling window (every side but flink-sql; the README's batch-switch run: 1000)")
     ap.add_argument("--rate-keys", type=int, default=0,
                     help="the count's keys at a fixed rate (default a tenth of one window's records: rate * 6)")
     ap.add_argument("--rate-disorder-ms", type=int, default=2000,
@@ -625,6 +628,10 @@ def main() -> None:
         ap.error(f"unknown: {bad}")
     if search and "count" not in queries:
         ap.error("--rate-search runs on the count: add it to --queries")
+    if a.count_window_ms <= 0 or (a.count_window_ms != 60_000 and FLS in sides):
+        ap.error(f"--count-window-ms {a.count_window_ms}: a positive window, on sides other than {FLS} "
+                 "(its SQL has a 1-minute window)")
+    LOG.append(f"-Dpeers.countWindowMs={a.count_window_ms}")  # every JVM the bench starts: sides and tools
     if a.rt_cores < 4:
         print(f"   WARNING: --rt-cores {a.rt_cores} < 4 task slots (2 source + 2 shuffle partitions): real-time "
               "batches cannot run all their tasks at once")
@@ -739,7 +746,8 @@ def settings_of(a: argparse.Namespace, count_records: int, sides: list[str]) -> 
                    f"JSON values, seed {a.seed}; rows compared for the windows that close by last event time - "
                    f"2 x (10 s + lateness) - 2 s (no flush events)",
         "count": f"{count_records} records, {max(1, count_records // 10)} keys Zipf(1.0), 3 h of event time, "
-                 "disorder <= 2 s, keyed, one flush record per partition 1 h later; 1-minute tumbling count per key, "
+                 "disorder <= 2 s, keyed, one flush record per partition 1 h later; "
+                 f"{a.count_window_ms} ms tumbling count per key, "
                  f"grace {a.count_grace_ms} ms; fixed rate: keys {a.rate_keys or 'rate x 6'}, event time = send time "
                  f"- up to {a.rate_disorder_ms} ms",
         "allowed lateness (Nexmark)": f"{a.lateness_ms} ms on every side (fixed-rate runs: {a.rate_lateness_ms} ms)",

@@ -79,13 +79,13 @@ def ms(c):
 WALL_CLOCK_MS = "reflect('java.lang.System', 'currentTimeMillis')"
 
 
-def build(spark: SparkSession, q: str, source, late: str, stamp_emit: bool = False):
+def build(spark: SparkSession, q: str, source, late: str, stamp_emit: bool = False, count_window_ms: int = 60_000):
     """The query's output: a DataFrame with one string column `value` (the canonical row), and the
     output mode; or for q5 a foreachBatch function."""
     raw = source.load()
     if q == "count":
         ev = raw.select(F.col("key").cast("string").alias("k"), F.col("timestamp").alias("ts"))
-        counts = ev.withWatermark("ts", late).groupBy(F.window("ts", "1 minute"), "k").count()
+        counts = ev.withWatermark("ts", late).groupBy(F.window("ts", f"{count_window_ms} milliseconds"), "k").count()
         value = F.concat_ws(",", "k", ms("window.start"), F.col("count").cast("string")).alias("value")
         stamp = [F.expr(WALL_CLOCK_MS).alias("key")] if stamp_emit else []
         return final(counts).select(value, *stamp), "update", None
@@ -164,6 +164,7 @@ def main() -> None:
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--lateness-ms", type=int, required=True)
     ap.add_argument("--heap", default="4g")
+    ap.add_argument("--count-window-ms", type=int, default=60_000, help="the count's tumbling window")
     ap.add_argument("--java-option", action="append", default=[], help="a JVM option of the driver (a profiler)")
     ap.add_argument("--trigger", default="0", help="processing-time trigger; 0 = Spark's default")
     ap.add_argument("--max-offsets", type=int, default=0, help="maxOffsetsPerTrigger (0: not set)")
@@ -227,7 +228,8 @@ def main() -> None:
         source = source.option("maxOffsetsPerTrigger", str(args.max_offsets))
     for kv in args.source_option:
         source = source.option(*kv.split("=", 1))
-    out, mode, per_batch = build(spark, args.query, source, f"{args.lateness_ms} milliseconds", args.stamp_emit)
+    out, mode, per_batch = build(spark, args.query, source, f"{args.lateness_ms} milliseconds", args.stamp_emit,
+                                 args.count_window_ms)
     writer = out.writeStream.outputMode(mode).option("checkpointLocation", args.checkpoint)
     if per_batch is not None:
         writer = writer.foreachBatch(per_batch)

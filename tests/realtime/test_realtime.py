@@ -42,6 +42,7 @@ from support.session import session_conf, stop_session
 pytestmark = [pytest.mark.spark("4.3", reason="stateful real-time mode arrived in Spark 4.3"), pytest.mark.kafka]
 
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+INCREMENTAL_CLEANUP = "spark.sql.streaming.statefulOperator.incrementalCleanupFactor"
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = 300
 
@@ -258,8 +259,10 @@ def test_a_window_closes_in_every_shuffle_partition_without_waiting_for_a_row_of
         q.stop()
     assert sorted(out) == sorted(want)
     # the same input again in batches that end: once the window's state is evicted, the aggregation holds
-    # the one open (window, key), and no state row of a progress row
+    # the one open (window, key), and no state row of a progress row. Evicted while rows come, too (Spark's
+    # incremental cleanup), by suppress's clock as at the batch's end.
     kh.create_topic(spark, broker.bootstrap, "splitfinals2", 1)
+    spark.conf.set(INCREMENTAL_CLEANUP, "10")
     q = _finals_query(spark, broker, _windowed(spark, broker, "evsplit"), "splitfinals2", tmp_path / "split2",
                       {"realTime": BATCH})
     try:
@@ -273,6 +276,7 @@ def test_a_window_closes_in_every_shuffle_partition_without_waiting_for_a_row_of
         assert held == 1, q.lastProgress
     finally:
         q.stop()
+        spark.conf.unset(INCREMENTAL_CLEANUP)
 
 
 def test_a_backlog_drained_by_two_upstream_tasks_gives_the_micro_batch_finals(rt, tmp_path: Path) -> None:
