@@ -373,7 +373,8 @@ def per_window(w: list[list[int]]) -> list[dict[str, int]]:
             for x in sorted(w, key=lambda x: (x[2], x[0]))]
 
 
-def where_the_time_goes(windows: Path, closes: Path, batch_starts: list[int], warmup: int | None) -> dict[str, Any]:
+def where_the_time_goes(windows: Path, closes: Path, batch_starts: list[int], warmup: int | None,
+                        warmup_until: int | None = None) -> dict[str, Any]:
     """The count's latency per timed (input partition, window) split in two: the wait from the closing
     record's send to the window's first result (reading, shuffle, aggregation, the close decision, the
     sink), and the window's burst, from its first result to its last (every result of a window is due
@@ -389,7 +390,8 @@ def where_the_time_goes(windows: Path, closes: Path, batch_starts: list[int], wa
     if not every:
         return {}
     # `warmup`: the start of the window Peers collect set apart from the latency figures, listed apart here too.
-    w = [x for x in every if x[1] != warmup]
+    until = warmup_until if warmup_until is not None else (warmup + 1 if warmup is not None else None)
+    w = [x for x in every if warmup is None or not warmup <= x[1] < until]
     if not w:
         return {"windows": 0, "per_window": per_window(every)}
     last_close: dict[int, int] = {}  # window start -> the latest send of a closing record over the partitions
@@ -499,7 +501,8 @@ def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, na
             r["median_batch_ms"] = statistics.median(x["ms"] for x in b)
     if q == "count":
         starts = [x["start_ms"] for x in stopped.get("batches") or [] if x.get("start_ms")]
-        r["where_the_time_goes"] = where_the_time_goes(d / "windows", d / "closes", starts, c.get("warmup_window"))
+        r["where_the_time_goes"] = where_the_time_goes(d / "windows", d / "closes", starts, c.get("warmup_window"),
+                                                       c.get("warmup_until"))
     return r
 
 
@@ -556,6 +559,9 @@ def main() -> None:
                     help="fixed-rate run: seconds (>= 130: two 1-minute windows close, the first the warm-up)")
     ap.add_argument("--count-window-ms", type=int, default=60_000,
                     help="the count's tumbling window (every side but flink-sql; the README's batch-switch run: 1000)")
+    ap.add_argument("--rate-warmup-s", type=int, default=0,
+                    help="fixed-rate run: the windows starting in this many seconds after the first are set apart "
+                         "with it as the warm-up (0: the first window only)")
     ap.add_argument("--rate-keys", type=int, default=0,
                     help="the count's keys at a fixed rate (default a tenth of one window's records: rate * 6)")
     ap.add_argument("--rate-disorder-ms", type=int, default=2000,
@@ -632,6 +638,7 @@ def main() -> None:
         ap.error(f"--count-window-ms {a.count_window_ms}: a positive window, on sides other than {FLS} "
                  "(its SQL has a 1-minute window)")
     LOG.append(f"-Dpeers.countWindowMs={a.count_window_ms}")  # every JVM the bench starts: sides and tools
+    LOG.append(f"-Dpeers.warmupMs={a.rate_warmup_s * 1000}")
     if a.rt_cores < 4:
         print(f"   WARNING: --rt-cores {a.rt_cores} < 4 task slots (2 source + 2 shuffle partitions): real-time "
               "batches cannot run all their tasks at once")
@@ -749,7 +756,8 @@ def settings_of(a: argparse.Namespace, count_records: int, sides: list[str]) -> 
                  "disorder <= 2 s, keyed, one flush record per partition 1 h later; "
                  f"{a.count_window_ms} ms tumbling count per key, "
                  f"grace {a.count_grace_ms} ms; fixed rate: keys {a.rate_keys or 'rate x 6'}, event time = send time "
-                 f"- up to {a.rate_disorder_ms} ms",
+                 f"- up to {a.rate_disorder_ms} ms; warm-up set apart: the first window"
+                 + (f" and those starting within {a.rate_warmup_s} s of it" if a.rate_warmup_s else ""),
         "allowed lateness (Nexmark)": f"{a.lateness_ms} ms on every side (fixed-rate runs: {a.rate_lateness_ms} ms)",
         **{side: described[side] for side in sides},
         "run bound": f"a drain run ends incomplete after {a.run_bound} x the query's fastest complete drain so far "
