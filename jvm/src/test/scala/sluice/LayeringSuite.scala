@@ -299,6 +299,7 @@ object LayeringSuite {
     "SluiceStateStoreExec", "MinMetric", "AverageStoreMetric", "CombinedMetric",
     "CombinedCustomMetric",
     "SizeOperatorMetric",
+    "ProgressRows", "RealTimeProgress",
     "DatasetAccess",
     "DrivenQueries", "DrivenSource", "DrivenClock", "DrivenSink", "BatchFiles", "DelegatedReplay", "ReplayedChanges",
     "ProgressCopy")
@@ -335,7 +336,7 @@ object LayeringSuite {
 
   /** Where Spark's internals may be named: the seam (shared and per-minor folders) and the bridge. */
   val SeamSourceDirs: Seq[String] = Seq("scala/sluice/spark/.*", "spark-[^/]+/sluice/spark/.*",
-    "scala/org/apache/spark/sql/sluice/.*")
+    "scala/org/apache/spark/sql/sluice/.*", "spark-[^/]+/org/apache/spark/sql/sluice/.*")
 
   /** A Spark internal named in source: `sql.execution`, `sql.classic`, `sql.connect` (not the public
    *  `sql.connector`), `SQLConf`. */

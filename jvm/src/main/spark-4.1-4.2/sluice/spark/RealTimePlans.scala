@@ -1,7 +1,6 @@
 package sluice.spark
 
 import org.apache.spark.sql.connector.catalog.Table
-import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.streaming.runtime.{IncrementalExecution, MicroBatchExecution, StreamExecution}
 
@@ -17,7 +16,5 @@ object RealTimePlans {
   def runsMicroBatches(stream: StreamExecution): Boolean = stream.isInstanceOf[MicroBatchExecution]
   def readsInRealTime(plan: SparkPlan): Boolean = false
   def checkAllowlist(plan: SparkPlan, elide: SparkPlan => Boolean, sink: Option[Table]): Unit = ()
-  def aggregationByStreamTime(plan: SparkPlan, evictionMs: Option[Long], window: Option[Attribute],
-      streamTime: Option[Attribute], graceMs: Long): SparkPlan = plan
-  def isProgressNode(p: SparkPlan): Boolean = false
+  def aggregationByStreamTime(plan: SparkPlan, evictionMs: Option[Long]): SparkPlan = plan
 }

@@ -1,12 +1,9 @@
 package sluice.spark
 
 import org.apache.spark.sql.connector.catalog.Table
-import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.datasources.v2.RealTimeStreamScanExec
-import org.apache.spark.sql.execution.streaming.{
-  ProjectAggregationBufferExec, RealTimeTrigger, StatefulStreamlineAggregateExec
-}
+import org.apache.spark.sql.execution.streaming.{RealTimeTrigger, StatefulStreamlineAggregateExec}
 import org.apache.spark.sql.execution.streaming.runtime.{
   IncrementalExecution, MicroBatchExecution, RealTimeModeAllowlist,
   StreamExecution
@@ -53,38 +50,20 @@ object RealTimePlans {
    * evicting only windows ending at or before `evictionMs` (and Spark's own eviction watermark), none
    * with None. Spark's aggregation drops a row as late, and evicts a window, by the batch's
    * watermark: the largest event time any task has seen minus the delay. The suppress above judges
-   * both by its own partition's clock instead (see sluice.suppress.internal.RealTimeEviction).
-   * With `window` and `streamTime` (suppress's input columns) the aggregation also carries each
-   * upstream task's progress rows to every suppress partition ([[RealTimeProgress]]), which close
-   * windows `graceMs` after their end. A plan that has them already is left as it is.
+   * both by its own partition's clock instead (see sluice.suppress.internal.RealTimeEviction). An
+   * aggregation sluice has replaced already (a subclass of Spark's) is left as it is.
    */
-  def aggregationByStreamTime(plan: SparkPlan, evictionMs: Option[Long], window: Option[Attribute],
-      streamTime: Option[Attribute], graceMs: Long): SparkPlan = {
-    def byStreamTime(a: StatefulStreamlineAggregateExec) =
-      a.copy(eventTimeWatermarkForLateEvents = None,
-        eventTimeWatermarkForEviction = for {
-          e <- evictionMs
-          spark <- a.eventTimeWatermarkForEviction
-        } yield math.min(e, spark))
-    if (plan.exists(RealTimeProgress.isProgressNode)) return plan
+  def aggregationByStreamTime(plan: SparkPlan, evictionMs: Option[Long]): SparkPlan = {
     var done = false
     plan.transformDown {
-      case f: ProjectAggregationBufferExec
-          if !done && f.isFinalAggregate && f.child.isInstanceOf[StatefulStreamlineAggregateExec] =>
-        done = true
-        val a = byStreamTime(f.child.asInstanceOf[StatefulStreamlineAggregateExec])
-        val progress = for {
-          w <- window
-          t <- streamTime
-          installed <- RealTimeProgress.install(f, a, w, t, graceMs)
-        } yield installed
-        progress.getOrElse(f.withNewChildren(Seq(a)))
       case a: StatefulStreamlineAggregateExec if !done =>
         done = true
-        byStreamTime(a)
+        if (a.getClass != classOf[StatefulStreamlineAggregateExec]) a
+        else a.copy(eventTimeWatermarkForLateEvents = None,
+          eventTimeWatermarkForEviction = for {
+            e <- evictionMs
+            spark <- a.eventTimeWatermarkForEviction
+          } yield math.min(e, spark))
     }
   }
-
-  /** Whether `p` is a node sluice adds to Spark's real-time aggregation (for Spark's operator allowlist). */
-  def isProgressNode(p: SparkPlan): Boolean = RealTimeProgress.isProgressNode(p)
 }

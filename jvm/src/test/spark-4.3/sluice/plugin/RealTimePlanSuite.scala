@@ -6,6 +6,7 @@ import org.apache.spark.sql.{DataFrame, ForeachWriter, Row}
 import org.apache.spark.sql.catalyst.expressions.{AttributeReference, UnsafeProjection}
 import org.apache.spark.sql.catalyst.plans.physical.HashPartitioning
 import org.apache.spark.sql.execution.SparkPlan
+import org.apache.spark.sql.sluice.RealTimeProgress
 import org.apache.spark.sql.execution.streaming.runtime.StreamingQueryWrapper
 import org.apache.spark.sql.execution.streaming.sources.LowLatencyMemoryStream
 import org.apache.spark.sql.functions.{col, count, session_window, window}
@@ -15,7 +16,7 @@ import org.scalatest.concurrent.Eventually.{eventually, interval, timeout}
 import org.scalatest.time.SpanSugar._
 
 import sluice.PlanSuite
-import sluice.spark.{RealTimePlans, RealTimeProgress}
+import sluice.spark.RealTimePlans
 import sluice.spark.PlanTypes.StateStoreSaveExec
 import sluice.suppress.{BufferConfig, Suppress, Suppressed}
 import sluice.suppress.internal.SuppressExec
@@ -83,7 +84,8 @@ class RealTimePlanSuite extends PlanSuite {
         // not fused: no append-mode save of the aggregation
         assert(!nodes[StateStoreSaveExec](plan).exists(_.outputMode.exists(_.toString == "Append")), plan)
         // the aggregation's stages forward the upstream task's progress rows to suppress
-        assert(plan.collect { case p if RealTimePlans.isProgressNode(p) => p.nodeName }.sorted ==
+        assert(
+          plan.collect { case p if RealTimeProgress.isProgressNode(p) => p.nodeName }.sorted ==
             Seq("ProgressPassingAggregate", "ProgressPassingFinal", "ProgressSend"), plan)
         assert(q.isActive && q.exception.isEmpty, q.exception)
         // Spark's allowlist cannot name sluice's operators: sluice turned it off in the session and checks instead

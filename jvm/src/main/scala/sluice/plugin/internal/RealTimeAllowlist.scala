@@ -5,7 +5,7 @@ import java.util.Collections
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.rules.Rule
-import org.apache.spark.sql.sluice.{SluiceStateStoreExec, StatefulOperatorSupport}
+import org.apache.spark.sql.sluice.{RealTimeProgress, SluiceStateStoreExec, StatefulOperatorSupport}
 
 import sluice.cache.internal.EmitCacheSkippedExec
 import sluice.spark.PlanTypes.{ColumnarRule, SparkPlan}
@@ -50,7 +50,7 @@ private[sluice] object RealTimeAllowlist extends Logging {
   // The emission cache's marker where it could not be placed passes rows through, as in micro-batches;
   // the aggregation's stages under suppress are Spark's own, forwarding progress rows.
   private def isSluice(p: SparkPlan): Boolean =
-    p.isInstanceOf[SluiceStateStoreExec] || p.isInstanceOf[EmitCacheSkippedExec] || RealTimePlans.isProgressNode(p)
+    p.isInstanceOf[SluiceStateStoreExec] || p.isInstanceOf[EmitCacheSkippedExec] || RealTimeProgress.isProgressNode(p)
 
   private def check(session: SparkSession, plan: SparkPlan): Unit =
     StatefulOperatorSupport.startingSession(session).foreach { starting =>

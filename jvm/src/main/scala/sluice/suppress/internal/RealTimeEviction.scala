@@ -4,7 +4,7 @@ import java.util.concurrent.ConcurrentHashMap
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.rules.Rule
-import org.apache.spark.sql.sluice.{MinMetric, StreamContext}
+import org.apache.spark.sql.sluice.{MinMetric, RealTimeProgress, StreamContext}
 
 import sluice.spark.PlanTypes.{ColumnarRule, SparkPlan}
 import sluice.spark.RealTimePlans
@@ -57,8 +57,9 @@ private[sluice] object RealTimeEviction {
         if (!RealTimePlans.supported) plan
         else plan.transformUp {
           case s: SuppressExec if s.realTime && s.suppressed.isInstanceOf[UntilWindowCloses] && s.context.isDefined =>
-            s.withNewChildren(Seq(RealTimePlans.aggregationByStreamTime(s.child, evictionMs(s.context.get), s.window,
-                  s.streamTime, s.graceMs)))
+            // and each upstream task's event-time progress carried to every partition (ProgressRows)
+            val byStreamTime = RealTimePlans.aggregationByStreamTime(s.child, evictionMs(s.context.get))
+            s.withNewChildren(Seq(RealTimeProgress.install(byStreamTime, s.window, s.streamTime, s.graceMs)))
         }
     }
   }

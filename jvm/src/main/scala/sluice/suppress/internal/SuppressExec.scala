@@ -6,7 +6,7 @@ import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.sluice.{
-  CombinedCustomMetric, CombinedMetric, MinMetric, SizeOperatorMetric, SluiceStateStoreExec,
+  CombinedCustomMetric, CombinedMetric, MinMetric, ProgressRows, SizeOperatorMetric, SluiceStateStoreExec,
   StatefulOperatorSupport, StreamContext
 }
 import org.apache.spark.sql.types.StructType

@@ -2,7 +2,8 @@ package sluice.suppress.internal
 
 import org.scalatest.funsuite.AnyFunSuite
 
-import sluice.suppress.internal.ProgressRows.Boundaries
+import org.apache.spark.sql.sluice.ProgressRows
+import org.apache.spark.sql.sluice.ProgressRows.Boundaries
 
 /** When an upstream task sends progress rows: each time its largest event time closes a window. */
 class ProgressRowsSuite extends AnyFunSuite {
