@@ -52,6 +52,10 @@ class RealTimePlanSuite extends PlanSuite {
   /** The first real-time batch's plan: planned (and checked) when the batch starts, not when it ends. */
   private def firstPlan(q: StreamingQuery): SparkPlan = eventually(timeout(60.seconds), interval(50.millis)) {
     assert(q.exception.isEmpty, q.exception)
+    // Read once the batch's job runs (the query runs its jobs in a job group named by its run id), so
+    // that its query thread planned it: plans are lazy, and one first asked for here would be planned on
+    // this thread, where sluice's operators find no running query.
+    assert(spark.sparkContext.statusTracker.getJobIdsForGroup(q.runId.toString).nonEmpty)
     val exec = q.asInstanceOf[StreamingQueryWrapper].streamingQuery.lastExecution
     assert(exec != null)
     exec.executedPlan
