@@ -144,8 +144,8 @@ private[sluice] object RealTimeSuppress {
  * partition no row in a whole batch no longer holds the partition back once that batch ends
  * ([[endBatch]]), so windows of a partition without input still close, the same on a replay (the
  * floor is the batch's watermark in the offset log, and which tasks sent rows is a function of the
- * batch's input). With progress rows (org.apache.spark.sql.sluice.ProgressRows) a task that read any record sent every
- * partition a row, so idle means a task that read nothing in the batch.
+ * batch's input). With progress rows (org.apache.spark.sql.sluice.ProgressRows) a task that read any
+ * record sent every partition a row, so idle means a task that read nothing in the batch.
  */
 private[sluice] final class StreamTimeCloser(stored: Option[Long], graceMs: Long, upstreams: Int = 1) {
   require(upstreams >= 1, s"a suppress partition has at least one upstream task, not $upstreams")

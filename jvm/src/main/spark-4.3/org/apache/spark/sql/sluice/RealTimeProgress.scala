@@ -7,7 +7,7 @@ import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.analysis.WidenStatefulOpNullability
 import org.apache.spark.sql.catalyst.expressions.{
-  Attribute, BoundReference, CreateNamedStruct, Expression, GenericInternalRow, Literal, MutableProjection,
+  Alias, Attribute, BoundReference, Expression, GenericInternalRow, Literal, MutableProjection,
   NamedExpression, UnsafeProjection, UnsafeRow
 }
 import org.apache.spark.sql.catalyst.expressions.aggregate.{AggregateExpression, Last}
@@ -68,7 +68,7 @@ object RealTimeProgress {
     grouping = partial.groupingExpressions.map(_.toAttribute)
     windowAt = grouping.indexWhere(_.exprId == window.exprId)
     if windowAt >= 0
-    lastAt <- streamTimeBuffer(partial, grouping.size)
+    lastAt <- streamTimeBuffer(fin, partial, streamTime, grouping.size)
     // The merge passes a row through unchanged only if its input and output rows are alike (Spark widens
     // the nullability of its output).
     if agg.output.size == agg.child.output.size && agg.output.zip(agg.child.output).forall { case (o, i) =>
@@ -110,17 +110,17 @@ object RealTimeProgress {
     p.isInstanceOf[ProgressPassingFinalExec]
 
   /**
-   * The ordinal, in `partial`'s output, of the `last` buffer of the hidden
-   * `last(named_struct('upstream', _, 'time', _))` that sluice adds (RealTimeSuppress.withStreamTime).
+   * The ordinal, in `partial`'s output, of the `last` buffer of the hidden stream-time aggregate: the one
+   * whose result `fin` outputs as `streamTime` (both stages list their aggregates in the same order).
    */
-  private def streamTimeBuffer(partial: ProjectAggregationBufferExec, groupingColumns: Int): Option[Int] = {
-    def isHidden(e: AggregateExpression) = e.aggregateFunction match {
-      case Last(CreateNamedStruct(Seq(Literal(u, _), _, Literal(t, _), _)), false) =>
-        String.valueOf(u) == "upstream" && String.valueOf(t) == "time"
-      case _ => false
-    }
-    val at = partial.aggregateExpressions.indexWhere(isHidden)
-    if (at < 0) None
+  private def streamTimeBuffer(fin: ProjectAggregationBufferExec, partial: ProjectAggregationBufferExec,
+      streamTime: Attribute, groupingColumns: Int): Option[Int] = {
+    val at = fin.resultExpressions.collectFirst {
+      case a @ Alias(r: Attribute, _) if a.exprId == streamTime.exprId =>
+        fin.aggregateAttributes.indexWhere(_.exprId == r.exprId)
+    }.getOrElse(-1)
+    if (at < 0 || at >= partial.aggregateExpressions.size || !partial.aggregateExpressions(
+        at).aggregateFunction.isInstanceOf[Last]) None
     else {
       val ordinal =
         groupingColumns + partial.aggregateExpressions.take(at).map(_.aggregateFunction.aggBufferAttributes.size).sum
