@@ -499,6 +499,8 @@ def fixed_rate(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, na
         r["micro_batches"] = len(b)
         if b:
             r["median_batch_ms"] = statistics.median(x["ms"] for x in b)
+            # each batch's phases (Spark's durationMs): where a real-time batch switch spends its time
+            r["batches"] = b
     if q == "count":
         starts = [x["start_ms"] for x in stopped.get("batches") or [] if x.get("start_ms")]
         r["where_the_time_goes"] = where_the_time_goes(d / "windows", d / "closes", starts, c.get("warmup_window"),

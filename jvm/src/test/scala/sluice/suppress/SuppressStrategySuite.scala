@@ -4,13 +4,14 @@ import java.sql.Timestamp
 
 import org.apache.spark.sql.Row
 import org.apache.spark.sql.execution.SparkPlan
-import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
+import org.apache.spark.sql.execution.streaming.runtime.{MemoryStream, StreamingQueryWrapper}
 import org.apache.spark.sql.functions.{col, count, window}
+import org.apache.spark.sql.sluice.StatefulOperatorSupport
 import org.apache.spark.sql.streaming.OutputMode
 
 import sluice.PlanSuite
 import sluice.spark.PlanTypes.StateStoreSaveExec
-import sluice.suppress.internal.{LateRecordsCounted, LateRecordsExec, SuppressExec, SuppressNode}
+import sluice.suppress.internal.{LateRecordsCounted, LateRecordsExec, SuppressExec, SuppressNode, SuppressStrategy}
 
 /**
  * Suppress (`SuppressStrategy`): `Suppress(df, ...)` puts a [[SuppressNode]] in the plan, planned as
@@ -127,5 +128,33 @@ class SuppressStrategySuite extends PlanSuite {
     val (plan, _) = run(Suppressed.untilTimeLimit(1000L, BufferConfig.unbounded()), timeCol = Some("window.end"))()
     val suppress = nodes[SuppressExec](plan)
     assert(suppress.size == 1 && suppress.head.suppressed.isInstanceOf[UntilTimeLimit], plan)
+  }
+
+  test("a running query's batch planned on another thread than the query's (query.explain() while it plans) " +
+    "gets the batch's state location") {
+    val s = spark
+    import s.implicits._
+    implicit val sqlContext: org.apache.spark.sql.SQLContext = spark.sqlContext
+    val input = MemoryStream[(String, Timestamp)]
+    val counts = input.toDF().toDF("k", "ts").withWatermark("ts", "5 seconds")
+      .groupBy(window(col("ts"), "10 seconds"), col("k")).agg(count("*").as("n"))
+    val q = withConf(Unfused) {
+      Suppress(counts, untilClosed).writeStream.outputMode("update")
+        .option("checkpointLocation", tempDir("sluice-off-thread").toString)
+        .foreachBatch((ds: org.apache.spark.sql.DataFrame, _: Long) => { ds.collect(); () }).start()
+    }
+    try {
+      input.addData(("a", new Timestamp(1000L)))
+      q.processAllAvailable()
+      val stream = q.asInstanceOf[StreamingQueryWrapper].streamingQuery
+      val exec = stream.lastExecution
+      val onQueryThread = nodes[SuppressExec](exec.executedPlan).head.context.get.stateInfo
+      // here, on the test thread: the query's own stream session finds the query, no other session does
+      assert(StatefulOperatorSupport.currentStream(exec.sparkSession).contains(stream))
+      assert(StatefulOperatorSupport.currentStream(spark).isEmpty)
+      val node = exec.optimizedPlan.collectFirst { case n: SuppressNode => n }.get
+      val planned = SuppressStrategy(exec.sparkSession)(node).collect { case e: SuppressExec => e }
+      assert(planned.size == 1 && planned.head.context.map(_.stateInfo).contains(onQueryThread), planned)
+    } finally q.stop()
   }
 }

@@ -1,14 +1,13 @@
 package org.apache.spark.sql.sluice
 
 import java.util.UUID
-import scala.util.Try
 
 import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.classic.{SparkSession => ClassicSession}
 import org.apache.spark.sql.execution.streaming.operators.stateful.StatefulOperatorStateInfo
-import org.apache.spark.sql.execution.streaming.runtime.{IncrementalExecution, StreamExecution, StreamingQueryWrapper}
+import org.apache.spark.sql.execution.streaming.runtime.{IncrementalExecution, QueryExecutionThread, StreamExecution}
 import org.apache.spark.util.{CompletionIterator, SerializableConfiguration}
 
 /**
@@ -70,27 +69,40 @@ object StatefulOperatorSupport {
   def explicitSetting(session: SparkSession, key: String): Option[String] =
     session.asInstanceOf[ClassicSession].sessionState.conf.getAllConfs.get(key)
 
-  /** The StreamExecution running on this thread, when called from a query's stream thread. */
-  def currentStream(session: SparkSession): Option[StreamExecution] = {
-    val fromThread = Thread.currentThread() match {
-      case t: org.apache.spark.sql.execution.streaming.runtime.QueryExecutionThread =>
-        // The thread is an anonymous inner class of its StreamExecution: read the outer instance.
-        t.getClass.getDeclaredFields.iterator
-          .filter(f => classOf[StreamExecution].isAssignableFrom(f.getType))
-          .flatMap { f => f.setAccessible(true); Option(f.get(t).asInstanceOf[StreamExecution]) }
-          .nextOption()
-      case _ => None
+  /**
+   * The StreamExecution whose batches `session` plans: the one running on this thread, or, when a batch's
+   * plan is asked for on another thread (a user's `query.explain()` while the query plans its first
+   * batch forces the plan there, and Spark keeps that plan for the batch), the running query whose
+   * stream session `session` is. None for any other session (`df.explain()` before `start()`).
+   */
+  def currentStream(session: SparkSession): Option[StreamExecution] =
+    Thread.currentThread() match {
+      case t: QueryExecutionThread => streamOf(t)
+      case _ => streamOfSession(session)
     }
-    fromThread.orElse {
-      // Fallback: the query id the stream thread sets as a local property (fails for queries
-      // started from another session, hence only a fallback).
-      Option(session.sparkContext.getLocalProperty(StreamExecution.QUERY_ID_KEY)).flatMap { id =>
-        Try(session.asInstanceOf[ClassicSession].streams.get(UUID.fromString(id))).toOption.flatMap {
-          case w: StreamingQueryWrapper => Option(w.streamingQuery)
-          case s: StreamExecution => Some(s)
-          case _ => None
-        }
-      }
+
+  // The thread is an anonymous inner class of its StreamExecution: read the outer instance.
+  private def streamOf(t: QueryExecutionThread): Option[StreamExecution] =
+    t.getClass.getDeclaredFields.iterator
+      .filter(f => classOf[StreamExecution].isAssignableFrom(f.getType))
+      .flatMap { f => f.setAccessible(true); Option(f.get(t).asInstanceOf[StreamExecution]) }
+      .nextOption()
+
+  /**
+   * The running query whose batches `session` plans, found among the JVM's query threads: a query
+   * started from any session plans its batches in its own clone of that session, one per run.
+   */
+  private def streamOfSession(session: SparkSession): Option[StreamExecution] = {
+    var root = Thread.currentThread().getThreadGroup
+    while (root.getParent != null) root = root.getParent
+    var threads = new Array[Thread](root.activeCount() + 16)
+    var n = root.enumerate(threads, true)
+    while (n == threads.length) {
+      threads = new Array[Thread](threads.length * 2)
+      n = root.enumerate(threads, true)
+    }
+    threads.iterator.take(n).collect { case t: QueryExecutionThread => t }.flatMap(streamOf).find { s =>
+      (s.sparkSessionForStream eq session) || Option(s.lastExecution).exists(_.sparkSession eq session)
     }
   }
 
