@@ -38,7 +38,10 @@ class Harness:
         self.started = datetime.now(timezone.utc)
         # The checkout the run starts from: what is edited while it runs is not what it measures.
         self.commit = _commit()
+        # How fast a core of this machine is today: runs are comparable only at a like figure.
+        self.core_probe_ms = core_probe_ms()
         print(f"== bench {name}: {description}")
+        print(f"   core probe: {self.core_probe_ms} ms (fixed single-thread work, best of 3; lower is faster)")
         for k, v in settings.items():
             print(f"   {k}: {v}")
 
@@ -89,7 +92,7 @@ class Harness:
         path.write_text(json.dumps({
             "bench": self.name, "description": self.description, "started": self.started.isoformat(),
             "commit": self.commit, "spark": _spark(), "argv": sys.argv, "machine": {"cpus": _cpus(), "python": platform.python_version(),
-                                             "platform": platform.platform()},
+                                             "platform": platform.platform(), "core_probe_ms": self.core_probe_ms},
             "settings": self.settings, "runs": self.runs, "targets": self.targets, **extra,
         }, indent=1, default=str) + "\n")
         print(f"   results: {path}")
@@ -119,6 +122,20 @@ def _commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return ""
     return sha + ("+dirty" if sha and dirty else "")
+
+
+def core_probe_ms() -> float:
+    """The best of three timings of one fixed single-threaded piece of work (an integer loop): a
+    figure of the core's speed at the run's start. Cores of one kind of machine differ from day to day
+    (another tenant, another host), and a run's figures are comparable with another's only when their
+    probes are alike."""
+    def once() -> float:
+        t0 = time.perf_counter()
+        s = 0
+        for i in range(2_000_000):
+            s += i ^ (i >> 3)
+        return (time.perf_counter() - t0) * 1000
+    return round(min(once() for _ in range(3)), 1)
 
 
 def _cpus() -> int:

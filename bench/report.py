@@ -81,6 +81,7 @@ class Run:
         parts = [str(self.settings().get("machine") or f"{m.get('cpus', '?')} cores")]
         parts += [f"python {m['python']}"] if m.get("python") else []
         parts += [m["platform"]] if m.get("platform") else []
+        parts += [f"core probe {m['core_probe_ms']} ms"] if m.get("core_probe_ms") else []
         return "; ".join(parts)
 
 
