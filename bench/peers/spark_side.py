@@ -289,7 +289,8 @@ def main() -> None:
                 "durations": p["durationMs"],
                 "state": [{k: op.get(k) for k in ("operatorName", "numRowsTotal", "numRowsUpdated", "numRowsRemoved",
                                                    "allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs",
-                                                   "memoryUsedBytes")}
+                                                   "memoryUsedBytes")} |
+                          {"customMetrics": op.get("customMetrics") or {}}
                           for op in p.get("stateOperators", [])]} for p in progress]
     print(json.dumps({"event": "stopped", "dropped_records": dropped,
                       "vm_hwm_kb": vm_hwm_kb(jvm_pid) + vm_hwm_kb(os.getpid()), "jvm_hwm_kb": vm_hwm_kb(jvm_pid),
