@@ -243,6 +243,10 @@ def start_side(side: str, q: str, a: argparse.Namespace, work: Path, bs: str, to
         cmd += [f"--java-option={o}" for o in jfr(a, name)]
         cmd += (["--realtime", a.rt_checkpoint, "--cores", str(a.rt_cores), "--shuffle-wait-ms", str(a.rt_shuffle_wait_ms)]
                 if side == RT else ["--cores", "2"])
+        # Real time: a window's finals are due at once; the sink's producer batches them for
+        # --rt-sink-linger-ms (as docs/features/real-time.md advises) unless a --sink-option sets linger.ms.
+        if side == RT and a.rt_sink_linger_ms >= 0 and not any(o.startswith("kafka.linger.ms=") for o in a.sink_option):
+            cmd += [f"--sink-option=kafka.linger.ms={a.rt_sink_linger_ms}"]
     return Side(cmd, work / f"{name}.log")
 
 
@@ -387,6 +391,7 @@ def per_window(w: list[list[int]]) -> list[dict[str, int]]:
     return [{"partition": x[0], "window_start": x[1], "closing_send_at": x[2], "first_append_at": x[4],
              "last_append_at": x[5], "first_result_ms": x[4] - x[2], "burst_ms": x[5] - x[4],
              **({"first_emit_ms": x[7] - x[2]} if len(x) > 7 and x[7] >= 0 else {}),
+             **({"emit_burst_ms": x[9] - x[7]} if len(x) > 9 and x[9] >= 0 and x[7] >= 0 else {}),
              **({"emit_to_send_ms": x[8] - x[7], "send_to_append_ms": x[4] - x[8]}
                 if len(x) > 8 and x[8] >= 0 and x[7] >= 0 else {})}
             for x in sorted(w, key=lambda x: (x[2], x[0]))]
@@ -434,6 +439,10 @@ def where_the_time_goes(windows: Path, closes: Path, batch_starts: list[int], wa
         sink = [x[4] - x[7] for x in stamped]
         r.update({"first_emit_p50_ms": pct(up, 0.5), "first_emit_max_ms": max(up),
                   "emit_to_append_p50_ms": pct(sink, 0.5), "emit_to_append_max_ms": max(sink)})
+        spread = [x[9] - x[7] for x in stamped if len(x) > 9 and x[9] >= 0]
+        if spread:  # how long the operator above suppress took to pass on a window's results: the burst's share upstream of the sink
+            r.update({"emit_burst_p50_ms": pct(spread, 0.5), "emit_burst_p99_ms": pct(spread, 0.99),
+                      "emit_burst_max_ms": max(spread)})
         sent = [x for x in stamped if len(x) > 8 and x[8] >= 0]
         if sent:  # SendStamp: the producer's send splits emit_to_append in Spark's write path and the producer's
             r.update({"emit_to_send_p50_ms": pct([x[8] - x[7] for x in sent], 0.5),
@@ -629,6 +638,9 @@ def main() -> None:
                     help="the count on Spark's sides: key each result by the wall clock at which the projection above "
                          "suppress passed it on, so that where_the_time_goes splits a window's first result into the "
                          "wait until suppress emitted it (first_emit) and the sink's write (emit_to_append)")
+    ap.add_argument("--rt-sink-linger-ms", type=int, default=5,
+                    help=f"{RT}: the Kafka sink's kafka.linger.ms (-1: the producer's default, 0), so that a window's "
+                         "finals, due at once, leave in one request")
     ap.add_argument("--rt-checkpoint", default="5 seconds",
                     help=f"{RT}: trigger(realTime=...), the checkpoint interval (not a latency bound)")
     ap.add_argument("--rt-cores", type=int, default=4,
@@ -722,6 +734,9 @@ def side_settings(a: argparse.Namespace, sides: list[str]) -> dict[str, dict[str
             if side == RT:
                 out[side]["spark.shuffle.streaming.networkBufferMaxWaitTimeMs"] = \
                     "50 (Spark's default)" if a.rt_shuffle_wait_ms < 0 else a.rt_shuffle_wait_ms
+                if not any(o.startswith("kafka.linger.ms=") for o in a.sink_option):
+                    out[side]["sink kafka.linger.ms"] = \
+                        "0 (the producer's default)" if a.rt_sink_linger_ms < 0 else a.rt_sink_linger_ms
     return out
 
 

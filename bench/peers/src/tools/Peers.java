@@ -184,9 +184,9 @@ public final class Peers {
      *   broker acknowledgement (which takes the producer's own delays out); rows of windows only the
      *   flush records closed are not timed. Either way the rows of the first window to close are the
      *   warm-up, counted apart (warmup_rows, warmup_window, warmup_max_ms). With --windows-out, per timed (input partition, window):
-     *   "partition windowStart sent acked firstAppend lastAppend rows firstEmit firstSend" (firstEmit:
-     *   the least record key, a Spark side's emit stamp; firstSend: the least SendStamp header; -1 where
-     *   absent), the split of its results'
+     *   "partition windowStart sent acked firstAppend lastAppend rows firstEmit firstSend lastEmit"
+     *   (firstEmit, lastEmit: the least and the largest record key, a Spark side's emit stamp; firstSend:
+     *   the least SendStamp header; -1 where absent), the split of its results'
      *   latency into the wait for its first result and the time its burst of results took. */
     static void collect(Map<String, String> a) throws Exception {
         String q = req(a, "query");
@@ -229,13 +229,16 @@ public final class Peers {
                         if (closed != null) {
                             long[] sentAcked = closed;
                             long[] x = windows.computeIfAbsent(w, k -> new long[]{sentAcked[0], sentAcked[1],
-                                    Long.MAX_VALUE, Long.MIN_VALUE, 0, Long.MAX_VALUE, Long.MAX_VALUE});
+                                    Long.MAX_VALUE, Long.MIN_VALUE, 0, Long.MAX_VALUE, Long.MAX_VALUE, Long.MIN_VALUE});
                             x[2] = Math.min(x[2], r.timestamp());
                             x[3] = Math.max(x[3], r.timestamp());
                             x[4]++;
                             // a Spark side run with --stamp-emit keys each result by the wall clock at which
                             // the operator above suppress passed it on
-                            if (r.key() != null) x[5] = Math.min(x[5], Long.parseLong(r.key()));
+                            if (r.key() != null) {
+                                x[5] = Math.min(x[5], Long.parseLong(r.key()));
+                                x[7] = Math.max(x[7], Long.parseLong(r.key()));
+                            }
                             // and by SendStamp's header: when Spark's writer handed it to the producer
                             var sent = r.headers().lastHeader(SendStamp.HEADER);
                             if (sent != null)
@@ -262,7 +265,8 @@ public final class Peers {
         if (a.containsKey("windows-out")) {
             List<String> w = new ArrayList<>();
             windows.forEach((k, x) -> w.add(k + " " + x[0] + " " + x[1] + " " + x[2] + " " + x[3] + " " + x[4]
-                    + " " + (x[5] == Long.MAX_VALUE ? -1 : x[5]) + " " + (x[6] == Long.MAX_VALUE ? -1 : x[6])));
+                    + " " + (x[5] == Long.MAX_VALUE ? -1 : x[5]) + " " + (x[6] == Long.MAX_VALUE ? -1 : x[6])
+                    + " " + (x[7] == Long.MIN_VALUE ? -1 : x[7])));
             Files.write(Path.of(a.get("windows-out")), w);
         }
         List<String> expected = Files.readAllLines(Path.of(req(a, "expected")));
