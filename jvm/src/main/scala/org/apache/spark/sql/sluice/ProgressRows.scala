@@ -6,10 +6,11 @@ package org.apache.spark.sql.sluice
  *
  * A suppress partition's clock of an upstream task moves with the rows it gets from that task
  * (sluice.suppress.internal.StreamTimeCloser), and a task sends a partition only the rows of that
- * partition's keys: after a window's end passes, a partition waits for the next row of its own keys with a new largest event time
- * before it can close the window, although the task has long moved on. So each upstream task also sends
- * every shuffle partition a progress row: when it starts its batch, and right after the row that takes its
- * largest event time past a window end plus the grace (the only moments a close decision can change).
+ * partition's keys: after a window's end passes, a partition waits for the next row of its own keys
+ * with a new largest event time before it can close the window, although the task has long moved on.
+ * So each upstream task also sends every shuffle partition a progress row: when it starts its batch, and
+ * right after the row that takes its largest event time past a window end plus the grace (the only
+ * moments a close decision can change).
  * The rows travel in the same channel as the task's data rows, behind them: a partition that reads a
  * progress row has every row the task sent it before. Out-of-band signals (accumulators, RPC) could
  * overtake rows still in the shuffle writer's buffer and close a window with rows on their way (Flink's
@@ -20,8 +21,8 @@ package org.apache.spark.sql.sluice
  * shuffle's own partitioning sends it to partition p, and the task's hidden (upstream, event time)
  * column set to its largest event time. The aggregation forwards it without touching its state, suppress
  * moves the task's clock by it and drops it: it is never a result nor a state row, and no row metric of
- * the aggregation or of suppress counts it. It is a function of the task's own rows in their order, so a rerun batch sends the same progress rows
- * at the same points.
+ * the aggregation or of suppress counts it. It is a function of the task's own rows in their order, so
+ * a rerun batch sends the same progress rows at the same points.
  */
 // In the bridge because the aggregation's stages here read it, and the bridge uses no sluice package.
 object ProgressRows {

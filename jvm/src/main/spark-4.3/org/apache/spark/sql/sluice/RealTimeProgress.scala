@@ -104,6 +104,10 @@ object RealTimeProgress {
       }
     }
 
+  /** Whether a row of the partial stage's layout, its window at ordinal `window`, is a progress row. */
+  private def isProgressRow(row: InternalRow, window: Int): Boolean =
+    !row.isNullAt(window) && ProgressRows.isProgress(row.getStruct(window, 2).getLong(1))
+
   /** Whether `p` is one of the nodes [[install]] adds (sluice's, for Spark's operator allowlist). */
   def isProgressNode(p: SparkPlan): Boolean =
     p.isInstanceOf[ProgressSendExec] || p.isInstanceOf[ProgressPassingAggregateExec] ||
@@ -296,7 +300,7 @@ object RealTimeProgress {
           (exprs, schema) => MutableProjection.create(exprs, schema))
         val progress = UnsafeProjection.create(progressColumns, in)
         iter.map { row =>
-          if (!row.isNullAt(window) && ProgressRows.isProgress(row.getStruct(window, 2).getLong(1))) progress(row)
+          if (isProgressRow(row, window)) progress(row)
           else {
             numOutputRows += 1
             processor.process(row)
@@ -400,7 +404,7 @@ object RealTimeProgress {
         val incremental = if (cleanupFactor > 0) Some(stateManager.evictionIterator(store, evictionWm)) else None
         // The processor's output row is reused: each is consumed before the next is asked for.
         val rows = iter.map { row =>
-          if (isProgress(row, windowOrdinal)) row
+          if (isProgressRow(row, windowOrdinal)) row
           else {
             var out: UnsafeRow = null
             allUpdatesTimeMs += timeTakenMs { out = processor.process(row) }
@@ -432,9 +436,6 @@ object RealTimeProgress {
           })
       }
     }
-
-    private def isProgress(row: InternalRow, ordinal: Int): Boolean =
-      !row.isNullAt(ordinal) && ProgressRows.isProgress(row.getStruct(ordinal, 2).getLong(1))
   }
 
   object ProgressPassingAggregateExec {
